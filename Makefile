@@ -1,0 +1,27 @@
+# The two set-up commands of the README: `make run` and `make test`. Both create the project's
+# virtual environment (.venv) themselves and reinstall it when pyproject.toml changes.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint sim-long clean
+
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/kraft-spark run
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -m 'not slow'
+
+sim-long: $(STAMP)
+	$(VENV)/bin/kraft-spark sim --seeds 0:2000 --voters 5 --observers 1 --faults all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

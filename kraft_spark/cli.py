@@ -1,0 +1,57 @@
+"""The ``kraft-spark`` command line.
+
+Each command lives in its own module exposing ``register(subparsers)``; the module sets
+``func`` on its parser, which receives the parsed arguments and returns the exit code.
+Commands never print a traceback for a user error: they raise ``CommandError`` with one line
+that names the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Modules that contribute sub-commands, in the order they appear in --help.
+COMMAND_MODULES = [
+    "kraft_spark.commands.run",
+    "kraft_spark.sim.command",
+    "kraft_spark.log.commands",
+]
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line on stderr, exit code 2 unless given."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kraft-spark",
+        description="A Spark-native replicated metadata store (Kafka's KRaft quorum).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except CommandError as exc:
+        print(f"kraft-spark {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""``SegmentedLog``: the durable ``RaftLog`` of a node, in Kafka's on-disk layout.
+
+Use::
+
+    log = SegmentedLog.open(fs, "/data/node-1", node_id=1, cluster_id="abc")
+    log.append(batch)          # visible to read() at once
+    durable = log.flush()      # one fsync for every append since the last flush
+    log.close()
+
+Invariants:
+
+* Offsets are contiguous from 0; ``end_offset()`` is the next offset to write. Epochs never
+  decrease along the log, and the epoch cache has one entry per epoch present.
+* ``flushed_offset() <= end_offset()``, and every offset below ``flushed_offset()`` is on disk
+  (data fsync'd, directory entries fsync'd). Appends are durable only after ``flush()``;
+  ``truncate_to`` is durable when it returns, and a crash inside it leaves either the old log
+  or the cut one (so records after the cut can never come back next to newer records written
+  in their place).
+* Every batch that ``read`` returns passed its CRC check (or is the very object appended).
+* After an I/O error the log refuses further writes (a failed fsync cannot be retried safely);
+  reopen it to recover.
+
+File-system work goes through a ``FileSystem``, so the simulator runs this exact code on
+``SimulatedFileSystem``.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from bisect import bisect_right
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from kraft_spark.log.checkpoints import (
+    EPOCH_CHECKPOINT_FILE,
+    atomic_write,
+    ensure_dir,
+    partition_dir,
+    read_quorum_state,
+    write_quorum_state,
+)
+from kraft_spark.log.codec import HEADER_SIZE, LOG_OVERHEAD, decode_batch, encode_batch_buffer
+from kraft_spark.log.epoch_cache import EpochCache, format_checkpoint
+from kraft_spark.log.errors import CorruptRecordError, InvalidAppendError, LogError
+from kraft_spark.log.fs import FileLock, FileSystem
+from kraft_spark.log.index import DEFAULT_INTERVAL_BYTES, MAX_RELATIVE
+from kraft_spark.log.meta import LOCK_FILE, MetaProperties, check_meta_properties
+from kraft_spark.log.recovery import recover_partition
+from kraft_spark.log.segment import Segment
+from kraft_spark.log.tail_cache import TailCache
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import Batch
+
+if TYPE_CHECKING:
+    from kraft_spark.log.fs import RealFileSystem
+    from kraft_spark.log.simfs import SimulatedFileSystem
+    from kraft_spark.raft.log_api import RaftLog
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+"""Smaller than Kafka's 1 GiB: the whole last segment is validated on every open."""
+DEFAULT_TAIL_CACHE_BYTES = 8 * 1024 * 1024
+
+
+class SegmentedLog:
+    """A log directory opened for exclusive use. Create with ``SegmentedLog.open``."""
+
+    def __init__(
+        self,
+        fs: FileSystem,
+        log_dir: str,
+        lock: FileLock,
+        segments: list[Segment],
+        epochs: EpochCache,
+        *,
+        segment_bytes: int,
+        tail_cache_bytes: int,
+        meta: MetaProperties | None,
+    ) -> None:
+        self._fs = fs
+        self.log_dir = log_dir
+        self.partition_dir = partition_dir(log_dir)
+        self.meta = meta
+        """``meta.properties`` when ids were checked at open, else None."""
+        self._lock: FileLock | None = lock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._epochs = epochs
+        self._segment_bytes = segment_bytes
+        self._tail = TailCache(tail_cache_bytes)
+        self._end = segments[-1].end_offset
+        self._flushed = self._end
+        self._dirty: set[str] = set()
+        self._dir_dirty = False
+        self._checkpoint_dirty = False
+        self._failed: str | None = None
+
+    # -- opening and closing ----------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        fs: FileSystem,
+        log_dir: str,
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        index_interval_bytes: int = DEFAULT_INTERVAL_BYTES,
+        node_id: int | None = None,
+        cluster_id: str | None = None,
+        lock_timeout_s: float = 0.0,
+        tail_cache_bytes: int = DEFAULT_TAIL_CACHE_BYTES,
+    ) -> SegmentedLog:
+        """Lock ``log_dir`` (the ``log.dirs`` directory), check its identity, recover its log.
+
+        If ``node_id`` or ``cluster_id`` is given the directory must be formatted for them
+        (``NotFormattedError`` / ``MetaPropertiesError`` otherwise). Waits up to
+        ``lock_timeout_s`` for another owner to go away (``LogDirLockedError``). Recovery may cut
+        a damaged tail (logged as a warning); what remains is durable when this returns.
+        """
+        if segment_bytes < 1:
+            raise ValueError("segment_bytes must be positive")
+        ensure_dir(fs, log_dir)
+        lock = fs.lock(posixpath.join(log_dir, LOCK_FILE), lock_timeout_s)
+        try:
+            meta = None
+            if node_id is not None or cluster_id is not None:
+                meta = check_meta_properties(log_dir, fs, cluster_id=cluster_id, node_id=node_id)
+            pdir = partition_dir(log_dir)
+            ensure_dir(fs, pdir)
+            recovered = recover_partition(fs, pdir, index_interval_bytes)
+            self = cls(
+                fs, log_dir, lock, recovered.segments, recovered.epochs,
+                segment_bytes=segment_bytes, tail_cache_bytes=tail_cache_bytes, meta=meta,
+            )
+            # What recovery kept may be in the page cache only (the previous owner was killed
+            # before its flush): make it durable before reporting it as flushed.
+            fs.fsync(self._segments[-1].log_path)
+            if recovered.dir_changed:
+                fs.fsync_dir(pdir)
+            if recovered.checkpoint_stale:
+                self._write_checkpoint()
+        except BaseException:
+            lock.release()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Flush (unless the log failed or lost its lock), release handles and the lock."""
+        if self._lock is None:
+            return
+        try:
+            if self._failed is None and self._lock.held():
+                self.flush()
+        finally:
+            for seg in self._segments:
+                self._fs.close(seg.log_path)
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> SegmentedLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- RaftLog queries --------------------------------------------------------------------
+
+    def start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    def end_offset(self) -> int:
+        return self._end
+
+    def last_epoch(self) -> int:
+        return self._epochs.latest_epoch()
+
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        return self._epochs.end_offset_for_epoch(epoch, self._end)
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The epoch of the batch holding ``offset``; None outside the log."""
+        if not self.start_offset() <= offset < self._end:
+            return None
+        return self._epochs.epoch_for_offset(offset)
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """``(epoch, start offset)`` for every epoch in the log, in order."""
+        return self._epochs.entries()
+
+    def segment_paths(self) -> list[str]:
+        return [s.log_path for s in self._segments]
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._lock is None or not self._lock.held():
+            raise LogError(
+                f"{self.partition_dir}: the log is closed or lost its directory lock (after a "
+                "simulated crash, open the directory again)"
+            )
+        if self._failed is not None:
+            raise LogError(f"{self.partition_dir}: the log failed earlier ({self._failed}); "
+                           "reopen it to recover")
+
+    def _fail(self, what: str, exc: OSError) -> LogError:
+        self._failed = f"{what}: {exc}"
+        return LogError(f"{self.partition_dir}: {what} failed: {exc}")
+
+    def append(self, batch: Batch) -> None:
+        """Append one whole batch at ``end_offset()``; visible at once, durable on ``flush``."""
+        self._check_usable()
+        if batch.base_offset != self._end:
+            raise InvalidAppendError(
+                f"batch base offset {batch.base_offset} is not the log end offset {self._end}"
+            )
+        last_epoch = self._epochs.latest_epoch()
+        if batch.epoch < last_epoch:
+            raise InvalidAppendError(
+                f"batch epoch {batch.epoch} is below the log's last epoch {last_epoch}"
+            )
+        data = encode_batch_buffer(batch)
+        try:
+            seg = self._segments[-1]
+            if seg.size > 0 and (
+                seg.size + len(data) > self._segment_bytes
+                or batch.last_offset - seg.base_offset > MAX_RELATIVE
+            ):
+                seg = self._roll()
+            seg.append(data, batch.base_offset, batch.next_offset)
+        except OSError as exc:
+            raise self._fail(f"append at offset {batch.base_offset}", exc) from exc
+        self._dirty.add(seg.log_path)
+        if self._epochs.assign(batch.epoch, batch.base_offset):
+            self._checkpoint_dirty = True
+        self._end = batch.next_offset
+        self._tail.add(batch, len(data))
+
+    def _roll(self) -> Segment:
+        sealed = self._segments[-1]
+        sealed.write_index()
+        self._dirty.add(sealed.index_path)
+        seg = Segment(self._fs, self.partition_dir, self._end, sealed.index.interval_bytes)
+        seg.create()
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        return seg
+
+    def flush(self) -> int:
+        """Make every append and truncation durable; returns the new flushed offset.
+
+        Order: file contents, then directory entries, then the epoch checkpoint (which therefore
+        never describes data that is not on disk). Files first makes a crash inside
+        ``truncate_to`` leave the old log or the new one, never a mix: the cut segment is durable
+        before the removal of later segments is, and a later segment that comes back after the
+        cut starts past the cut's end, so recovery drops it. (Nothing is appended between a cut
+        and this flush: ``truncate_to`` calls it before returning.)
+        """
+        self._check_usable()
+        if not self._dirty and not self._dir_dirty and not self._checkpoint_dirty:
+            self._flushed = self._end
+            return self._flushed
+        try:
+            for path in sorted(self._dirty):
+                self._fs.fsync(path)
+            self._dirty.clear()
+            if self._dir_dirty:
+                self._fs.fsync_dir(self.partition_dir)
+                self._dir_dirty = False
+            self._flushed = self._end
+            if self._checkpoint_dirty:
+                self._write_checkpoint()
+        except OSError as exc:
+            raise self._fail("flush", exc) from exc
+        return self._flushed
+
+    def _write_checkpoint(self) -> None:
+        path = posixpath.join(self.partition_dir, EPOCH_CHECKPOINT_FILE)
+        atomic_write(self._fs, path, format_checkpoint(self._epochs.entries()))
+        self._checkpoint_dirty = False
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or after ``offset``; durable when this returns.
+
+        If ``offset`` falls inside a batch the whole batch goes (as in Kafka), so afterwards
+        ``end_offset() <= offset``; callers truncate at batch boundaries in practice.
+        """
+        self._check_usable()
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self._end:
+            return
+        offset = max(offset, self.start_offset())
+        k = bisect_right(self._bases, offset) - 1
+        seg = self._segments[k]
+        try:
+            if offset < seg.end_offset:
+                position, header = seg.locate(offset)
+                cut = header.base_offset
+            else:  # offset == seg.end_offset: the cut is the start of the next segment
+                position, cut = seg.size, seg.end_offset
+            for later in self._segments[k + 1 :]:
+                later.remove_files()
+                self._dirty.discard(later.log_path)
+                self._dirty.discard(later.index_path)
+                self._dir_dirty = True
+            del self._segments[k + 1 :]
+            del self._bases[k + 1 :]
+            if self._fs.exists(seg.index_path):  # it is the active segment again
+                self._fs.remove(seg.index_path)
+                self._dirty.discard(seg.index_path)
+                self._dir_dirty = True
+            if cut != offset:
+                log.info("%s: truncating to batch start %d (asked %d)", seg.log_path, cut, offset)
+            seg.truncate(position, cut)
+        except OSError as exc:
+            raise self._fail(f"truncate to {offset}", exc) from exc
+        self._dirty.add(seg.log_path)
+        if self._epochs.truncate_from(cut):
+            self._checkpoint_dirty = True
+        self._tail.truncate_from(cut)
+        self._end = cut
+        self.flush()
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int) -> list[Batch]:
+        """Whole batches from the one holding ``start_offset``: at least one if any exists,
+        then more while the encoded total stays within ``max_bytes``.
+
+        Raises ``CorruptRecordError`` naming file, position and offset if a batch on disk fails
+        its checks; nothing unvalidated is returned.
+        """
+        if self._lock is None or not self._lock.held():
+            raise LogError(f"{self.partition_dir}: the log is closed or lost its directory lock")
+        if start_offset < 0:
+            raise ValueError(f"negative offset {start_offset}")
+        if start_offset >= self._end:
+            return []
+        start_offset = max(start_offset, self.start_offset())
+        cached = self._tail.read(start_offset, max_bytes)
+        if cached is not None:
+            return cached
+        k = bisect_right(self._bases, start_offset) - 1
+        out: list[Batch] = []
+        total = 0
+        position, header = self._segments[k].locate(start_offset)
+        expected = header.base_offset
+        for seg in self._segments[k:]:
+            while position < seg.size:
+                budget = max(max_bytes - total, LOG_OVERHEAD)
+                chunk = self._fs.read(seg.log_path, position, min(seg.size - position, budget))
+                if len(chunk) < LOG_OVERHEAD:  # cannot happen for a recovered segment
+                    raise CorruptRecordError(
+                        f"{seg.log_path}: position {position} (offset {expected}): the file "
+                        "ends inside a batch"
+                    )
+                rel = 0
+                while rel + LOG_OVERHEAD <= len(chunk):
+                    size = int.from_bytes(chunk[rel + 8 : rel + 12], "big", signed=True) \
+                        + LOG_OVERHEAD
+                    if out and total + size > max_bytes:
+                        return out
+                    if size < HEADER_SIZE or position + size > seg.size:
+                        raise CorruptRecordError(
+                            f"{seg.log_path}: position {position} (offset {expected}): batch "
+                            f"length {size - LOG_OVERHEAD} does not fit the segment"
+                        )
+                    if rel + size > len(chunk):
+                        if rel > 0:
+                            break  # read again from this batch
+                        chunk = self._fs.read(seg.log_path, position, max(size, LOG_OVERHEAD))
+                    try:
+                        batch, _ = decode_batch(chunk, rel, rel + size)
+                        if batch.base_offset != expected:
+                            raise CorruptRecordError(
+                                f"base offset {batch.base_offset}, expected {expected}"
+                            )
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(
+                            f"{seg.log_path}: position {position} (offset {expected}): {exc}"
+                        ) from exc
+                    out.append(batch)
+                    total += size
+                    rel += size
+                    position += size
+                    expected = batch.next_offset
+                if total >= max_bytes:
+                    return out
+            position = 0
+        return out
+
+    # -- quorum-state, through the same file system -----------------------------------------
+
+    def read_quorum_state(self) -> dict[str, Any] | None:
+        return read_quorum_state(self.log_dir, self._fs)
+
+    def write_quorum_state(self, state: Mapping[str, Any]) -> None:
+        """Atomic and durable when it returns (SPEC §2: persisted before dependent messages)."""
+        self._check_usable()
+        write_quorum_state(self.log_dir, state, self._fs)
+
+
+if TYPE_CHECKING:  # static proof that the log and both disks fit the interfaces they serve
+
+    def _is_raft_log(log: SegmentedLog) -> RaftLog:
+        return log
+
+    def _is_file_system(real: RealFileSystem, sim: SimulatedFileSystem) -> list[FileSystem]:
+        return [real, sim]

@@ -1,0 +1,410 @@
+"""Schemas of the headers and messages we speak, field for field as in Kafka's message JSON.
+
+Transcribed from ``clients/src/main/resources/common/message/*.json`` in apache/kafka, restricted
+to the versions we support (a field that exists only in later versions is left out; version
+strings of the fields we keep are Kafka's own, so the files can be compared line by line).
+
+| message          | versions | flexible | notes                                              |
+| ---------------- | -------- | -------- | -------------------------------------------------- |
+| RequestHeader    | 1-2      | 2        | ClientId stays a classic nullable string in v2     |
+| ResponseHeader   | 0-1      | 1        |                                                    |
+| ApiVersions      | 0-3      | 3        | response always travels with header v0             |
+| Produce          | 9        | 9        | CurrentLeader/NodeEndpoints are v10+, so absent    |
+| Fetch            | 12       | 12       | topics by name (TopicId is v13+)                   |
+| Vote             | 0        | 0        |                                                    |
+| BeginQuorumEpoch | 0        | none     |                                                    |
+| EndQuorumEpoch   | 0        | none     | PreferredSuccessors is an int32 array              |
+| DescribeQuorum   | 0-1      | 0        | v1 adds LastFetchTimestamp, LastCaughtUpTimestamp  |
+"""
+
+from __future__ import annotations
+
+from kraft_spark.protocol.schema import Field, MessageSchema
+
+F = Field
+
+# Schema tables keep one line per field, like the JSON files.
+# fmt: off
+
+# -- headers -----------------------------------------------------------------------------------
+
+REQUEST_HEADER = MessageSchema(
+    "RequestHeader",
+    valid_versions="1-2",
+    flexible_versions="2+",
+    fields=(
+        F("RequestApiKey", "int16", "0+"),
+        F("RequestApiVersion", "int16", "0+"),
+        F("CorrelationId", "int32", "0+"),
+        F("ClientId", "string", "1+", nullable_versions="1+", flexible_versions="none"),
+    ),
+)
+
+RESPONSE_HEADER = MessageSchema(
+    "ResponseHeader",
+    valid_versions="0-1",
+    flexible_versions="1+",
+    fields=(F("CorrelationId", "int32", "0+"),),
+)
+
+# -- ApiVersions (18) --------------------------------------------------------------------------
+
+API_VERSIONS_REQUEST = MessageSchema(
+    "ApiVersionsRequest",
+    api_key=18,
+    valid_versions="0-3",
+    flexible_versions="3+",
+    fields=(
+        F("ClientSoftwareName", "string", "3+"),
+        F("ClientSoftwareVersion", "string", "3+"),
+    ),
+)
+
+_FEATURE = (
+    F("Name", "string", "3+"),
+    F("MinVersion", "int16", "3+"),
+    F("MaxVersion", "int16", "3+"),
+)
+_FINALIZED_FEATURE = (
+    F("Name", "string", "3+"),
+    F("MaxVersionLevel", "int16", "3+"),
+    F("MinVersionLevel", "int16", "3+"),
+)
+
+API_VERSIONS_RESPONSE = MessageSchema(
+    "ApiVersionsResponse",
+    api_key=18,
+    valid_versions="0-3",
+    flexible_versions="3+",
+    fields=(
+        F("ErrorCode", "int16", "0+"),
+        F(
+            "ApiKeys",
+            "[]ApiVersion",
+            "0+",
+            fields=(
+                F("ApiKey", "int16", "0+"),
+                F("MinVersion", "int16", "0+"),
+                F("MaxVersion", "int16", "0+"),
+            ),
+        ),
+        F("ThrottleTimeMs", "int32", "1+"),
+        F("SupportedFeatures", "[]SupportedFeatureKey", "3+", tag=0, tagged_versions="3+",
+          fields=_FEATURE),
+        F("FinalizedFeaturesEpoch", "int64", "3+", tag=1, tagged_versions="3+", default=-1),
+        F("FinalizedFeatures", "[]FinalizedFeatureKey", "3+", tag=2, tagged_versions="3+",
+          fields=_FINALIZED_FEATURE),
+        F("ZkMigrationReady", "bool", "3+", tag=3, tagged_versions="3+", default=False),
+    ),
+)
+
+# -- Produce (0) -------------------------------------------------------------------------------
+
+PRODUCE_REQUEST = MessageSchema(
+    "ProduceRequest",
+    api_key=0,
+    valid_versions="9",
+    flexible_versions="9+",
+    fields=(
+        F("TransactionalId", "string", "3+", nullable_versions="3+", default=None),
+        F("Acks", "int16", "0+"),
+        F("TimeoutMs", "int32", "0+"),
+        F("TopicData", "[]TopicProduceData", "0+", fields=(
+            F("Name", "string", "0+"),
+            F("PartitionData", "[]PartitionProduceData", "0+", fields=(
+                F("Index", "int32", "0+"),
+                F("Records", "records", "0+", nullable_versions="0+"),
+            )),
+        )),
+    ),
+)
+
+PRODUCE_RESPONSE = MessageSchema(
+    "ProduceResponse",
+    api_key=0,
+    valid_versions="9",
+    flexible_versions="9+",
+    fields=(
+        F("Responses", "[]TopicProduceResponse", "0+", fields=(
+            F("Name", "string", "0+"),
+            F("PartitionResponses", "[]PartitionProduceResponse", "0+", fields=(
+                F("Index", "int32", "0+"),
+                F("ErrorCode", "int16", "0+"),
+                F("BaseOffset", "int64", "0+"),
+                F("LogAppendTimeMs", "int64", "2+", default=-1),
+                F("LogStartOffset", "int64", "5+", default=-1),
+                F("RecordErrors", "[]BatchIndexAndErrorMessage", "8+", fields=(
+                    F("BatchIndex", "int32", "8+"),
+                    F("BatchIndexErrorMessage", "string", "8+", nullable_versions="8+",
+                      default=None),
+                )),
+                F("ErrorMessage", "string", "8+", nullable_versions="8+", default=None),
+            )),
+        )),
+        F("ThrottleTimeMs", "int32", "1+", default=0),
+    ),
+)
+
+# -- Fetch (1) ---------------------------------------------------------------------------------
+
+FETCH_REQUEST = MessageSchema(
+    "FetchRequest",
+    api_key=1,
+    valid_versions="12",
+    flexible_versions="12+",
+    fields=(
+        F("ClusterId", "string", "12+", nullable_versions="12+", default=None, tag=0,
+          tagged_versions="12+"),
+        F("ReplicaId", "int32", "0-14", default=-1),
+        F("MaxWaitMs", "int32", "0+"),
+        F("MinBytes", "int32", "0+"),
+        F("MaxBytes", "int32", "3+", default=0x7FFFFFFF),
+        F("IsolationLevel", "int8", "4+", default=0),
+        F("SessionId", "int32", "7+", default=0),
+        F("SessionEpoch", "int32", "7+", default=-1),
+        F("Topics", "[]FetchTopic", "0+", fields=(
+            F("Topic", "string", "0-12"),
+            F("Partitions", "[]FetchPartition", "0+", fields=(
+                F("Partition", "int32", "0+"),
+                F("CurrentLeaderEpoch", "int32", "9+", default=-1),
+                F("FetchOffset", "int64", "0+"),
+                F("LastFetchedEpoch", "int32", "12+", default=-1),
+                F("LogStartOffset", "int64", "5+", default=-1),
+                F("PartitionMaxBytes", "int32", "0+"),
+            )),
+        )),
+        F("ForgottenTopicsData", "[]ForgottenTopic", "7+", fields=(
+            F("Topic", "string", "7-12"),
+            F("Partitions", "[]int32", "7+"),
+        )),
+        F("RackId", "string", "11+", default=""),
+    ),
+)
+
+FETCH_RESPONSE = MessageSchema(
+    "FetchResponse",
+    api_key=1,
+    valid_versions="12",
+    flexible_versions="12+",
+    fields=(
+        F("ThrottleTimeMs", "int32", "1+"),
+        F("ErrorCode", "int16", "7+"),
+        F("SessionId", "int32", "7+", default=0),
+        F("Responses", "[]FetchableTopicResponse", "0+", fields=(
+            F("Topic", "string", "0-12"),
+            F("Partitions", "[]PartitionData", "0+", fields=(
+                F("PartitionIndex", "int32", "0+"),
+                F("ErrorCode", "int16", "0+"),
+                F("HighWatermark", "int64", "0+"),
+                F("LastStableOffset", "int64", "4+", default=-1),
+                F("LogStartOffset", "int64", "5+", default=-1),
+                F("DivergingEpoch", "EpochEndOffset", "12+", tag=0, tagged_versions="12+",
+                  fields=(
+                      F("Epoch", "int32", "12+", default=-1),
+                      F("EndOffset", "int64", "12+", default=-1),
+                  )),
+                F("CurrentLeader", "LeaderIdAndEpoch", "12+", tag=1, tagged_versions="12+",
+                  fields=(
+                      F("LeaderId", "int32", "12+", default=-1),
+                      F("LeaderEpoch", "int32", "12+", default=-1),
+                  )),
+                F("SnapshotId", "SnapshotId", "12+", tag=2, tagged_versions="12+", fields=(
+                    F("EndOffset", "int64", "0+", default=-1),
+                    F("Epoch", "int32", "0+", default=-1),
+                )),
+                F("AbortedTransactions", "[]AbortedTransaction", "4+", nullable_versions="4+",
+                  fields=(
+                      F("ProducerId", "int64", "4+"),
+                      F("FirstOffset", "int64", "4+"),
+                  )),
+                F("PreferredReadReplica", "int32", "11+", default=-1),
+                F("Records", "records", "0+", nullable_versions="0+"),
+            )),
+        )),
+    ),
+)
+
+# -- Vote (52) ---------------------------------------------------------------------------------
+
+VOTE_REQUEST = MessageSchema(
+    "VoteRequest",
+    api_key=52,
+    valid_versions="0",
+    flexible_versions="0+",
+    fields=(
+        F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=(
+                F("PartitionIndex", "int32", "0+"),
+                F("CandidateEpoch", "int32", "0+"),
+                F("CandidateId", "int32", "0+"),
+                F("LastOffsetEpoch", "int32", "0+"),
+                F("LastOffset", "int64", "0+"),
+            )),
+        )),
+    ),
+)
+
+VOTE_RESPONSE = MessageSchema(
+    "VoteResponse",
+    api_key=52,
+    valid_versions="0",
+    flexible_versions="0+",
+    fields=(
+        F("ErrorCode", "int16", "0+"),
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=(
+                F("PartitionIndex", "int32", "0+"),
+                F("ErrorCode", "int16", "0+"),
+                F("LeaderId", "int32", "0+"),
+                F("LeaderEpoch", "int32", "0+"),
+                F("VoteGranted", "bool", "0+"),
+            )),
+        )),
+    ),
+)
+
+# -- BeginQuorumEpoch (53) ---------------------------------------------------------------------
+
+BEGIN_QUORUM_EPOCH_REQUEST = MessageSchema(
+    "BeginQuorumEpochRequest",
+    api_key=53,
+    valid_versions="0",
+    flexible_versions="1+",
+    fields=(
+        F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=(
+                F("PartitionIndex", "int32", "0+"),
+                F("LeaderId", "int32", "0+"),
+                F("LeaderEpoch", "int32", "0+"),
+            )),
+        )),
+    ),
+)
+
+_LEADER_PARTITION_RESPONSE = (
+    F("PartitionIndex", "int32", "0+"),
+    F("ErrorCode", "int16", "0+"),
+    F("LeaderId", "int32", "0+"),
+    F("LeaderEpoch", "int32", "0+"),
+)
+
+BEGIN_QUORUM_EPOCH_RESPONSE = MessageSchema(
+    "BeginQuorumEpochResponse",
+    api_key=53,
+    valid_versions="0",
+    flexible_versions="1+",
+    fields=(
+        F("ErrorCode", "int16", "0+"),
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=_LEADER_PARTITION_RESPONSE),
+        )),
+    ),
+)
+
+# -- EndQuorumEpoch (54) -----------------------------------------------------------------------
+
+END_QUORUM_EPOCH_REQUEST = MessageSchema(
+    "EndQuorumEpochRequest",
+    api_key=54,
+    valid_versions="0",
+    flexible_versions="1+",
+    fields=(
+        F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=(
+                F("PartitionIndex", "int32", "0+"),
+                F("LeaderId", "int32", "0+"),
+                F("LeaderEpoch", "int32", "0+"),
+                F("PreferredSuccessors", "[]int32", "0"),
+            )),
+        )),
+    ),
+)
+
+END_QUORUM_EPOCH_RESPONSE = MessageSchema(
+    "EndQuorumEpochResponse",
+    api_key=54,
+    valid_versions="0",
+    flexible_versions="1+",
+    fields=(
+        F("ErrorCode", "int16", "0+"),
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=_LEADER_PARTITION_RESPONSE),
+        )),
+    ),
+)
+
+# -- DescribeQuorum (55) -----------------------------------------------------------------------
+
+DESCRIBE_QUORUM_REQUEST = MessageSchema(
+    "DescribeQuorumRequest",
+    api_key=55,
+    valid_versions="0-1",
+    flexible_versions="0+",
+    fields=(
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=(
+                F("PartitionIndex", "int32", "0+"),
+            )),
+        )),
+    ),
+)
+
+_REPLICA_STATE = (
+    F("ReplicaId", "int32", "0+"),
+    F("LogEndOffset", "int64", "0+"),
+    F("LastFetchTimestamp", "int64", "1+", default=-1),
+    F("LastCaughtUpTimestamp", "int64", "1+", default=-1),
+)
+
+DESCRIBE_QUORUM_RESPONSE = MessageSchema(
+    "DescribeQuorumResponse",
+    api_key=55,
+    valid_versions="0-1",
+    flexible_versions="0+",
+    fields=(
+        F("ErrorCode", "int16", "0+"),
+        F("Topics", "[]TopicData", "0+", fields=(
+            F("TopicName", "string", "0+"),
+            F("Partitions", "[]PartitionData", "0+", fields=(
+                F("PartitionIndex", "int32", "0+"),
+                F("ErrorCode", "int16", "0+"),
+                F("LeaderId", "int32", "0+"),
+                F("LeaderEpoch", "int32", "0+"),
+                F("HighWatermark", "int64", "0+"),
+                F("CurrentVoters", "[]ReplicaState", "0+", fields=_REPLICA_STATE),
+                F("Observers", "[]ReplicaState", "0+", fields=_REPLICA_STATE),
+            )),
+        )),
+    ),
+)
+
+ALL_SCHEMAS: tuple[MessageSchema, ...] = (
+    REQUEST_HEADER,
+    RESPONSE_HEADER,
+    API_VERSIONS_REQUEST,
+    API_VERSIONS_RESPONSE,
+    PRODUCE_REQUEST,
+    PRODUCE_RESPONSE,
+    FETCH_REQUEST,
+    FETCH_RESPONSE,
+    VOTE_REQUEST,
+    VOTE_RESPONSE,
+    BEGIN_QUORUM_EPOCH_REQUEST,
+    BEGIN_QUORUM_EPOCH_RESPONSE,
+    END_QUORUM_EPOCH_REQUEST,
+    END_QUORUM_EPOCH_RESPONSE,
+    DESCRIBE_QUORUM_REQUEST,
+    DESCRIBE_QUORUM_RESPONSE,
+)
+"""Every schema, for table-driven tests and validation."""
+# fmt: on

@@ -1,0 +1,219 @@
+"""The state every part of the core shares, and the role transitions themselves."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.raft.log_api import RaftLog
+from kraft_spark.raft.messages import NO_LEADER, Request, Response
+from kraft_spark.raft.producers import ProducerStateTable
+from kraft_spark.raft.ready import Outbound, Reply
+from kraft_spark.raft.state import PersistedState, Role, check_transition
+from kraft_spark.raft.vote_rules import election_timeout_ms
+
+# Sentinel for "no deadline" (about 292 million years of milliseconds).
+NEVER = 2**63 - 1
+# How many bytes of log a start-up scan reads at a time (rebuilding producer state).
+SCAN_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A request we sent and still wait for. ``epoch`` and ``role`` are ours when we sent it."""
+
+    dest: int
+    kind: str
+    epoch: int
+    deadline: int
+
+
+class CoreState:
+    """Fields and transitions shared by the election, leader and follower parts of the core."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        voters: Iterable[int],
+        log: RaftLog,
+        config: QuorumConfig,
+        rng: random.Random,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.voters: tuple[int, ...] = tuple(sorted(set(voters)))
+        self.is_voter = node_id in self.voters
+        self.log = log
+        self.config = config
+        self.rng = rng
+        self.now = 0
+        # --- persisted (quorum-state); invariant: epoch never decreases.
+        self.epoch = 0
+        self.leader_id = NO_LEADER
+        self.voted_id = NO_LEADER
+        self.pending_catch_up = False
+        self._persist_needed = False
+        # --- role
+        self.role = Role.UNATTACHED
+        self.high_watermark = 0  # never decreases within one run of the node
+        self.election_deadline = NEVER
+        # Candidate
+        self.votes_granted: set[int] = set()
+        self.votes_rejected: set[int] = set()
+        self.backoff_until: int | None = None
+        self.election_retries = 0
+        # Follower / observer
+        self.fetch_deadline = NEVER
+        self.fetch_in_flight: int | None = None
+        self.next_fetch_at = 0
+        self.awaiting_flush = False
+        self.leader_hw_seen: int | None = None
+        # The first high watermark a catching-up voter heard from its current leader.
+        self.catch_up_first_hw: int | None = None
+        self.fetch_target_index = rng.randrange(max(len(self.voters), 1))
+        # --- outputs accumulated until take_ready()
+        self.sends: list[Outbound] = []
+        self.replies: list[Reply] = []
+        self.events: list[str] = []
+        self.flush_requested = False
+        self.hw_changed_to: int | None = None
+        self.truncated_to: int | None = None
+        self.in_flight: dict[int, InFlight] = {}
+        self._next_request_id = 1
+        self.producers = ProducerStateTable()
+        self.elections_started = 0
+
+    # ------------------------------------------------------------------ small queries
+
+    @property
+    def may_vote(self) -> bool:
+        """Voters vote and campaign; observers and voters catching up after disk loss do not."""
+        return self.is_voter and not self.pending_catch_up
+
+    def known_leader(self) -> int:
+        return self.node_id if self.role is Role.LEADER else self.leader_id
+
+    def describe_role(self) -> str:
+        if self.role is Role.FOLLOWER:
+            return f"Follower(epoch={self.epoch}, leader={self.leader_id})"
+        if self.role is Role.UNATTACHED and self.voted_id != NO_LEADER:
+            return f"Unattached(epoch={self.epoch}, voted={self.voted_id})"
+        return f"{self.role.value}(epoch={self.epoch})"
+
+    def persisted_state(self) -> PersistedState:
+        return PersistedState(
+            epoch=self.epoch,
+            leader_id=self.known_leader(),
+            voted_id=self.voted_id,
+            pending_catch_up=self.pending_catch_up,
+        )
+
+    # ------------------------------------------------------------------ outputs
+
+    def send(self, dest: int, kind: str, message: Request, timeout_ms: int) -> int:
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        self.in_flight[request_id] = InFlight(dest, kind, self.epoch, self.now + timeout_ms)
+        self.sends.append(Outbound(dest, request_id, message))
+        return request_id
+
+    def reply(self, token: object, message: Response) -> None:
+        self.replies.append(Reply(token, message))
+
+    def request_flush(self) -> None:
+        self.flush_requested = True
+
+    # ------------------------------------------------------------------ transitions
+
+    def transition(self, role: Role, epoch: int, leader_id: int, voted_id: int) -> None:
+        """The one place roles change. Persists when epoch, leader or vote changed."""
+        if epoch < self.epoch:
+            raise AssertionError(f"epoch may not decrease ({self.epoch} -> {epoch})")
+        check_transition(
+            self.role, role, may_vote=self.may_vote, epoch_changed=epoch != self.epoch
+        )
+        if self.role is Role.LEADER:
+            self.on_leave_leader()
+        if (epoch, leader_id, voted_id) != (self.epoch, self.known_leader(), self.voted_id):
+            self._persist_needed = True
+        self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
+        self.fetch_in_flight = None
+        self.awaiting_flush = False
+        self.backoff_until = None
+        self.events.append(f"became {self.describe_role()}")
+
+    def become_unattached(self, epoch: int) -> None:
+        voted = self.voted_id if epoch == self.epoch else NO_LEADER
+        self.transition(Role.UNATTACHED, epoch, NO_LEADER, voted)
+        self._arm_unattached_timer()
+
+    def become_follower(self, epoch: int, leader_id: int) -> None:
+        voted = self.voted_id if epoch == self.epoch else NO_LEADER
+        self.transition(Role.FOLLOWER, epoch, leader_id, voted)
+        self.fetch_deadline = self.now + self.config.fetch_timeout_ms
+        self.next_fetch_at = self.now
+        self.leader_hw_seen = None
+        self.catch_up_first_hw = None
+        if leader_id in self.voters:
+            self.fetch_target_index = self.voters.index(leader_id)
+        self._maybe_send_fetch()
+
+    def _arm_unattached_timer(self) -> None:
+        if self.may_vote:
+            self.election_deadline = self.now + election_timeout_ms(
+                self.rng, self.config.election_timeout_ms
+            )
+        else:
+            # Non-voting nodes look for the leader by fetching from the voters in turn.
+            self.fetch_target_index = (self.fetch_target_index + 1) % max(len(self.voters), 1)
+            self.next_fetch_at = self.now + self.config.retry_backoff_ms
+
+    def observe_epoch(self, epoch: int, leader_id: int) -> bool:
+        """React to an epoch and leader seen in any message. Returns True when our role changed
+        because of it (the caller should then drop what it was doing)."""
+        if epoch > self.epoch:
+            if leader_id not in (NO_LEADER, self.node_id):
+                self.become_follower(epoch, leader_id)
+            else:
+                self.become_unattached(epoch)
+            return True
+        if (
+            epoch == self.epoch
+            and leader_id not in (NO_LEADER, self.node_id)
+            and self.role in (Role.UNATTACHED, Role.CANDIDATE)
+        ):
+            self.become_follower(epoch, leader_id)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ producer state
+
+    def _rebuild_producers(self) -> None:
+        batches = []
+        offset = 0
+        end = self.log.end_offset()
+        while offset < end:
+            chunk = self.log.read(offset, SCAN_BYTES)
+            if not chunk:
+                break
+            batches.extend(chunk)
+            offset = chunk[-1].next_offset
+        self.producers.rebuild(batches)
+
+    # ------------------------------------------------------------------ provided by mixins
+
+    def on_leave_leader(self) -> None:
+        raise NotImplementedError
+
+    def become_candidate(self) -> None:
+        raise NotImplementedError
+
+    def become_leader(self) -> None:
+        raise NotImplementedError
+
+    def _maybe_send_fetch(self) -> None:
+        raise NotImplementedError

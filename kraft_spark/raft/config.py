@@ -1,0 +1,68 @@
+"""Quorum configuration with Kafka's names and defaults (SPEC §8)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+# Kafka property name -> attribute of QuorumConfig.
+PROPERTY_NAMES: dict[str, str] = {
+    "controller.quorum.fetch.timeout.ms": "fetch_timeout_ms",
+    "controller.quorum.election.timeout.ms": "election_timeout_ms",
+    "controller.quorum.election.backoff.max.ms": "election_backoff_max_ms",
+    "controller.quorum.request.timeout.ms": "request_timeout_ms",
+    "controller.quorum.retry.backoff.ms": "retry_backoff_ms",
+    "controller.quorum.append.linger.ms": "append_linger_ms",
+    "controller.quorum.fetch.max.wait.ms": "fetch_max_wait_ms",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or out of range; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumConfig:
+    """Timing and size settings of one node. All durations are milliseconds."""
+
+    fetch_timeout_ms: int = 2000
+    election_timeout_ms: int = 1000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    append_linger_ms: int = 2
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 8 * 1024 * 1024
+    max_batch_bytes: int = 1024 * 1024
+    # Observers not seen for this long drop out of DescribeQuorum (KIP-595: 5 minutes).
+    observer_expiry_ms: int = 300_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{f.name} must be a non-negative integer, got {value!r}")
+        if self.election_timeout_ms == 0 or self.fetch_timeout_ms == 0:
+            raise ConfigError("election and fetch timeouts must be positive")
+
+    @property
+    def check_quorum_timeout_ms(self) -> int:
+        """A leader without Fetches from a majority for this long resigns (1.5 × fetch timeout)."""
+        return self.fetch_timeout_ms * 3 // 2
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> QuorumConfig:
+        """Build from Kafka-named properties; unknown ``controller.quorum.*`` keys are errors."""
+        values: dict[str, int] = {}
+        for key, raw in props.items():
+            if key in PROPERTY_NAMES:
+                try:
+                    values[PROPERTY_NAMES[key]] = int(raw)
+                except ValueError:
+                    raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+            elif key.startswith("controller.quorum.") and key not in (
+                "controller.quorum.voters",
+                "controller.quorum.bootstrap.servers",
+            ):
+                raise ConfigError(f"unknown quorum setting {key!r}")
+        return cls(**values)

@@ -1,0 +1,280 @@
+"""RaftCore: the KIP-595 quorum protocol as a deterministic, sans-I/O state machine.
+
+The allowed role transitions are listed in ``kraft_spark.raft.state`` and enforced there. This
+class holds the node's state and drives it from four kinds of input, each taking ``now_ms``:
+
+* ``poll(now)``: timers (election, fetch, check-quorum, parked fetches, request deadlines);
+* ``handle_request(now, src, token, message)``: an inbound request, answered by ``token``;
+* ``handle_response(now, src, request_id, message)``: the answer to one of our requests;
+* ``on_log_flushed(now)``: the shell made the log durable.
+
+After each input the shell calls ``take_ready()`` and carries out the Ready in the order its
+module documents (persist, then send, flush, apply). The core touches nothing but the injected
+``RaftLog`` (writes are buffered there until the shell flushes) and the injected ``random.Random``.
+
+The behaviour is split by concern across mixins that share this state: ``ElectionMixin``
+(candidates and votes), ``LeaderMixin`` (serving Fetch and Produce, the high watermark) and
+``FollowerMixin`` (fetching, truncation). Hooks whose names start with ``_rule_`` are single
+safety rules, kept as methods so the simulator can run deliberately broken variants.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+
+from kraft_spark.raft.base import CoreState, InFlight
+from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.raft.elections import ElectionMixin
+from kraft_spark.raft.follower import FollowerMixin
+from kraft_spark.raft.leader import LeaderMixin
+from kraft_spark.raft.log_api import RaftLog
+from kraft_spark.raft.messages import (
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    ProduceRequest,
+    Request,
+    Response,
+    VoteRequest,
+    VoteResponse,
+)
+from kraft_spark.raft.ready import Ready
+from kraft_spark.raft.state import PersistedState, Role
+from kraft_spark.raft.vote_rules import election_timeout_ms
+
+
+class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
+    """One node of the quorum (voter or observer)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        voters: Iterable[int],
+        log: RaftLog,
+        config: QuorumConfig,
+        rng: random.Random,
+        now_ms: int,
+        persisted: PersistedState | None = None,
+        disk_lost: bool = False,
+    ) -> None:
+        """``persisted`` is the quorum-state read at start-up (None when absent). ``disk_lost``
+        tells that this voter's directory was wiped after it may have voted (SPEC §10)."""
+        super().__init__(
+            node_id=node_id, cluster_id=cluster_id, voters=voters, log=log, config=config, rng=rng
+        )
+        self.now = now_ms
+        state = persisted or PersistedState(epoch=0)
+        self.pending_catch_up = self.is_voter and (disk_lost or state.pending_catch_up)
+        self.epoch = state.epoch
+        self.voted_id = state.voted_id
+        self.leader_id = state.leader_id
+        self._rebuild_producers()
+        log_epoch = log.last_epoch()
+        if log_epoch > self.epoch:
+            # The log holds an epoch that quorum-state never recorded (a crash between the two
+            # writes): adopt it, knowing neither leader nor vote.
+            self.epoch, self.voted_id, self.leader_id = log_epoch, NO_LEADER, NO_LEADER
+            self._persist_needed = True
+        if self.leader_id == self.node_id and self.may_vote:
+            # A leader that restarts does not lead again in the same epoch (Kafka: Resigned).
+            self.role = Role.RESIGNED
+            self.election_deadline = now_ms + election_timeout_ms(
+                rng, config.election_timeout_ms
+            )
+        elif self.leader_id not in (NO_LEADER, self.node_id):
+            self.role = Role.FOLLOWER
+            self.fetch_deadline = now_ms + config.fetch_timeout_ms
+        else:
+            self.role = Role.UNATTACHED
+            self.leader_id = NO_LEADER
+            self._arm_unattached_timer()
+        if disk_lost and state.pending_catch_up != self.pending_catch_up:
+            self._persist_needed = True
+        self.events.append(f"started as {self.describe_role()}")
+
+    # ------------------------------------------------------------------ the shell's interface
+
+    def poll(self, now_ms: int) -> None:
+        """Fire every timer that is due at ``now_ms``."""
+        self.now = max(self.now, now_ms)
+        self._expire_in_flight()
+        role = self.role
+        if role is Role.LEADER:
+            self._poll_leader()
+        elif role is Role.CANDIDATE:
+            self._poll_candidate()
+        elif role is Role.FOLLOWER:
+            self._poll_follower()
+        elif role is Role.UNATTACHED:
+            if self.may_vote:
+                if self.now >= self.election_deadline:
+                    self.become_candidate()
+            else:
+                self._maybe_send_fetch()
+        elif self.now >= self.election_deadline:  # Resigned
+            self.become_candidate()
+
+    def handle_request(self, now_ms: int, src: int, token: object, message: Request) -> None:
+        """An inbound request from node ``src`` (or a client); answered later through
+        ``Ready.replies`` with the same ``token``."""
+        self.now = max(self.now, now_ms)
+        if isinstance(message, FetchRequest):
+            self.handle_fetch_request(token, message)
+        elif isinstance(message, VoteRequest):
+            self.handle_vote_request(token, message)
+        elif isinstance(message, BeginQuorumEpochRequest):
+            self.handle_begin_quorum_epoch(token, message)
+        elif isinstance(message, EndQuorumEpochRequest):
+            self.handle_end_quorum_epoch(token, message)
+        elif isinstance(message, ProduceRequest):
+            self.handle_produce(token, message)
+        elif isinstance(message, DescribeQuorumRequest):
+            self.handle_describe_quorum(token)
+        else:  # pragma: no cover - the union is exhaustive
+            raise TypeError(f"unknown request {message!r}")
+
+    def handle_response(self, now_ms: int, src: int, request_id: int, message: Response) -> None:
+        """The answer to request ``request_id`` that we sent to ``src``. Answers to requests we
+        no longer wait for (timed out, duplicated, from an older role) are ignored."""
+        self.now = max(self.now, now_ms)
+        pending = self.in_flight.pop(request_id, None)
+        if pending is None or pending.dest != src:
+            return
+        if isinstance(message, FetchResponse):
+            self.handle_fetch_response(request_id, pending, message)
+        elif isinstance(message, VoteResponse):
+            self.handle_vote_response(pending, src, message)
+        elif isinstance(message, BeginQuorumEpochResponse):
+            self.handle_begin_quorum_epoch_response(pending, src, message)
+        elif isinstance(message, EndQuorumEpochResponse):
+            self.observe_epoch(message.leader_epoch, message.leader_id)
+
+    def on_log_flushed(self, now_ms: int) -> None:
+        """The shell finished ``RaftLog.flush``: durable offsets may now be reported."""
+        self.now = max(self.now, now_ms)
+        if self.role is Role.LEADER:
+            self.maybe_advance_high_watermark()
+        elif self.role in (Role.FOLLOWER, Role.UNATTACHED):
+            self._maybe_send_fetch()
+
+    def resign(self, now_ms: int) -> None:
+        """Graceful shutdown: a leader hands over with EndQuorumEpoch (SPEC §5)."""
+        self.now = max(self.now, now_ms)
+        if self.role is Role.LEADER:
+            self.become_resigned(graceful=True)
+
+    def take_ready(self) -> Ready:
+        """Everything the shell must do now, in the documented order."""
+        ready = Ready(
+            sends=self.sends,
+            replies=self.replies,
+            flush_log=self.flush_requested,
+            high_watermark=self.hw_changed_to,
+            truncated_to=self.truncated_to,
+            events=self.events,
+        )
+        if self._persist_needed:
+            ready.persist = self.persisted_state()
+            self._persist_needed = False
+        self.sends, self.replies, self.events = [], [], []
+        self.flush_requested = False
+        self.hw_changed_to = None
+        self.truncated_to = None
+        ready.next_deadline_ms = self.next_deadline()
+        return ready
+
+    # ------------------------------------------------------------------ timers
+
+    def next_deadline(self) -> int:
+        deadlines = [d.deadline for d in self.in_flight.values()]
+        role = self.role
+        if role is Role.LEADER:
+            deadlines.append(self.leader_next_deadline())
+        elif role is Role.CANDIDATE:
+            deadlines.append(
+                self.backoff_until if self.backoff_until is not None else self.election_deadline
+            )
+        elif role is Role.FOLLOWER:
+            deadlines.append(self.fetch_deadline)
+            if self.fetch_in_flight is None and not self.awaiting_flush:
+                deadlines.append(self.next_fetch_at)
+        elif role is Role.UNATTACHED:
+            if self.may_vote:
+                deadlines.append(self.election_deadline)
+            elif self.fetch_in_flight is None:
+                deadlines.append(self.next_fetch_at)
+        else:
+            deadlines.append(self.election_deadline)
+        return max(min(deadlines), self.now)
+
+    def _expire_in_flight(self) -> None:
+        expired = [rid for rid, p in self.in_flight.items() if p.deadline <= self.now]
+        for rid in expired:
+            pending = self.in_flight.pop(rid)
+            self.on_request_expired(rid, pending)
+
+    def on_request_expired(self, request_id: int, pending: InFlight) -> None:
+        if request_id == self.fetch_in_flight:
+            self.fetch_in_flight = None
+            self.next_fetch_at = self.now + self.config.retry_backoff_ms
+            if not self.may_vote and self.role is Role.FOLLOWER:
+                # An observer whose leader went quiet tries another voter.
+                self.become_unattached(self.epoch)
+
+    # ------------------------------------------------------------------ inbound control RPCs
+
+    def handle_begin_quorum_epoch(self, token: object, req: BeginQuorumEpochRequest) -> None:
+        if req.cluster_id != self.cluster_id:
+            self.reply(token, self._bqe_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        if req.leader_epoch < self.epoch:
+            self.reply(token, self._bqe_response(ErrorCode.FENCED_LEADER_EPOCH))
+            return
+        if req.leader_epoch == self.epoch and self.leader_id not in (NO_LEADER, req.leader_id):
+            # Two leaders in one epoch would be a safety violation; refuse, never adopt.
+            self.reply(token, self._bqe_response(ErrorCode.INVALID_REQUEST))
+            return
+        if req.leader_id != self.node_id:
+            self.observe_epoch(req.leader_epoch, req.leader_id)
+        self.reply(token, self._bqe_response(ErrorCode.NONE))
+
+    def _bqe_response(self, error: ErrorCode) -> BeginQuorumEpochResponse:
+        return BeginQuorumEpochResponse(error, self.known_leader(), self.epoch)
+
+    def handle_end_quorum_epoch(self, token: object, req: EndQuorumEpochRequest) -> None:
+        if req.cluster_id != self.cluster_id:
+            self.reply(token, self._eqe_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        if req.leader_epoch < self.epoch:
+            self.reply(token, self._eqe_response(ErrorCode.FENCED_LEADER_EPOCH))
+            return
+        if req.leader_epoch > self.epoch:
+            self.observe_epoch(req.leader_epoch, NO_LEADER)
+        if (
+            self.may_vote
+            and self.role in (Role.FOLLOWER, Role.UNATTACHED)
+            and self.leader_id in (req.leader_id, NO_LEADER)
+        ):
+            self.schedule_succession(req.preferred_successors)
+        self.reply(token, self._eqe_response(ErrorCode.NONE))
+
+    def _eqe_response(self, error: ErrorCode) -> EndQuorumEpochResponse:
+        return EndQuorumEpochResponse(error, self.known_leader(), self.epoch)
+
+    def handle_begin_quorum_epoch_response(
+        self, pending: InFlight, src: int, resp: BeginQuorumEpochResponse
+    ) -> None:
+        if self.observe_epoch(resp.leader_epoch, resp.leader_id):
+            return
+        same_epoch = pending.epoch == self.epoch
+        if self.role is Role.LEADER and same_epoch and resp.error == ErrorCode.NONE:
+            self.endorsed(src)

@@ -1,0 +1,163 @@
+"""Candidates and votes: campaigning, granting votes, backoff, graceful succession."""
+
+from __future__ import annotations
+
+from kraft_spark.raft.base import NEVER, CoreState, InFlight
+from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
+from kraft_spark.raft.quorum import majority
+from kraft_spark.raft.state import Role
+from kraft_spark.raft.vote_rules import (
+    VoteDecision,
+    decide_vote,
+    election_timeout_ms,
+    failed_election_backoff_ms,
+    log_is_up_to_date,
+    successor_backoff_ms,
+)
+
+
+class ElectionMixin(CoreState):
+    # ------------------------------------------------------------------ safety rules (hooks)
+
+    def _rule_vote_log_ok(self, req: VoteRequest) -> bool:
+        """Grant only to a candidate whose log is at least as up to date as ours."""
+        return log_is_up_to_date(
+            req.last_offset_epoch, req.last_offset, self.log.last_epoch(), self.log.end_offset()
+        )
+
+    def _rule_decide_vote(self, req: VoteRequest) -> VoteDecision:
+        return decide_vote(
+            candidate_id=req.candidate_id,
+            voters=self.voters,
+            may_vote=self.may_vote,
+            voted_id=self.voted_id,
+            leader_known=self.known_leader() != NO_LEADER,
+            log_ok=self._rule_vote_log_ok(req),
+        )
+
+    # ------------------------------------------------------------------ candidate
+
+    def become_candidate(self) -> None:
+        """Vote for ourselves in epoch + 1 and ask every other voter."""
+        assert self.may_vote, "non-voting nodes never campaign"
+        if self.role is not Role.CANDIDATE:
+            self.election_retries = 0
+        self.transition(Role.CANDIDATE, self.epoch + 1, NO_LEADER, self.node_id)
+        self.elections_started += 1
+        self.votes_granted = {self.node_id}
+        self.votes_rejected = set()
+        self.election_deadline = self.now + election_timeout_ms(
+            self.rng, self.config.election_timeout_ms
+        )
+        request = VoteRequest(
+            cluster_id=self.cluster_id,
+            candidate_epoch=self.epoch,
+            candidate_id=self.node_id,
+            last_offset_epoch=self.log.last_epoch(),
+            last_offset=self.log.end_offset(),
+        )
+        for voter in self.voters:
+            if voter != self.node_id:
+                self.send(voter, "vote", request, self.config.request_timeout_ms)
+        self._maybe_win()
+
+    def _maybe_win(self) -> None:
+        if len(self.votes_granted) >= majority(len(self.voters)):
+            self.become_leader()
+        elif len(self.votes_rejected) >= majority(len(self.voters)):
+            self._start_backoff()
+
+    def _start_backoff(self) -> None:
+        if self.backoff_until is None:
+            self.backoff_until = self.now + failed_election_backoff_ms(
+                self.rng,
+                self.election_retries,
+                self.config.retry_backoff_ms,
+                self.config.election_backoff_max_ms,
+            )
+            self.election_retries += 1
+
+    def _poll_candidate(self) -> None:
+        if self.backoff_until is not None:
+            if self.now >= self.backoff_until:
+                self.become_candidate()
+        elif self.now >= self.election_deadline:
+            self._start_backoff()
+
+    def handle_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
+        if self.observe_epoch(resp.leader_epoch, resp.leader_id):
+            return
+        if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
+            return
+        if resp.error == ErrorCode.NONE and resp.vote_granted:
+            self.votes_granted.add(src)
+        else:
+            self.votes_rejected.add(src)
+        self._maybe_win()
+
+    # ------------------------------------------------------------------ voter
+
+    def handle_vote_request(self, token: object, req: VoteRequest) -> None:
+        """SPEC §5 order: cluster id, epoch, one vote per epoch, known voter, up-to-date log.
+        The grant is persisted (Ready.persist) before the reply leaves the node."""
+        if req.cluster_id != self.cluster_id:
+            self.reply(token, self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False))
+            return
+        if req.candidate_epoch < self.epoch:
+            self.reply(token, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
+            return
+        if req.candidate_epoch > self.epoch:
+            campaign_at = self._own_campaign_time()
+            self.become_unattached(req.candidate_epoch)
+            # Only a granted vote restarts our election timer (below); a candidate we reject
+            # must not postpone our own candidacy, or a stale candidate retrying with higher
+            # epochs would keep the up-to-date voters from ever campaigning.
+            self.election_deadline = min(self.election_deadline, campaign_at)
+        if req.candidate_id not in self.voters:
+            self.reply(token, self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False))
+            return
+        decision = self._rule_decide_vote(req)
+        if decision.granted and self.voted_id != req.candidate_id:
+            self.voted_id = req.candidate_id
+            self._persist_needed = True
+            if self.role is Role.UNATTACHED:
+                # Having voted, give the candidate a full election timeout before campaigning.
+                self.election_deadline = self.now + election_timeout_ms(
+                    self.rng, self.config.election_timeout_ms
+                )
+        self.reply(token, self._vote_response(ErrorCode.NONE, decision.granted))
+
+    def _own_campaign_time(self) -> int:
+        """When this node would next campaign if nothing else happened."""
+        if self.role is Role.UNATTACHED or self.role is Role.RESIGNED:
+            return self.election_deadline
+        if self.role is Role.CANDIDATE:
+            return self.backoff_until if self.backoff_until is not None else self.election_deadline
+        if self.role is Role.FOLLOWER:
+            return self.fetch_deadline
+        return NEVER
+
+    def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
+        return VoteResponse(error, self.known_leader(), self.epoch, granted)
+
+    # ------------------------------------------------------------------ graceful succession
+
+    def schedule_succession(self, successors: tuple[int, ...]) -> None:
+        """EndQuorumEpoch received: successor p campaigns after a backoff growing with p;
+        a voter not listed waits a normal randomized election timeout."""
+        if self.node_id in successors:
+            delay = successor_backoff_ms(
+                successors.index(self.node_id),
+                self.config.retry_backoff_ms,
+                self.config.election_backoff_max_ms,
+            )
+        else:
+            delay = election_timeout_ms(self.rng, self.config.election_timeout_ms)
+        if self.role is Role.FOLLOWER:
+            self.fetch_deadline = min(self.fetch_deadline, self.now + delay)
+            if delay == 0:
+                self.become_candidate()
+        else:
+            self.election_deadline = min(self.election_deadline, self.now + delay)
+            if delay == 0:
+                self.become_candidate()

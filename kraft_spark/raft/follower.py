@@ -1,0 +1,146 @@
+"""Followers and observers: pulling from the leader, truncating on divergence, catching up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kraft_spark.raft.base import CoreState, InFlight
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse
+from kraft_spark.raft.records import Batch
+from kraft_spark.raft.replication import truncation_offset
+from kraft_spark.raft.state import Role
+
+
+class FollowerMixin(CoreState):
+    # ------------------------------------------------------------------ safety rules (hooks)
+
+    def _rule_fetch_waits_for_flush(self) -> bool:
+        """SPEC §3: a Fetch reports the end offset only once the log is fsync'd to it."""
+        return True
+
+    def _rule_apply_diverging(self, diverging: OffsetAndEpoch) -> None:
+        """Truncate everything at or after the divergence point (SPEC §6)."""
+        offset = truncation_offset(self.log, diverging)
+        if offset < self.log.end_offset():
+            self.log.truncate_to(offset)
+            self.producers.on_truncate(offset)
+            self.truncated_to = offset
+            self.events.append(f"truncated to {offset} (diverging epoch {diverging.epoch})")
+
+    # ------------------------------------------------------------------ fetching
+
+    def _fetch_target(self) -> int | None:
+        if self.role is Role.FOLLOWER:
+            return self.leader_id
+        candidates = [v for v in self.voters if v != self.node_id]
+        if not candidates:
+            return None
+        return candidates[self.fetch_target_index % len(candidates)]
+
+    def _maybe_send_fetch(self) -> None:
+        """Send the next Fetch if we pull, none is outstanding, and the log is durable."""
+        if self.role is not Role.FOLLOWER and not (
+            self.role is Role.UNATTACHED and not self.may_vote
+        ):
+            return
+        if self.fetch_in_flight is not None or self.now < self.next_fetch_at:
+            return
+        if self.log.flushed_offset() < self.log.end_offset() and self._rule_fetch_waits_for_flush():
+            self.awaiting_flush = True
+            self.request_flush()
+            return
+        self.awaiting_flush = False
+        self._maybe_finish_catch_up()
+        target = self._fetch_target()
+        if target is None:
+            return
+        request = FetchRequest(
+            cluster_id=self.cluster_id,
+            replica_id=self.node_id,
+            current_leader_epoch=self.epoch,
+            fetch_offset=self.log.end_offset(),
+            last_fetched_epoch=self.log.last_epoch(),
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            max_bytes=self.config.fetch_max_bytes,
+            catching_up=self.pending_catch_up,
+        )
+        timeout = self.config.fetch_max_wait_ms + self.config.request_timeout_ms // 2
+        self.fetch_in_flight = self.send(target, "fetch", request, timeout)
+
+    def _maybe_finish_catch_up(self) -> None:
+        """SPEC §10: a voter that lost its disk votes again only once it holds what a leader
+        committed *without it*: our Fetches do not count toward the high watermark while we
+        catch up, so a high watermark that moved past the start of the leader's epoch while we
+        watched was put there by a majority of the other voters (a zombie leader cannot)."""
+        hw = self.leader_hw_seen
+        first = self.catch_up_first_hw
+        if (
+            self.pending_catch_up
+            and self.role is Role.FOLLOWER
+            and hw is not None
+            and first is not None
+            and hw > first
+            and hw > self.log.end_offset_for_epoch(self.epoch - 1).offset
+            and self.log.end_offset() >= hw
+        ):
+            self.pending_catch_up = False
+            self._persist_needed = True
+            self.events.append("caught up after disk loss: voting again")
+
+    def _poll_follower(self) -> None:
+        if self.now >= self.fetch_deadline:
+            if self.may_vote:
+                self.become_candidate()
+            else:
+                self.become_unattached(self.epoch)
+            return
+        self._maybe_send_fetch()
+
+    # ------------------------------------------------------------------ Fetch responses
+
+    def handle_fetch_response(
+        self, request_id: int, pending: InFlight, resp: FetchResponse
+    ) -> None:
+        if request_id != self.fetch_in_flight:
+            return  # an answer to a fetch we abandoned
+        self.fetch_in_flight = None
+        if self.observe_epoch(resp.leader_epoch, resp.leader_id):
+            return
+        if resp.error != ErrorCode.NONE or self.role is not Role.FOLLOWER:
+            self.next_fetch_at = self.now + self.config.retry_backoff_ms
+            if not self.may_vote:
+                # Observers (and catching-up voters) look elsewhere for the leader.
+                if self.role is Role.FOLLOWER:
+                    self.become_unattached(self.epoch)
+                else:
+                    self._arm_unattached_timer()
+            return
+        self.fetch_deadline = self.now + self.config.fetch_timeout_ms
+        if resp.diverging_epoch is not None:
+            self._rule_apply_diverging(resp.diverging_epoch)
+        else:
+            self._append_fetched(resp.batches)
+            self.leader_hw_seen = resp.high_watermark
+            if self.catch_up_first_hw is None:
+                self.catch_up_first_hw = resp.high_watermark
+            new_hw = min(resp.high_watermark, self.log.end_offset())
+            if new_hw > self.high_watermark:
+                self.high_watermark = new_hw
+                self.hw_changed_to = new_hw
+        self.next_fetch_at = self.now
+        self._maybe_send_fetch()
+
+    def _append_fetched(self, batches: Iterable[Batch]) -> None:
+        appended = False
+        for batch in batches:
+            end = self.log.end_offset()
+            if batch.last_offset < end:
+                continue  # already held (the fetch was validated against our end offset)
+            if batch.base_offset != end or batch.epoch < self.log.last_epoch():
+                break  # not contiguous: drop the rest and fetch again
+            self.log.append(batch)
+            self.producers.on_append(batch)
+            appended = True
+        if appended:
+            self.request_flush()

@@ -1,0 +1,410 @@
+"""The leader: appending, serving Fetch (with parking), the high watermark, Produce, check-quorum,
+graceful resignation, DescribeQuorum."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kraft_spark.raft.base import NEVER, CoreState
+from kraft_spark.raft.messages import (
+    CLIENT_REPLICA_ID,
+    NO_LEADER,
+    BeginQuorumEpochRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from kraft_spark.raft.producers import SequenceCheck
+from kraft_spark.raft.progress import LeaderProgress
+from kraft_spark.raft.records import Batch, LeaderChange, leader_change_batch
+from kraft_spark.raft.replication import diverging_epoch
+from kraft_spark.raft.state import Role
+from kraft_spark.raft.vote_rules import election_timeout_ms
+
+
+@dataclass(slots=True)
+class ParkedFetch:
+    token: object
+    request: FetchRequest
+    deadline: int
+
+
+@dataclass(slots=True)
+class ProduceWaiter:
+    """A Produce answered once the high watermark passes ``last_offset``."""
+
+    token: object
+    base_offset: int
+    last_offset: int
+    epoch: int
+    deadline: int
+
+
+@dataclass(slots=True)
+class LeaderState:
+    """Bookkeeping of one leader epoch; discarded when the node stops leading."""
+
+    progress: LeaderProgress
+    # Offset of this epoch's LeaderChange record: nothing commits until it is on a majority.
+    epoch_start_offset: int
+    started_ms: int
+    unendorsed: set[int]
+    next_begin_epoch_at: int = 0
+    flush_due_at: int = NEVER
+    parked: list[ParkedFetch] = field(default_factory=list)
+    waiters: list[ProduceWaiter] = field(default_factory=list)
+
+
+class LeaderMixin(CoreState):
+    leader_state: LeaderState | None = None
+
+    # ------------------------------------------------------------------ safety rules (hooks)
+
+    def _rule_local_durable_offset(self) -> int:
+        """The leader's own share of the high watermark: what it has fsync'd."""
+        return self.log.flushed_offset()
+
+    def _rule_majority_offset(self, ls: LeaderState) -> int:
+        return ls.progress.majority_flushed_offset(self._rule_local_durable_offset())
+
+    def _rule_may_commit(self, ls: LeaderState, offset: int) -> bool:
+        """Commit only past the start of our own epoch (the Raft paper's figure 8)."""
+        return offset > ls.epoch_start_offset
+
+    # ------------------------------------------------------------------ becoming / leaving
+
+    def become_leader(self) -> None:
+        self.transition(Role.LEADER, self.epoch, self.node_id, self.node_id)
+        start = self.log.end_offset()
+        others = {v for v in self.voters if v != self.node_id}
+        ls = LeaderState(
+            progress=LeaderProgress(self.node_id, self.voters),
+            epoch_start_offset=start,
+            started_ms=self.now,
+            unendorsed=set(others),
+        )
+        self.leader_state = ls
+        change = LeaderChange(
+            leader_id=self.node_id,
+            voters=self.voters,
+            granting_voters=tuple(sorted(self.votes_granted)),
+        )
+        self.log.append(leader_change_batch(start, self.epoch, change, self.now))
+        self.request_flush()
+        self._send_begin_quorum_epoch()
+        self.maybe_advance_high_watermark()
+
+    def _send_begin_quorum_epoch(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        busy = {p.dest for p in self.in_flight.values() if p.kind == "begin"}
+        request = BeginQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch)
+        for voter in sorted(ls.unendorsed - busy):
+            self.send(voter, "begin", request, self.config.request_timeout_ms)
+        ls.next_begin_epoch_at = self.now + self.config.retry_backoff_ms
+
+    def endorsed(self, voter: int) -> None:
+        if self.leader_state is not None:
+            self.leader_state.unendorsed.discard(voter)
+
+    def on_leave_leader(self) -> None:
+        """Answer everything still waiting on this leader: the outcome of pending appends is
+        unknown to us now (they may still commit under the next leader)."""
+        ls = self.leader_state
+        self.leader_state = None
+        if ls is None:
+            return
+        for waiter in ls.waiters:
+            self.reply(
+                waiter.token,
+                ProduceResponse(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    NO_LEADER,
+                    self.epoch,
+                    message="leadership lost before commit; the append may still commit",
+                ),
+            )
+        for parked in ls.parked:
+            self.reply(parked.token, self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+
+    def become_resigned(self, *, graceful: bool) -> None:
+        """Step down in this epoch. With ``graceful`` (shutdown), tell the voters who should
+        take over: PreferredSuccessors by replicated end offset, highest first."""
+        ls = self.leader_state
+        assert ls is not None
+        successors = ls.progress.preferred_successors()
+        self.transition(Role.RESIGNED, self.epoch, self.node_id, self.voted_id)
+        self.election_deadline = self.now + election_timeout_ms(
+            self.rng, self.config.election_timeout_ms
+        )
+        request = EndQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch, successors)
+        for voter in successors:
+            self.send(voter, "end", request, self.config.request_timeout_ms)
+        self.events.append(
+            f"resigned ({'graceful' if graceful else 'check-quorum'}), successors {successors}"
+        )
+
+    # ------------------------------------------------------------------ timers
+
+    def _poll_leader(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        now = self.now
+        check = self.config.check_quorum_timeout_ms
+        if now - ls.started_ms >= check and not ls.progress.has_fetch_majority_since(now - check):
+            self.become_resigned(graceful=False)
+            return
+        if ls.unendorsed and now >= ls.next_begin_epoch_at:
+            self._send_begin_quorum_epoch()
+        if now >= ls.flush_due_at:
+            ls.flush_due_at = NEVER
+            self.request_flush()
+        if any(p.deadline <= now for p in ls.parked):
+            due = [p for p in ls.parked if p.deadline <= now]
+            ls.parked = [p for p in ls.parked if p.deadline > now]
+            for parked in due:
+                self._complete_fetch(parked.token, parked.request)
+        if any(w.deadline <= now for w in ls.waiters):
+            expired = [w for w in ls.waiters if w.deadline <= now]
+            ls.waiters = [w for w in ls.waiters if w.deadline > now]
+            for waiter in expired:
+                self.reply(
+                    waiter.token,
+                    ProduceResponse(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        self.node_id,
+                        self.epoch,
+                        message="not committed in time; the append may still commit",
+                    ),
+                )
+        ls.progress.expire_observers(now, self.config.observer_expiry_ms)
+
+    def leader_next_deadline(self) -> int:
+        ls = self.leader_state
+        assert ls is not None
+        deadlines = [
+            ls.progress.check_quorum_deadline(ls.started_ms, self.config.check_quorum_timeout_ms),
+            ls.flush_due_at,
+        ]
+        if ls.unendorsed:
+            deadlines.append(ls.next_begin_epoch_at)
+        deadlines.extend(p.deadline for p in ls.parked)
+        deadlines.extend(w.deadline for w in ls.waiters)
+        return min(deadlines)
+
+    # ------------------------------------------------------------------ high watermark
+
+    def maybe_advance_high_watermark(self) -> None:
+        """SPEC §6: the majority's flushed offset, only past our epoch start, never backwards."""
+        ls = self.leader_state
+        if ls is None:
+            return
+        candidate = self._rule_majority_offset(ls)
+        if candidate <= self.high_watermark or not self._rule_may_commit(ls, candidate):
+            return
+        self.high_watermark = candidate
+        self.hw_changed_to = candidate
+        self._answer_committed_waiters()
+        self._answer_parked(hw_moved=True)
+
+    # ------------------------------------------------------------------ Fetch
+
+    def _fetch_error(self, error: ErrorCode) -> FetchResponse:
+        return FetchResponse(error, self.known_leader(), self.epoch, self.high_watermark)
+
+    def handle_fetch_request(self, token: object, req: FetchRequest) -> None:
+        """Validate (cluster id, epoch, leadership, log position), record progress, then answer
+        at once or park until new data, a high-watermark move or MaxWaitMs."""
+        if req.cluster_id != self.cluster_id:
+            self.reply(token, self._fetch_error(ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        if req.current_leader_epoch >= 0:
+            if req.current_leader_epoch < self.epoch:
+                self.reply(token, self._fetch_error(ErrorCode.FENCED_LEADER_EPOCH))
+                return
+            if req.current_leader_epoch > self.epoch:
+                self.reply(token, self._fetch_error(ErrorCode.UNKNOWN_LEADER_EPOCH))
+                return
+        ls = self.leader_state
+        if ls is None:
+            self.reply(token, self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return
+        if req.fetch_offset < 0:
+            self.reply(token, self._fetch_error(ErrorCode.OFFSET_OUT_OF_RANGE))
+            return
+        if req.replica_id != CLIENT_REPLICA_ID:
+            diverging = diverging_epoch(self.log, req.fetch_offset, req.last_fetched_epoch)
+            if diverging is not None:
+                self.reply(
+                    token,
+                    FetchResponse(
+                        ErrorCode.NONE,
+                        self.node_id,
+                        self.epoch,
+                        self.high_watermark,
+                        diverging_epoch=diverging,
+                    ),
+                )
+                return
+            counted = ls.progress.on_fetch(
+                req.replica_id,
+                self.now,
+                req.fetch_offset,
+                self.log.end_offset(),
+                as_observer=req.catching_up,
+            )
+            if counted:
+                ls.unendorsed.discard(req.replica_id)
+                self.maybe_advance_high_watermark()
+        if self._has_data_for(req) or req.max_wait_ms <= 0:
+            self._complete_fetch(token, req)
+        else:
+            ls.parked.append(ParkedFetch(token, req, self.now + req.max_wait_ms))
+
+    def _has_data_for(self, req: FetchRequest) -> bool:
+        limit = (
+            self.high_watermark if req.replica_id == CLIENT_REPLICA_ID else self.log.end_offset()
+        )
+        return req.fetch_offset < limit
+
+    def _complete_fetch(self, token: object, req: FetchRequest) -> None:
+        batches: list[Batch] = []
+        if self._has_data_for(req):
+            batches = self.log.read(req.fetch_offset, req.max_bytes)
+            if req.replica_id == CLIENT_REPLICA_ID:
+                # Clients see committed records only.
+                batches = [b for b in batches if b.last_offset < self.high_watermark]
+        self.reply(
+            token,
+            FetchResponse(
+                ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark, None, tuple(batches)
+            ),
+        )
+
+    def _answer_parked(self, *, hw_moved: bool) -> None:
+        ls = self.leader_state
+        if ls is None or not ls.parked:
+            return
+        keep: list[ParkedFetch] = []
+        for parked in ls.parked:
+            if hw_moved or self._has_data_for(parked.request):
+                self._complete_fetch(parked.token, parked.request)
+            else:
+                keep.append(parked)
+        ls.parked = keep
+
+    # ------------------------------------------------------------------ Produce
+
+    def handle_produce(self, token: object, req: ProduceRequest) -> None:
+        ls = self.leader_state
+        if ls is None:
+            self.reply(
+                token,
+                ProduceResponse(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    self.known_leader(),
+                    self.epoch,
+                    message="not the leader",
+                ),
+            )
+            return
+        if not req.records:
+            self.reply(token, self._produce_error(ErrorCode.INVALID_RECORD, "no records"))
+            return
+        size = sum(r.size_estimate() for r in req.records)
+        if size > self.config.max_batch_bytes:
+            self.reply(
+                token,
+                self._produce_error(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"batch of {size} bytes exceeds {self.config.max_batch_bytes}",
+                ),
+            )
+            return
+        deadline = self.now + req.timeout_ms
+        check, original = self.producers.check(
+            req.producer_id, req.producer_epoch, req.base_sequence, len(req.records)
+        )
+        if check is SequenceCheck.DUPLICATE:
+            assert original is not None
+            ls.waiters.append(
+                ProduceWaiter(
+                    token, original.base_offset, original.last_offset, original.epoch, deadline
+                )
+            )
+            self._answer_committed_waiters()
+            return
+        if check is not SequenceCheck.NEW:
+            code = (
+                ErrorCode.INVALID_PRODUCER_EPOCH
+                if check is SequenceCheck.FENCED
+                else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            )
+            self.reply(token, self._produce_error(code, check.value))
+            return
+        batch = Batch(
+            base_offset=self.log.end_offset(),
+            epoch=self.epoch,
+            records=req.records,
+            producer_id=req.producer_id,
+            producer_epoch=req.producer_epoch,
+            base_sequence=req.base_sequence,
+        )
+        self.log.append(batch)
+        self.producers.on_append(batch)
+        ls.waiters.append(
+            ProduceWaiter(token, batch.base_offset, batch.last_offset, self.epoch, deadline)
+        )
+        if ls.flush_due_at == NEVER:
+            ls.flush_due_at = self.now + self.config.append_linger_ms
+            if self.config.append_linger_ms == 0:
+                ls.flush_due_at = NEVER
+                self.request_flush()
+        self._answer_parked(hw_moved=False)
+
+    def _answer_committed_waiters(self) -> None:
+        ls = self.leader_state
+        assert ls is not None
+        hw = self.high_watermark
+        done = [w for w in ls.waiters if w.last_offset < hw]
+        ls.waiters = [w for w in ls.waiters if w.last_offset >= hw]
+        for w in done:
+            self.reply(
+                w.token,
+                ProduceResponse(
+                    ErrorCode.NONE,
+                    self.node_id,
+                    self.epoch,
+                    base_offset=w.base_offset,
+                    last_offset=w.last_offset,
+                    epoch=w.epoch,
+                ),
+            )
+
+    def _produce_error(self, error: ErrorCode, message: str) -> ProduceResponse:
+        return ProduceResponse(error, self.known_leader(), self.epoch, message=message)
+
+    # ------------------------------------------------------------------ DescribeQuorum
+
+    def handle_describe_quorum(self, token: object) -> None:
+        ls = self.leader_state
+        if ls is None:
+            self.reply(
+                token,
+                DescribeQuorumResponse(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER, self.known_leader(), self.epoch
+                ),
+            )
+            return
+        ls.progress.expire_observers(self.now, self.config.observer_expiry_ms)
+        voters, observers = ls.progress.describe(self.now, self.log.end_offset())
+        self.reply(
+            token,
+            DescribeQuorumResponse(
+                ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark, voters, observers
+            ),
+        )

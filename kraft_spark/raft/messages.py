@@ -1,0 +1,177 @@
+"""The messages the core consumes and produces, as plain values.
+
+They mirror Kafka's RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, Produce, DescribeQuorum)
+field for field where the core needs a field; the wire codec in ``kraft_spark.protocol`` maps
+them to bytes. A leader id of -1 means "unknown". Every response carries the sender's view of
+the current leader and epoch so the receiver can catch up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import Batch, Record
+
+NO_LEADER = -1
+# ReplicaId of a plain client read (sees committed records only).
+CLIENT_REPLICA_ID = -1
+
+
+class ErrorCode(IntEnum):
+    """Kafka's error codes (Errors.java numbers) used by the quorum."""
+
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    UNSUPPORTED_VERSION = 35
+    INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    INVALID_RECORD = 87
+    INCONSISTENT_VOTER_SET = 94
+    INCONSISTENT_CLUSTER_ID = 104
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    cluster_id: str
+    candidate_epoch: int
+    candidate_id: int
+    last_offset_epoch: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    vote_granted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochRequest:
+    cluster_id: str
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochRequest:
+    cluster_id: str
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    cluster_id: str
+    replica_id: int
+    current_leader_epoch: int  # -1: a client that does not know (skip the epoch check)
+    fetch_offset: int
+    last_fetched_epoch: int
+    max_wait_ms: int
+    max_bytes: int
+    # A voter that lost its disk and is catching up (SPEC §10): the leader serves it like an
+    # observer, so its offsets never count toward the high watermark or check-quorum. On the
+    # wire this rides as a tagged field, like KIP-853's ReplicaDirectoryId.
+    catching_up: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    diverging_epoch: OffsetAndEpoch | None = None
+    batches: tuple[Batch, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """A client append; acks = -1 semantics (answered once committed)."""
+
+    records: tuple[Record, ...]
+    timeout_ms: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    base_offset: int = -1
+    last_offset: int = -1
+    # Epoch of the batch that holds the records (the leader epoch that appended them).
+    epoch: int = -1
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeQuorumRequest:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    """KIP-836 ReplicaState; timestamps are wall-clock ms, -1 when unknown."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int
+    last_caught_up_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeQuorumResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int = -1
+    voters: tuple[ReplicaState, ...] = ()
+    observers: tuple[ReplicaState, ...] = ()
+
+
+Request = (
+    VoteRequest
+    | BeginQuorumEpochRequest
+    | EndQuorumEpochRequest
+    | FetchRequest
+    | ProduceRequest
+    | DescribeQuorumRequest
+)
+Response = (
+    VoteResponse
+    | BeginQuorumEpochResponse
+    | EndQuorumEpochResponse
+    | FetchResponse
+    | ProduceResponse
+    | DescribeQuorumResponse
+)

@@ -1,0 +1,116 @@
+"""The leader's view of every replica: replicated offsets and KIP-836 timestamps.
+
+Reset at every new leader epoch: a ``LeaderProgress`` lives exactly as long as one Leader role.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kraft_spark.raft.messages import ReplicaState
+from kraft_spark.raft.quorum import majority, majority_offset
+
+UNKNOWN = -1
+
+
+@dataclass(slots=True)
+class ReplicaProgress:
+    """One replica as seen by the leader. Invariant: ``end_offset`` is the FetchOffset of the
+    replica's latest valid Fetch in this epoch, which the replica had fsync'd (SPEC §3)."""
+
+    replica_id: int
+    end_offset: int = UNKNOWN
+    last_fetch_ts: int = UNKNOWN
+    last_caught_up_ts: int = UNKNOWN
+    # The leader's end offset at the previous Fetch (KIP-836 bookkeeping).
+    last_fetch_leader_end: int = UNKNOWN
+
+    def on_fetch(self, now_ms: int, fetch_offset: int, leader_end: int) -> None:
+        """SPEC §7, in order: caught up now; or caught up to where the leader was at the
+        previous fetch; then remember this fetch."""
+        if fetch_offset >= leader_end:
+            self.last_caught_up_ts = max(self.last_caught_up_ts, now_ms)
+        elif self.last_fetch_leader_end > 0 and fetch_offset >= self.last_fetch_leader_end:
+            self.last_caught_up_ts = max(self.last_caught_up_ts, self.last_fetch_ts)
+        self.last_fetch_leader_end = leader_end
+        self.last_fetch_ts = max(self.last_fetch_ts, now_ms)
+        self.end_offset = fetch_offset
+
+    def as_state(self) -> ReplicaState:
+        return ReplicaState(
+            replica_id=self.replica_id,
+            log_end_offset=self.end_offset,
+            last_fetch_timestamp=self.last_fetch_ts,
+            last_caught_up_timestamp=self.last_caught_up_ts,
+        )
+
+
+class LeaderProgress:
+    """Replication progress of all voters and recently seen observers for one leader epoch."""
+
+    def __init__(self, local_id: int, voters: tuple[int, ...]) -> None:
+        self.local_id = local_id
+        self.voters: dict[int, ReplicaProgress] = {
+            v: ReplicaProgress(v) for v in voters if v != local_id
+        }
+        self.observers: dict[int, ReplicaProgress] = {}
+        self.n_voters = len(voters)
+
+    def on_fetch(
+        self,
+        replica_id: int,
+        now_ms: int,
+        fetch_offset: int,
+        leader_end: int,
+        *,
+        as_observer: bool = False,
+    ) -> bool:
+        """Record a valid Fetch; returns True when it counts as a voter's (affects the HW).
+        ``as_observer``: a voter catching up after disk loss, tracked but never counted."""
+        progress = None if as_observer else self.voters.get(replica_id)
+        if progress is None:
+            progress = self.observers.get(replica_id)
+            if progress is None:
+                progress = self.observers[replica_id] = ReplicaProgress(replica_id)
+            progress.on_fetch(now_ms, fetch_offset, leader_end)
+            return False
+        progress.on_fetch(now_ms, fetch_offset, leader_end)
+        return True
+
+    def majority_flushed_offset(self, local_flushed: int) -> int:
+        """The offset a majority of voters have fsync'd (unknown replicas count as 0)."""
+        offsets = [local_flushed] + [max(p.end_offset, 0) for p in self.voters.values()]
+        return majority_offset(offsets)
+
+    def has_fetch_majority_since(self, since_ms: int) -> bool:
+        """Check-quorum: did a majority (the leader included) fetch at or after ``since_ms``?"""
+        fetched = 1 + sum(1 for p in self.voters.values() if p.last_fetch_ts >= since_ms)
+        return fetched >= majority(self.n_voters)
+
+    def check_quorum_deadline(self, started_ms: int, timeout_ms: int) -> int:
+        """When check-quorum could next fail: the timeout after the fetch that the majority
+        condition currently rests on (or after the start of the epoch, if later)."""
+        times = sorted((p.last_fetch_ts for p in self.voters.values()), reverse=True)
+        needed = majority(self.n_voters) - 1  # the leader counts itself
+        if needed == 0:
+            return 2**63 - 1
+        return max(times[needed - 1], started_ms) + timeout_ms + 1
+
+    def preferred_successors(self) -> tuple[int, ...]:
+        """Other voters by replicated end offset, highest first (ties: lower id first)."""
+        ranked = sorted(self.voters.values(), key=lambda p: (-p.end_offset, p.replica_id))
+        return tuple(p.replica_id for p in ranked)
+
+    def expire_observers(self, now_ms: int, expiry_ms: int) -> None:
+        stale = [i for i, p in self.observers.items() if p.last_fetch_ts < now_ms - expiry_ms]
+        for replica_id in stale:
+            del self.observers[replica_id]
+
+    def describe(
+        self, now_ms: int, leader_end: int
+    ) -> tuple[tuple[ReplicaState, ...], tuple[ReplicaState, ...]]:
+        """Voters (the leader first, reporting itself as caught up now) and observers."""
+        me = ReplicaState(self.local_id, leader_end, now_ms, now_ms)
+        others = tuple(self.voters[v].as_state() for v in sorted(self.voters))
+        observers = tuple(self.observers[o].as_state() for o in sorted(self.observers))
+        return (me, *others), observers

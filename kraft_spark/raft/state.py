@@ -1,0 +1,109 @@
+"""Roles of a node and the transitions allowed between them (SPEC §2).
+
+A voter is in exactly one role per epoch::
+
+    Unattached(epoch, voted?) --election timer--------------> Candidate(epoch+1)
+    Unattached                --learns leader of >= epoch----> Follower
+    Unattached                --higher epoch-----------------> Unattached(higher)
+    Candidate(e)              --majority granted-------------> Leader(e)
+    Candidate(e)              --timeout, then backoff--------> Candidate(e+1)
+    Candidate(e)              --learns leader of >= e--------> Follower
+    Candidate(e)              --higher epoch, no leader------> Unattached(higher)
+    Leader(e)                 --graceful shutdown / check-quorum fails--> Resigned(e)
+    Leader(e)                 --higher epoch-----------------> Unattached / Follower
+    Follower(e, l)            --fetch timeout----------------> Candidate(e+1)
+    Follower(e, l)            --higher epoch-----------------> Unattached / Follower
+    Resigned(e)               --election timer---------------> Candidate(e+1)
+    Resigned(e)               --higher epoch-----------------> Unattached / Follower
+
+Observers (and voters that lost their disk and have not caught up yet, SPEC §10) never vote and
+never campaign: they are Unattached or Follower only. Their fetch timeout moves them from
+Follower to Unattached, where they try another voter::
+
+    Unattached <--> Follower, Follower -> Follower (higher epoch), Unattached -> Unattached
+
+``ALLOWED_TRANSITIONS`` is this table as data; ``check_transition`` enforces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from kraft_spark.raft.messages import NO_LEADER
+
+
+class Role(Enum):
+    UNATTACHED = "Unattached"
+    CANDIDATE = "Candidate"
+    LEADER = "Leader"
+    FOLLOWER = "Follower"
+    RESIGNED = "Resigned"
+
+
+U, C, L, F, R = Role.UNATTACHED, Role.CANDIDATE, Role.LEADER, Role.FOLLOWER, Role.RESIGNED
+
+ALLOWED_TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset(
+    {
+        (U, U), (U, C), (U, F),
+        (C, C), (C, L), (C, F), (C, U),
+        (L, R), (L, U), (L, F),
+        (F, C), (F, U), (F, F),
+        (R, C), (R, U), (R, F),
+    }
+)  # fmt: skip
+
+# Roles a node that may not vote (observer, or voter catching up after disk loss) may take.
+NON_VOTING_TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset({(U, U), (U, F), (F, U), (F, F)})
+
+
+class IllegalTransitionError(RuntimeError):
+    """A local bug: the core tried a transition the table forbids."""
+
+
+def check_transition(old: Role, new: Role, *, may_vote: bool, epoch_changed: bool) -> None:
+    table = ALLOWED_TRANSITIONS if may_vote else NON_VOTING_TRANSITIONS
+    if (old, new) not in table:
+        kind = "voter" if may_vote else "non-voting node"
+        raise IllegalTransitionError(f"{kind} may not move from {old.value} to {new.value}")
+    if old is new and new in (U, F) and not epoch_changed and may_vote:
+        # Unattached -> Unattached and Follower -> Follower only happen with a higher epoch for
+        # a voter; an observer may switch leaders' endpoints within an epoch.
+        raise IllegalTransitionError(f"{old.value} -> {new.value} requires a higher epoch")
+
+
+@dataclass(frozen=True, slots=True)
+class PersistedState:
+    """What ``quorum-state`` holds (Kafka's layout plus one extension field).
+
+    Invariant: written durably before any message that depends on it leaves the node. ``epoch``
+    never decreases on a node (disk loss aside). ``pending_catch_up`` is our extension: the node
+    lost its disk and must not vote or campaign until it has caught up from a leader (SPEC §10).
+    """
+
+    epoch: int
+    leader_id: int = NO_LEADER
+    voted_id: int = NO_LEADER
+    pending_catch_up: bool = False
+
+    def to_json_dict(self, cluster_id: str, voters: tuple[int, ...]) -> dict[str, Any]:
+        return {
+            "clusterId": cluster_id,
+            "leaderId": self.leader_id,
+            "leaderEpoch": self.epoch,
+            "votedId": self.voted_id,
+            "appliedOffset": 0,
+            "currentVoters": [{"voterId": v} for v in voters],
+            "data_version": 0,
+            "kraftSparkPendingCatchUp": self.pending_catch_up,
+        }
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> PersistedState:
+        return cls(
+            epoch=int(data["leaderEpoch"]),
+            leader_id=int(data.get("leaderId", NO_LEADER)),
+            voted_id=int(data.get("votedId", NO_LEADER)),
+            pending_catch_up=bool(data.get("kraftSparkPendingCatchUp", False)),
+        )

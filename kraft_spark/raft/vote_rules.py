@@ -1,0 +1,72 @@
+"""Election rules: the vote-granting decision and the randomized timers (SPEC §5).
+
+Randomness always comes from the ``random.Random`` the caller passes in (seeded by the shell or
+the simulator), never from the global RNG.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from kraft_spark.raft.messages import NO_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class VoteDecision:
+    granted: bool
+    reason: str
+
+
+def log_is_up_to_date(
+    candidate_last_epoch: int, candidate_end: int, local_last_epoch: int, local_end: int
+) -> bool:
+    """The candidate's log is at least as up to date as ours: (last epoch, end) compared
+    lexicographically."""
+    return (candidate_last_epoch, candidate_end) >= (local_last_epoch, local_end)
+
+
+def decide_vote(
+    *,
+    candidate_id: int,
+    voters: tuple[int, ...],
+    may_vote: bool,
+    voted_id: int,
+    leader_known: bool,
+    log_ok: bool,
+) -> VoteDecision:
+    """Rules 3–5 of SPEC §5 for a request in our (equal) epoch; the cluster id and epoch were
+    checked by the caller, in that order, before this."""
+    if not may_vote:
+        return VoteDecision(False, "this node may not vote (observer or catching up)")
+    if voted_id != NO_LEADER:
+        if voted_id == candidate_id:
+            return VoteDecision(True, "already voted for this candidate in this epoch")
+        return VoteDecision(False, f"already voted for {voted_id} in this epoch")
+    if leader_known:
+        return VoteDecision(False, "a leader of this epoch is known")
+    if candidate_id not in voters:
+        return VoteDecision(False, f"candidate {candidate_id} is not a voter")
+    if not log_ok:
+        return VoteDecision(False, "candidate's log is behind ours")
+    return VoteDecision(True, "granted")
+
+
+def election_timeout_ms(rng: random.Random, base_ms: int) -> int:
+    """Uniform in [base, 2 × base)."""
+    return rng.randrange(base_ms, 2 * base_ms)
+
+
+def failed_election_backoff_ms(
+    rng: random.Random, retries: int, retry_backoff_ms: int, max_backoff_ms: int
+) -> int:
+    """Random backoff after a failed election, growing with the number of retries."""
+    cap = int(min(max_backoff_ms, retry_backoff_ms * (2 ** min(retries, 20))))
+    return rng.randint(min(retry_backoff_ms, cap), max(cap, 1))
+
+
+def successor_backoff_ms(position: int, retry_backoff_ms: int, max_backoff_ms: int) -> int:
+    """EndQuorumEpoch: successor 0 campaigns at once, successor p waits longer as p grows."""
+    if position <= 0:
+        return 0
+    return int(min(max_backoff_ms, retry_backoff_ms * (2 ** (position - 1)) * 5))

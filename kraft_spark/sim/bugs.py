@@ -1,0 +1,78 @@
+"""Deliberately broken cores, each breaking one safety rule, to prove the checker can fail.
+
+``kraft-spark sim --inject-bug NAME`` runs one of these instead of the real core; each must be
+caught within 200 seeds with ``--faults all`` (tests/sim/test_injected_bugs.py).
+"""
+
+from __future__ import annotations
+
+from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.leader import LeaderState
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.messages import NO_LEADER, VoteRequest
+from kraft_spark.raft.vote_rules import VoteDecision, decide_vote
+
+
+class DoubleVote(RaftCore):
+    """Grants a vote to any candidate with a good log, even after voting in this epoch."""
+
+    def _rule_decide_vote(self, req: VoteRequest) -> VoteDecision:
+        return decide_vote(
+            candidate_id=req.candidate_id,
+            voters=self.voters,
+            may_vote=self.may_vote,
+            voted_id=NO_LEADER,
+            leader_known=False,
+            log_ok=self._rule_vote_log_ok(req),
+        )
+
+
+class StaleLogVote(RaftCore):
+    """Skips the log up-to-date check when granting votes."""
+
+    def _rule_vote_log_ok(self, req: VoteRequest) -> bool:
+        return True
+
+
+class CommitOldEpoch(RaftCore):
+    """Commits records of earlier epochs before one of its own epoch is on a majority."""
+
+    def _rule_may_commit(self, ls: LeaderState, offset: int) -> bool:
+        return True
+
+
+class MinorityHighWatermark(RaftCore):
+    """Takes the high watermark from a minority of voters."""
+
+    def _rule_majority_offset(self, ls: LeaderState) -> int:
+        offsets = [self._rule_local_durable_offset()]
+        offsets += [max(p.end_offset, 0) for p in ls.progress.voters.values()]
+        offsets.sort(reverse=True)
+        return offsets[max(len(offsets) // 2 - 1, 0)]
+
+
+class AckBeforeFsync(RaftCore):
+    """Reports offsets it has not fsync'd: Fetch before flush, and the leader's own end."""
+
+    def _rule_fetch_waits_for_flush(self) -> bool:
+        return False
+
+    def _rule_local_durable_offset(self) -> int:
+        return self.log.end_offset()
+
+
+class NoTruncate(RaftCore):
+    """Ignores DivergingEpoch: keeps a divergent suffix and fetches on."""
+
+    def _rule_apply_diverging(self, diverging: OffsetAndEpoch) -> None:
+        return None
+
+
+BUGS: dict[str, type[RaftCore]] = {
+    "double-vote": DoubleVote,
+    "stale-log-vote": StaleLogVote,
+    "commit-old-epoch": CommitOldEpoch,
+    "minority-hw": MinorityHighWatermark,
+    "ack-before-fsync": AckBeforeFsync,
+    "no-truncate": NoTruncate,
+}

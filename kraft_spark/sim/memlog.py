@@ -1,0 +1,146 @@
+"""An in-memory RaftLog on a simulated disk: it knows what is durable and what a crash loses.
+
+Writes (append, truncate) are applied to the visible log at once and queued as pending disk
+operations; ``flush`` makes the queue durable. ``crashed`` returns the log a restarted node would
+recover: the durable image, plus (for a torn write) a random prefix of the pending operations
+whose last append is cut short and therefore discarded by recovery, as the real log's tail
+validation would.
+"""
+
+from __future__ import annotations
+
+import random
+from bisect import bisect_right
+
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import Batch
+
+_Op = tuple[str, Batch | int]
+
+
+class MemoryLog:
+    def __init__(self, batches: list[Batch] | None = None) -> None:
+        self._batches: list[Batch] = []
+        self._bases: list[int] = []
+        # (epoch, start offset) of every epoch present, ascending in both.
+        self._epochs: list[tuple[int, int]] = []
+        self._epoch_keys: list[int] = []
+        for batch in batches or []:
+            self._append_visible(batch)
+        self._durable: list[Batch] = list(self._batches)
+        self._pending: list[_Op] = []
+        self._flushed = self.end_offset()
+        # Lowest offset a truncation removed from the durable image since the checker last
+        # looked (None: none); lets the checker keep its agreement offsets incremental.
+        self.durable_truncated_to: int | None = None
+
+    # ------------------------------------------------------------------ RaftLog
+
+    def end_offset(self) -> int:
+        return self._batches[-1].next_offset if self._batches else 0
+
+    def last_epoch(self) -> int:
+        return self._batches[-1].epoch if self._batches else 0
+
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    def append(self, batch: Batch) -> None:
+        if batch.base_offset != self.end_offset():
+            raise ValueError(f"append at {batch.base_offset}, log ends at {self.end_offset()}")
+        if batch.epoch < self.last_epoch():
+            raise ValueError(f"append of epoch {batch.epoch} after epoch {self.last_epoch()}")
+        self._append_visible(batch)
+        self._pending.append(("append", batch))
+
+    def truncate_to(self, offset: int) -> None:
+        idx = bisect_right(self._bases, offset - 1)
+        if idx and self._batches[idx - 1].next_offset != offset and offset < self.end_offset():
+            raise ValueError(f"truncation to {offset} is not a batch boundary")
+        del self._batches[idx:]
+        del self._bases[idx:]
+        while self._epochs and self._epochs[-1][1] >= offset:
+            self._epochs.pop()
+            self._epoch_keys.pop()
+        self._flushed = min(self._flushed, offset)
+        self._pending.append(("truncate", offset))
+
+    def flush(self) -> int:
+        for op, arg in self._pending:
+            self._apply_durable(self._durable, op, arg)
+        self._pending.clear()
+        self._flushed = self.end_offset()
+        return self._flushed
+
+    def read(self, start_offset: int, max_bytes: int) -> list[Batch]:
+        idx = max(bisect_right(self._bases, start_offset) - 1, 0)
+        out: list[Batch] = []
+        size = 0
+        for batch in self._batches[idx:]:
+            if batch.next_offset <= start_offset:
+                continue
+            size += batch.size_estimate()
+            if out and size > max_bytes:
+                break
+            out.append(batch)
+        return out
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        idx = bisect_right(self._epoch_keys, epoch) - 1
+        if idx < 0:
+            return OffsetAndEpoch(0, 0)
+        found = self._epochs[idx][0]
+        end = self._epochs[idx + 1][1] if idx + 1 < len(self._epochs) else self.end_offset()
+        return OffsetAndEpoch(end, found)
+
+    # ------------------------------------------------------------------ simulator side
+
+    def batches(self) -> list[Batch]:
+        return self._batches
+
+    def durable_batches(self) -> list[Batch]:
+        return self._durable
+
+    def durable_end_offset(self) -> int:
+        return self._durable[-1].next_offset if self._durable else 0
+
+    def crashed(self, rng: random.Random, torn: bool) -> MemoryLog:
+        """The log a node recovers after a crash now."""
+        image = list(self._durable)
+        lowest: int | None = self.durable_truncated_to
+        if torn and self._pending:
+            # Some un-fsync'd writes reached the disk; the last one that did is cut short and
+            # fails validation, so recovery drops it.
+            survivors = rng.randrange(len(self._pending) + 1)
+            for op, arg in self._pending[: max(survivors - 1, 0)]:
+                if op == "truncate":
+                    assert isinstance(arg, int)
+                    lowest = arg if lowest is None else min(lowest, arg)
+                _apply(image, op, arg)
+        recovered = MemoryLog(image)
+        recovered.durable_truncated_to = lowest
+        return recovered
+
+    def _apply_durable(self, image: list[Batch], op: str, arg: Batch | int) -> None:
+        if op == "truncate":
+            assert isinstance(arg, int)
+            low = self.durable_truncated_to
+            self.durable_truncated_to = arg if low is None else min(low, arg)
+        _apply(image, op, arg)
+
+    def _append_visible(self, batch: Batch) -> None:
+        if not self._epochs or self._epochs[-1][0] != batch.epoch:
+            self._epochs.append((batch.epoch, batch.base_offset))
+            self._epoch_keys.append(batch.epoch)
+        self._batches.append(batch)
+        self._bases.append(batch.base_offset)
+
+
+def _apply(image: list[Batch], op: str, arg: Batch | int) -> None:
+    if op == "append":
+        assert isinstance(arg, Batch)
+        image.append(arg)
+    else:
+        assert isinstance(arg, int)
+        while image and image[-1].base_offset >= arg:
+            image.pop()

@@ -1,0 +1,156 @@
+"""Running seeds: faults for a while, then heal and demand liveness; and failover measurements."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.state import Role
+from kraft_spark.sim.cluster import Cluster, SimNode
+from kraft_spark.sim.faults import FaultInjector
+from kraft_spark.sim.invariants import InvariantViolation
+from kraft_spark.sim.trace import Trace
+
+# After the faults stop, a leader must be elected and a new append must commit within this.
+LIVENESS_BOUND_MS = 15_000
+CLIENTS = 3
+
+
+def sim_config() -> QuorumConfig:
+    """Kafka's default timeouts; small fetches so catch-up takes several rounds."""
+    return QuorumConfig(fetch_max_bytes=256)
+
+
+@dataclass(slots=True)
+class SeedResult:
+    seed: int
+    events: int
+    commits: int
+    elections: int
+    violation: InvariantViolation | None = None
+    recent_trace: list[str] = field(default_factory=list)
+
+
+def run_seed(
+    seed: int,
+    *,
+    voters: int,
+    observers: int,
+    faults: frozenset[str],
+    duration_s: float,
+    core_class: type[RaftCore] = RaftCore,
+    echo: Callable[[str], None] | None = None,
+) -> SeedResult:
+    trace = Trace(keep=40, echo=echo)
+    cluster = Cluster(
+        seed,
+        voters=voters,
+        observers=observers,
+        clients=CLIENTS,
+        config=sim_config(),
+        core_class=core_class,
+        trace=trace,
+    )
+    fault_end = int(duration_s * 1_000_000)
+    injector = FaultInjector(cluster, faults, until_us=fault_end)
+    try:
+        cluster.run_until(fault_end)
+        injector.heal()
+        healed_at = cluster.now
+        committed_before = cluster.checker.committed_end
+
+        def live() -> bool:
+            return (
+                cluster.checker.committed_end > committed_before and cluster.last_ack_us > healed_at
+            )
+
+        cluster.run_until(healed_at + LIVENESS_BOUND_MS * 1000, stop=live)
+        if not live():
+            raise InvariantViolation(
+                "liveness",
+                f"no new commit within {LIVENESS_BOUND_MS} ms after the faults stopped "
+                f"(committed end {cluster.checker.committed_end}; roles: {_roles(cluster)})",
+            )
+    except InvariantViolation as violation:
+        return SeedResult(
+            seed, cluster.events, cluster.checker.commits, cluster.elections, violation,
+            trace.recent(),
+        )  # fmt: skip
+    return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections)
+
+
+def _roles(cluster: Cluster) -> str:
+    parts = []
+    for node_id, node in sorted(cluster.nodes.items()):
+        if not node.alive or node.core is None:
+            parts.append(f"n{node_id}=down")
+        else:
+            parts.append(f"n{node_id}={node.core.describe_role()}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------- failover measurement
+
+
+@dataclass(slots=True)
+class FailoverSample:
+    kind: str  # "crash" or "graceful"
+    ms_to_commit: float
+
+
+def _leader(cluster: Cluster) -> SimNode | None:
+    for node in cluster.nodes.values():
+        if node.alive and node.core is not None and node.core.role is Role.LEADER:
+            return node
+    return None
+
+
+def measure_failover(seed: int, *, voters: int, kind: str, rounds: int = 5) -> list[FailoverSample]:
+    """Steady appends, no other faults; repeatedly stop the leader (kill -9 or graceful) and
+    measure the virtual time until a record of a later epoch commits."""
+    cluster = Cluster(seed, voters=voters, observers=0, clients=CLIENTS, config=sim_config())
+    samples: list[FailoverSample] = []
+    cluster.run_until(5_000_000)
+    for _ in range(rounds):
+        leader = _leader(cluster)
+        if leader is None or leader.core is None:
+            cluster.run_until(cluster.now + 1_000_000)
+            continue
+        old_epoch = leader.core.epoch
+        stopped_at = cluster.now
+        if kind == "crash":
+            cluster.crash(leader, torn=False)
+        else:
+            cluster.graceful_stop(leader)
+        stop = _committed_after_epoch(cluster, old_epoch)
+        cluster.run_until(stopped_at + 30_000_000, stop=stop)
+        if stop():
+            samples.append(FailoverSample(kind, (cluster.now - stopped_at) / 1000))
+        cluster.start_node(leader, disk_lost=False)
+        cluster.run_until(cluster.now + 3_000_000)
+    return samples
+
+
+def _committed_after_epoch(cluster: Cluster, epoch: int) -> Callable[[], bool]:
+    committed = cluster.checker.committed
+    return lambda: bool(committed) and committed[-1].epoch > epoch
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summarize(values: list[float]) -> str:
+    if not values:
+        return "no samples"
+    return (
+        f"n={len(values)} median={statistics.median(values):.1f}ms "
+        f"p99={percentile(values, 99):.1f}ms max={max(values):.1f}ms"
+    )
