@@ -160,6 +160,7 @@ class Cluster:
         else:
             node.log = node.log.crashed(self.rng, torn)
         self.checker.check_majority(self.voter_logs(), self.excused())
+        self.check_electable()
 
     def graceful_stop(self, node: SimNode) -> None:
         """Shutdown: resign if leader, flush, stop (the shell's order)."""
@@ -282,6 +283,7 @@ class Cluster:
             leading = core.epoch if core.role is Role.LEADER else None
             checker.on_high_watermark(nid, ready.high_watermark, leading, node.log)
             checker.check_majority(self.voter_logs(), self.excused())
+            self.check_electable()
         checker.check_log(nid, node.log)
         deadline_us = ready.next_deadline_ms * 1000
         if node.wake_at < 0 or deadline_us < node.wake_at:
@@ -296,6 +298,16 @@ class Cluster:
         src_incarnation = self.nodes[src].incarnation
         for when in self.network.delivery_times(self.now, src, dest):
             self.at(when, self._deliver, dest, dest_incarnation, src, src_incarnation, payload)
+
+    def check_electable(self) -> None:
+        alive = {i: self.nodes[i].alive for i in self.voter_ids}
+        non_voting = {
+            i
+            for i in self.voter_ids
+            if self.nodes[i].wiped
+            and (self.nodes[i].core is None or self.nodes[i].core.pending_catch_up)  # type: ignore[union-attr]
+        }
+        self.checker.check_electable(self.voter_logs(), alive, non_voting)
 
     def voter_logs(self) -> dict[int, MemoryLog]:
         return {i: self.nodes[i].log for i in self.voter_ids}

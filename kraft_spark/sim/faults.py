@@ -114,9 +114,9 @@ class FaultInjector:
     def _maybe_crash_new_leader(self, node: SimNode) -> None:
         """The most dangerous moment is just after an election, while the new leader's first
         record is not yet on a majority: crash new leaders there now and then."""
-        if self.healed or self.cluster.now >= self.until_us or self.rng.random() >= 0.3:
+        if self.healed or self.cluster.now >= self.until_us or self.rng.random() >= 0.4:
             return
-        delay = self.rng.randint(0, 40) * 1000
+        delay = self.rng.randint(0, 15) * 1000
         self.cluster.at(
             self.cluster.now + delay, self._crash_leader, node.node_id, node.incarnation
         )

@@ -217,6 +217,43 @@ class Checker:
                 f"up to {self.committed_end} (durable agreement per voter: {ends})",
             )
 
+    def check_electable(
+        self, logs: dict[int, MemoryLog], alive: dict[int, bool], non_voting: set[int]
+    ) -> None:
+        """Committed data is safe from elections: no voter that lacks part of the committed log
+        could collect a majority of votes. A voter W grants V only if V's (last epoch, end) is
+        at least W's own; here W is judged by its durable log (what it would have after a crash,
+        the most permissive case) and V by the best log it can campaign with. Voters that lost
+        their disk and have not caught up neither vote nor campaign (SPEC §10).
+        """
+        if not self.committed_end:
+            return
+        durable: dict[int, tuple[int, int]] = {}
+        for node_id, log in logs.items():
+            batches = log.durable_batches()
+            durable[node_id] = (batches[-1].epoch, batches[-1].next_offset) if batches else (0, 0)
+        needed = len(self.voters) // 2 + 1
+        for node_id, log in logs.items():
+            if node_id in non_voting:
+                continue
+            v = self.refresh(node_id, log)
+            if alive[node_id]:
+                lacks, claim = (
+                    v.agree_end < self.committed_end,
+                    (log.last_epoch(), log.end_offset()),
+                )
+            else:
+                lacks, claim = v.durable_agree_end < self.committed_end, durable[node_id]
+            if not lacks:
+                continue
+            grants = [w for w in logs if w not in non_voting and durable[w] <= claim]
+            if len(grants) >= needed:
+                raise InvariantViolation(
+                    "committed-durable",
+                    f"voter {node_id} lacks committed records below {self.committed_end} yet "
+                    f"voters {grants} would elect it with its log (last epoch, end) {claim}",
+                )
+
     def on_ack(self, client: int, value: bytes, offset: int) -> None:
         if offset >= self.committed_end:
             raise InvariantViolation(

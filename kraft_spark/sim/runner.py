@@ -21,7 +21,7 @@ CLIENTS = 3
 
 def sim_config() -> QuorumConfig:
     """Kafka's default timeouts; small fetches so catch-up takes several rounds."""
-    return QuorumConfig(fetch_max_bytes=256)
+    return QuorumConfig(fetch_max_bytes=1)
 
 
 @dataclass(slots=True)
