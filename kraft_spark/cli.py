@@ -13,20 +13,16 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kraft_spark.errors import CommandError
+
+__all__ = ["CommandError", "build_parser", "main"]
+
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = [
     "kraft_spark.commands.run",
     "kraft_spark.sim.command",
     "kraft_spark.log.commands",
 ]
-
-
-class CommandError(Exception):
-    """A user-facing failure: printed as one line on stderr, exit code 2 unless given."""
-
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:

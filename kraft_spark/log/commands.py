@@ -66,7 +66,7 @@ def bench_subparsers(subparsers: Any) -> Any:
 
 
 def _format(args: argparse.Namespace) -> int:
-    from kraft_spark.cli import CommandError
+    from kraft_spark.errors import CommandError
     from kraft_spark.log.errors import LogError
     from kraft_spark.log.meta import format_log_dir
 
@@ -85,7 +85,7 @@ def _format(args: argparse.Namespace) -> int:
 
 
 def _dump_log(args: argparse.Namespace) -> int:
-    from kraft_spark.cli import CommandError
+    from kraft_spark.errors import CommandError
     from kraft_spark.log.dump import dump
 
     try:
@@ -102,7 +102,7 @@ def _dump_log(args: argparse.Namespace) -> int:
 
 
 def _bench_storage(args: argparse.Namespace) -> int:
-    from kraft_spark.cli import CommandError
+    from kraft_spark.errors import CommandError
     from kraft_spark.log.bench import run_storage_bench
     from kraft_spark.log.errors import LogError
     from kraft_spark.log.segmented_log import DEFAULT_SEGMENT_BYTES

@@ -76,6 +76,7 @@ class Cluster:
         config: QuorumConfig,
         core_class: type[RaftCore] = RaftCore,
         trace: Trace | None = None,
+        log_factory: Callable[[], MemoryLog] = MemoryLog,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -85,7 +86,8 @@ class Cluster:
         self.trace = trace or Trace(keep=60)
         self.voter_ids = tuple(range(voters))
         ids = list(self.voter_ids) + [OBSERVER_BASE_ID + i for i in range(observers)]
-        self.nodes = {i: SimNode(i, i in self.voter_ids, MemoryLog()) for i in ids}
+        self.log_factory = log_factory
+        self.nodes = {i: SimNode(i, i in self.voter_ids, log_factory()) for i in ids}
         self.network = Network(random.Random(self.rng.random()))
         self.checker = Checker(self.voter_ids)
         self.clients = [SimClient(client_id=-(i + 1), producer_id=1000 + i) for i in range(clients)]
@@ -154,7 +156,7 @@ class Cluster:
             # still in flight could count after the node votes again. Connections die with the
             # process, so such messages are dropped here; see the README's notes.
             node.silenced_incarnation = node.incarnation
-            node.log = MemoryLog()
+            node.log = self.log_factory()
             node.persisted = None
             node.wiped = True
         else:

@@ -37,6 +37,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace", action="store_true", help="print every event")
     parser.add_argument("--inject-bug", choices=sorted(BUGS), help="run a deliberately broken core")
     parser.add_argument(
+        "--log",
+        choices=("memory", "segmented"),
+        default="memory",
+        help="the nodes' log: an in-memory model (fast) or the real Kafka-format segmented log "
+        "on a simulated file system that loses unsynced writes and tears the last one",
+    )
+    parser.add_argument(
         "--measure",
         choices=("failover",),
         help="instead of checking, measure leader crash and graceful handoff to next commit",
@@ -45,7 +52,7 @@ def register(subparsers: Any) -> None:
 
 
 def _parse_seeds(args: argparse.Namespace) -> range:
-    from kraft_spark.cli import CommandError
+    from kraft_spark.errors import CommandError
 
     if args.seed is not None:
         return range(args.seed, args.seed + 1)
@@ -59,7 +66,7 @@ def _parse_seeds(args: argparse.Namespace) -> range:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kraft_spark.cli import CommandError
+    from kraft_spark.errors import CommandError
 
     seeds = _parse_seeds(args)
     try:
@@ -83,6 +90,7 @@ def _run(args: argparse.Namespace) -> int:
             duration_s=args.duration,
             core_class=core_class,
             echo=echo,
+            segmented_log=args.log == "segmented",
         )
         events += result.events
         commits += result.commits
@@ -97,6 +105,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"replay: kraft-spark sim --seed {seed} --voters {args.voters} "
                 f"--observers {args.observers} --faults {args.faults} --duration {args.duration}"
                 + (f" --inject-bug {args.inject_bug}" if args.inject_bug else "")
+                + (" --log segmented" if args.log == "segmented" else "")
                 + " --trace"
             )
             print(f"seeds={n} events={events} commits={commits} elections={elections} violations=1")

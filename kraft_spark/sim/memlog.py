@@ -29,7 +29,7 @@ class MemoryLog:
             self._append_visible(batch)
         self._durable: list[Batch] = list(self._batches)
         self._pending: list[_Op] = []
-        self._flushed = self.end_offset()
+        self._flushed = self._end()
         # Lowest offset a truncation removed from the durable image since the checker last
         # looked (None: none); lets the checker keep its agreement offsets incremental.
         self.durable_truncated_to: int | None = None
@@ -37,25 +37,32 @@ class MemoryLog:
     # ------------------------------------------------------------------ RaftLog
 
     def end_offset(self) -> int:
-        return self._batches[-1].next_offset if self._batches else 0
+        return self._end()
 
     def last_epoch(self) -> int:
+        return self._last_epoch()
+
+    # The model's own view; subclasses that serve reads from elsewhere keep these intact.
+    def _end(self) -> int:
+        return self._batches[-1].next_offset if self._batches else 0
+
+    def _last_epoch(self) -> int:
         return self._batches[-1].epoch if self._batches else 0
 
     def flushed_offset(self) -> int:
         return self._flushed
 
     def append(self, batch: Batch) -> None:
-        if batch.base_offset != self.end_offset():
-            raise ValueError(f"append at {batch.base_offset}, log ends at {self.end_offset()}")
-        if batch.epoch < self.last_epoch():
-            raise ValueError(f"append of epoch {batch.epoch} after epoch {self.last_epoch()}")
+        if batch.base_offset != self._end():
+            raise ValueError(f"append at {batch.base_offset}, log ends at {self._end()}")
+        if batch.epoch < self._last_epoch():
+            raise ValueError(f"append of epoch {batch.epoch} after epoch {self._last_epoch()}")
         self._append_visible(batch)
         self._pending.append(("append", batch))
 
     def truncate_to(self, offset: int) -> None:
         idx = bisect_right(self._bases, offset - 1)
-        if idx and self._batches[idx - 1].next_offset != offset and offset < self.end_offset():
+        if idx and self._batches[idx - 1].next_offset != offset and offset < self._end():
             raise ValueError(f"truncation to {offset} is not a batch boundary")
         del self._batches[idx:]
         del self._bases[idx:]
@@ -69,7 +76,7 @@ class MemoryLog:
         for op, arg in self._pending:
             self._apply_durable(self._durable, op, arg)
         self._pending.clear()
-        self._flushed = self.end_offset()
+        self._flushed = self._end()
         return self._flushed
 
     def read(self, start_offset: int, max_bytes: int) -> list[Batch]:
@@ -90,7 +97,7 @@ class MemoryLog:
         if idx < 0:
             return OffsetAndEpoch(0, 0)
         found = self._epochs[idx][0]
-        end = self._epochs[idx + 1][1] if idx + 1 < len(self._epochs) else self.end_offset()
+        end = self._epochs[idx + 1][1] if idx + 1 < len(self._epochs) else self._end()
         return OffsetAndEpoch(end, found)
 
     # ------------------------------------------------------------------ simulator side

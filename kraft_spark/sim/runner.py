@@ -10,8 +10,10 @@ from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.state import Role
 from kraft_spark.sim.cluster import Cluster, SimNode
+from kraft_spark.sim.disklog import DiskLog
 from kraft_spark.sim.faults import FaultInjector
 from kraft_spark.sim.invariants import InvariantViolation
+from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.trace import Trace
 
 # After the faults stop, a leader must be elected and a new append must commit within this.
@@ -43,6 +45,7 @@ def run_seed(
     duration_s: float,
     core_class: type[RaftCore] = RaftCore,
     echo: Callable[[str], None] | None = None,
+    segmented_log: bool = False,
 ) -> SeedResult:
     trace = Trace(keep=40, echo=echo)
     cluster = Cluster(
@@ -53,6 +56,7 @@ def run_seed(
         config=sim_config(),
         core_class=core_class,
         trace=trace,
+        log_factory=DiskLog.fresh if segmented_log else MemoryLog,
     )
     fault_end = int(duration_s * 1_000_000)
     injector = FaultInjector(cluster, faults, until_us=fault_end)

@@ -1,0 +1,136 @@
+"""Unit tests of the core's pure rules: quorum arithmetic, votes, divergence, KIP-836, producers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.producers import ProducerStateTable, SequenceCheck
+from kraft_spark.raft.progress import ReplicaProgress
+from kraft_spark.raft.quorum import majority, majority_offset
+from kraft_spark.raft.records import (
+    Batch,
+    LeaderChange,
+    Record,
+    decode_leader_change,
+    encode_leader_change,
+)
+from kraft_spark.raft.replication import diverging_epoch, truncation_offset
+from kraft_spark.raft.state import (
+    ALLOWED_TRANSITIONS,
+    IllegalTransitionError,
+    Role,
+    check_transition,
+)
+from kraft_spark.raft.vote_rules import (
+    decide_vote,
+    election_timeout_ms,
+    failed_election_backoff_ms,
+    log_is_up_to_date,
+)
+from kraft_spark.sim.memlog import MemoryLog
+
+
+@given(st.lists(st.integers(min_value=0, max_value=1000), min_size=1, max_size=9))
+def test_majority_offset_matches_naive_definition(offsets: list[int]) -> None:
+    # Naive: the largest offset that at least a majority of entries reach.
+    naive = max(o for o in offsets if sum(1 for x in offsets if x >= o) >= majority(len(offsets)))
+    assert majority_offset(offsets) == naive
+
+
+def test_vote_rules_in_spec_order() -> None:
+    base = {"candidate_id": 2, "voters": (0, 1, 2), "may_vote": True, "leader_known": False}
+    assert decide_vote(**base, voted_id=-1, log_ok=True).granted
+    assert decide_vote(**base, voted_id=2, log_ok=True).granted  # same candidate again
+    refused = decide_vote(**base, voted_id=1, log_ok=True)
+    assert not refused.granted and "already voted for 1" in refused.reason
+    assert not decide_vote(**base, voted_id=-1, log_ok=False).granted
+    assert not decide_vote(**{**base, "candidate_id": 9}, voted_id=-1, log_ok=True).granted
+    assert not decide_vote(**{**base, "may_vote": False}, voted_id=-1, log_ok=True).granted
+
+
+def test_log_up_to_date_is_lexicographic() -> None:
+    assert log_is_up_to_date(3, 10, 2, 50)
+    assert not log_is_up_to_date(2, 49, 2, 50)
+    assert log_is_up_to_date(2, 50, 2, 50)
+
+
+def test_timers_are_bounded_and_seeded() -> None:
+    rng_a, rng_b = random.Random(5), random.Random(5)
+    draws = [election_timeout_ms(rng_a, 1000) for _ in range(200)]
+    assert draws == [election_timeout_ms(rng_b, 1000) for _ in range(200)]
+    assert all(1000 <= d < 2000 for d in draws)
+    backoffs = [failed_election_backoff_ms(rng_a, r, 20, 1000) for r in range(30)]
+    assert all(0 < b <= 1000 for b in backoffs)
+
+
+def _log(*epochs_and_counts: tuple[int, int]) -> MemoryLog:
+    log = MemoryLog()
+    offset = 0
+    for epoch, count in epochs_and_counts:
+        for _ in range(count):
+            log.append(Batch(offset, epoch, (Record(None, b"v"),)))
+            offset += 1
+    return log
+
+
+def test_diverging_epoch_and_truncation_converge_in_two_steps() -> None:
+    leader = _log((1, 10), (2, 5), (4, 5))
+    follower = _log((1, 10), (3, 10))
+    first = diverging_epoch(leader, follower.end_offset(), follower.last_epoch())
+    assert first == OffsetAndEpoch(15, 2)  # largest leader epoch <= 3 is 2, ending at 15
+    follower.truncate_to(truncation_offset(follower, first))
+    assert follower.end_offset() == 10  # the follower does not hold epoch 2 at all
+    assert diverging_epoch(leader, follower.end_offset(), follower.last_epoch()) is None
+
+
+def test_consistent_fetch_positions_are_accepted() -> None:
+    leader = _log((1, 10), (2, 5))
+    assert diverging_epoch(leader, 0, 0) is None
+    assert diverging_epoch(leader, 10, 1) is None  # start of the next epoch
+    assert diverging_epoch(leader, 12, 2) is None
+    assert diverging_epoch(leader, 16, 2) == OffsetAndEpoch(15, 2)  # beyond the leader's end
+
+
+def test_kip836_caught_up_timestamps() -> None:
+    p = ReplicaProgress(1)
+    p.on_fetch(now_ms=100, fetch_offset=5, leader_end=10)  # behind, nothing known yet
+    assert (p.last_fetch_ts, p.last_caught_up_ts, p.end_offset) == (100, -1, 5)
+    p.on_fetch(now_ms=200, fetch_offset=10, leader_end=12)  # reached the previous leader end
+    assert p.last_caught_up_ts == 100
+    p.on_fetch(now_ms=300, fetch_offset=12, leader_end=12)  # fully caught up
+    assert p.last_caught_up_ts == 300
+
+
+def test_producer_dedup_and_sequence_gaps() -> None:
+    table = ProducerStateTable()
+    batch = Batch(7, 1, (Record(None, b"a"), Record(None, b"b")), False, 42, 0, 0)
+    assert table.check(42, 0, 0, 2)[0] is SequenceCheck.NEW
+    table.on_append(batch)
+    verdict, original = table.check(42, 0, 0, 2)
+    assert verdict is SequenceCheck.DUPLICATE and original is not None
+    assert (original.base_offset, original.last_offset) == (7, 8)
+    assert table.check(42, 0, 2, 1)[0] is SequenceCheck.NEW
+    assert table.check(42, 0, 5, 1)[0] is SequenceCheck.OUT_OF_ORDER
+    table.on_truncate(7)
+    assert table.check(42, 0, 0, 2)[0] is SequenceCheck.NEW
+
+
+def test_leader_change_message_round_trip() -> None:
+    msg = LeaderChange(leader_id=2, voters=(0, 1, 2), granting_voters=(1, 2))
+    assert decode_leader_change(encode_leader_change(msg)) == msg
+    with pytest.raises(ValueError):
+        decode_leader_change(encode_leader_change(msg)[:-4])
+
+
+def test_transition_table_is_enforced() -> None:
+    assert (Role.FOLLOWER, Role.LEADER) not in ALLOWED_TRANSITIONS
+    with pytest.raises(IllegalTransitionError):
+        check_transition(Role.FOLLOWER, Role.LEADER, may_vote=True, epoch_changed=True)
+    with pytest.raises(IllegalTransitionError):
+        check_transition(Role.UNATTACHED, Role.CANDIDATE, may_vote=False, epoch_changed=True)
+    check_transition(Role.CANDIDATE, Role.LEADER, may_vote=True, epoch_changed=False)
