@@ -101,7 +101,11 @@ class LeaderMixin(CoreState):
     def _send_begin_quorum_epoch(self) -> None:
         ls = self.leader_state
         assert ls is not None
-        busy = {p.dest for p in self.in_flight.values() if p.kind == "begin"}
+        busy = {
+            p.dest
+            for p in self.in_flight.values()
+            if p.kind == "begin" and p.epoch == self.epoch
+        }
         request = BeginQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch)
         for voter in sorted(ls.unendorsed - busy):
             self.send(voter, "begin", request, self.config.request_timeout_ms)
