@@ -6,7 +6,7 @@ blank line; lines starting with ``#`` between cases are comments::
 
     campaign 1
     ----
-    n1 @1776: timer
+    n1 @1582: timer
       n1: became Candidate(epoch=1)
       n1: persist epoch=1 leader=- voted=1
 
@@ -23,8 +23,9 @@ Output: each command prints what happened, deterministically. A delivered messag
 ``nA -> nB <describe(message)>`` (``kraft_spark.sim.trace.describe``) followed, indented, by the
 receiver's reaction: ``became``/``truncated``/``resigned`` events, ``persist`` (the quorum-state
 written), ``hw -> N`` (high watermark moved) and replies to clients. Messages are not printed when
-sent, only when delivered or dropped (``pending`` lists them). A command that printed nothing
-prints ``ok``.
+sent, only when delivered or dropped (``pending`` lists them). A poll that fired a timer and did
+something visible prints as ``nID @T: timer`` (T on that node's clock) before its reaction. A
+command that printed nothing prints ``ok``.
 
 Commands (node ids are integers; ``ID`` may also be written ``node=ID``):
 
@@ -66,8 +67,12 @@ Commands (node ids are integers; ``ID`` may also be written ``node=ID``):
     sent. ``heal`` removes the partition.
 ``resign ID``
     Graceful shutdown of a leader: ``RaftCore.resign`` (EndQuorumEpoch to the voters).
+``describe-quorum ID``
+    A client asks node ID for DescribeQuorum: the leader's view of every replica's end offset.
 ``status``
     One line per node: role, epoch, leader, vote, log end, flushed offset, high watermark, clock.
+``timers``
+    Each live node's next deadline (``RaftCore.next_deadline``) on its own clock.
 ``log ID``
     Node ID's batches: offsets, epoch, control (LeaderChange) or data values, unflushed marks.
 
@@ -76,10 +81,14 @@ Assertions (print ``ok``; fail the scenario with ``ScenarioAssertionError`` othe
 ``expect-epoch ID N``, ``expect-leader ID N`` (-1: none), ``expect-voted ID N``,
 ``expect-hw ID N``, ``expect-log-end ID N``, ``expect-flushed ID N``,
 ``expect-catching-up ID true|false``, ``expect-data ID V1,V2,...`` (the data values in the log,
-in order; ``-`` for none), ``expect-pending N``, ``expect-converged A,B,...`` (identical logs).
+in order; ``-`` for none), ``expect-pending N [from=A] [to=B] [type=T]`` (pending messages
+matching the filters of ``deliver``), ``expect-converged A,B,...`` (identical logs).
 
 ``run_file`` runs a scenario file and returns the file as it should read with the actual
-outputs; ``KRAFT_SPARK_REWRITE=1`` in the test makes it rewrite the golden file.
+outputs; ``KRAFT_SPARK_REWRITE=1`` in the test makes it rewrite the golden file. A scenario whose
+leading comments hold ``# xfail: reason`` exposes a known core bug: its assertions state the
+correct behaviour and fail until the core is fixed. ``python -m kraft_spark.sim.script FILE``
+prints a run case by case.
 """
 
 from __future__ import annotations
@@ -95,6 +104,8 @@ from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import (
     NO_LEADER,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     ProduceRequest,
     ProduceResponse,
     Request,
@@ -150,10 +161,6 @@ class ScriptNode:
     incarnation: int = 0
     outbox: list[Envelope] = field(default_factory=list)
     flush_requested: bool = False
-
-    @property
-    def alive(self) -> bool:
-        return self.core is not None
 
     def needs_flush(self) -> bool:
         log = self.log
@@ -243,7 +250,8 @@ class Args:
 class ScriptedCluster:
     """The harness: nodes, their outboxes, the partition, and the command interpreter."""
 
-    def __init__(self) -> None:
+    def __init__(self, core_class: type[RaftCore] = RaftCore) -> None:
+        self.core_class = core_class
         self.nodes: dict[int, ScriptNode] = {}
         self.voters: tuple[int, ...] = ()
         self.seed = 0
@@ -269,6 +277,8 @@ class ScriptedCluster:
             "resign": self.cmd_resign,
             "status": self.cmd_status,
             "log": self.cmd_log,
+            "describe-quorum": self.cmd_describe_quorum,
+            "timers": self.cmd_timers,
             "expect-role": self.cmd_expect_role,
             "expect-epoch": self.cmd_expect_epoch,
             "expect-leader": self.cmd_expect_leader,
@@ -350,6 +360,8 @@ class ScriptedCluster:
                 lines.append(f"{tag} client <- {describe(reply.message)}")
                 if isinstance(reply.message, ProduceResponse) and reply.message.message:
                     lines.append(f"{tag}   ({reply.message.message})")
+                if isinstance(reply.message, DescribeQuorumResponse):
+                    lines.extend(f"{tag}   {line}" for line in _quorum_lines(reply.message))
             else:
                 self._enqueue(node, dest, False, request_id, reply.message)
         # 3. a flush waits for a command.
@@ -396,7 +408,7 @@ class ScriptedCluster:
         rng = random.Random(self.seed + node.node_id + RESTART_SEED_STRIDE * node.incarnation)
         node.incarnation += 1
         node.flush_requested = False
-        node.core = RaftCore(
+        node.core = self.core_class(
             node_id=node.node_id,
             cluster_id=CLUSTER_ID,
             voters=self.voters,
@@ -534,6 +546,15 @@ class ScriptedCluster:
         core.handle_request(node.clock, CLIENT_ID, (CLIENT_ID, self._client_token), request)
         self._process(node)
 
+    def cmd_describe_quorum(self, args: Args) -> None:
+        node = self.node(args.node())
+        core = self.core(node.node_id)
+        self._client_token += 1
+        core.handle_request(
+            node.clock, CLIENT_ID, (CLIENT_ID, self._client_token), DescribeQuorumRequest()
+        )
+        self._process(node)
+
     # ------------------------------------------------------------------ the network
 
     def _pending(self) -> list[Envelope]:
@@ -573,19 +594,25 @@ class ScriptedCluster:
         self._print(line)
         self._process(dst, indent="  ")
 
-    def cmd_deliver(self, args: Args) -> None:
+    def _select(self, args: Args) -> list[Envelope]:
+        """The pending messages matching ``from=``, ``to=`` and ``type=``, oldest first."""
         src = args.opt("from")
         dst = args.opt("to")
         kind = args.opt("type")
-        count = args.int_opt("count", -1)
-        drop = _bool(args.opt("drop", "false") or "false")
-        chosen = [
+        src_id = None if src is None else _int(src, "from")
+        dst_id = None if dst is None else _int(dst, "to")
+        return [
             env
             for env in self._pending()
-            if (src is None or env.src == _int(src, "from"))
-            and (dst is None or env.dst == _int(dst, "to"))
+            if (src_id is None or env.src == src_id)
+            and (dst_id is None or env.dst == dst_id)
             and (kind is None or message_type(env.message) == kind)
         ]
+
+    def cmd_deliver(self, args: Args) -> None:
+        chosen = self._select(args)
+        count = args.int_opt("count", -1)
+        drop = _bool(args.opt("drop", "false") or "false")
         if count >= 0:
             chosen = chosen[:count]
         for env in chosen:
@@ -678,6 +705,14 @@ class ScriptedCluster:
                 f"hw={core.high_watermark} clock={node.clock}{flags}"
             )
 
+    def cmd_timers(self, args: Args) -> None:
+        for node in self.nodes.values():
+            if node.core is None:
+                self._print(f"n{node.node_id}: down")
+                continue
+            due = node.core.next_deadline()
+            self._print(f"n{node.node_id}: next timer at {due} (in {due - node.clock} ms)")
+
     def cmd_log(self, args: Args) -> None:
         node = self.node(args.node())
         log = node.log
@@ -764,11 +799,12 @@ class ScriptedCluster:
 
     def cmd_expect_pending(self, args: Args) -> None:
         if not args.positional:
-            raise ScenarioError("expect-pending N")
+            raise ScenarioError("expect-pending N [from=A] [to=B] [type=T]")
         want = _int(args.positional.pop(0), "N")
-        got = len(self._pending())
-        if got != want:
-            self._fail(f"expected {want} pending message(s), got {got}")
+        chosen = self._select(args)
+        if len(chosen) != want:
+            listed = "; ".join(self._line(env) for env in chosen) or "none"
+            self._fail(f"expected {want} matching pending message(s), got {len(chosen)}: {listed}")
 
     def cmd_expect_converged(self, args: Args) -> None:
         if len(args.positional) != 1:
@@ -782,6 +818,17 @@ class ScriptedCluster:
                     f"logs of n{first.node_id} and n{other_id} differ: "
                     f"{_summary(first.log)} vs {_summary(other.log)}"
                 )
+
+
+def _quorum_lines(resp: DescribeQuorumResponse) -> list[str]:
+    lines = [f"leader={_id(resp.leader_id)} epoch={resp.leader_epoch} hw={resp.high_watermark}"]
+    for kind, replicas in (("voter", resp.voters), ("observer", resp.observers)):
+        for r in replicas:
+            lines.append(
+                f"{kind} n{r.replica_id} end={r.log_end_offset} "
+                f"last_fetch={r.last_fetch_timestamp} last_caught_up={r.last_caught_up_timestamp}"
+            )
+    return lines
 
 
 def _data_values(batches: list[Batch]) -> list[str]:
@@ -864,29 +911,72 @@ def render_scenario(cases: list[Case], trailing: list[str], outputs: list[str]) 
     return "\n".join(out) + "\n"
 
 
-def run_file(path: Path) -> tuple[str, str]:
-    """Run a scenario file. Returns (the file's text, the text it should have given the actual
-    outputs). Raises ``ScenarioAssertionError`` / ``ScenarioError`` naming the file and line."""
+@dataclass(slots=True)
+class ScenarioRun:
+    """The result of running a scenario file."""
+
+    expected: str  # the file as it is
+    # The file with the actual outputs of the cases that ran (the rest keep their golden text).
+    actual: str
+    # The first failed assertion or command error, naming file, line and command; None if clean.
+    error: ScenarioError | ScenarioAssertionError | None
+    # A ``# xfail: reason`` line at the top of the file: a known core bug the scenario exposes.
+    xfail_reason: str | None
+
+
+def xfail_reason(text: str) -> str | None:
+    """The reason of a ``# xfail: ...`` comment among the file's leading comment lines."""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("# xfail:"):
+            return line.removeprefix("# xfail:").strip()
+    return None
+
+
+def run_file(
+    path: Path,
+    on_case: Callable[[Case, str], None] | None = None,
+    core_class: type[RaftCore] = RaftCore,
+) -> ScenarioRun:
+    """Run a scenario file, stopping at the first failed assertion or command error.
+    ``on_case`` sees each case and its output as it runs; ``core_class`` replaces ``RaftCore``
+    (to run a scenario against a variant of the core)."""
     text = path.read_text()
     cases, trailing = parse_scenario(text)
-    cluster = ScriptedCluster()
+    cluster = ScriptedCluster(core_class)
     outputs: list[str] = []
+    error: ScenarioError | ScenarioAssertionError | None = None
     for case in cases:
         where = f"{path.name}:{case.line}: {case.command}"
         try:
-            outputs.append(cluster.run(case.command))
+            output = cluster.run(case.command)
         except ScenarioAssertionError as exc:
-            raise ScenarioAssertionError(f"{where}\n  {exc}") from None
+            error = ScenarioAssertionError(f"{where}\n  {exc}")
+            break
         except ScenarioError as exc:
-            raise ScenarioError(f"{where}\n  {exc}") from None
-    return text, render_scenario(cases, trailing, outputs)
+            error = ScenarioError(f"{where}\n  {exc}")
+            break
+        outputs.append(output)
+        if on_case is not None:
+            on_case(case, output)
+    outputs.extend(case.expected for case in cases[len(outputs) :])
+    actual = render_scenario(cases, trailing, outputs)
+    return ScenarioRun(text, actual, error, xfail_reason(text))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kraft_spark.sim.script FILE...``: print each file as its run renders it."""
+    """``python -m kraft_spark.sim.script FILE...``: run scenario files, printing each case with
+    its actual output as it runs (the first failure ends the run with exit status 1)."""
+
+    def show(case: Case, output: str) -> None:
+        sys.stdout.write(render_scenario([case], [], [output]))
+
     for name in argv if argv is not None else sys.argv[1:]:
-        _, actual = run_file(Path(name))
-        sys.stdout.write(actual)
+        result = run_file(Path(name), show)
+        if result.error is not None:
+            sys.stdout.write(f"FAILED: {result.error}\n")
+            return 1
     return 0
 
 
