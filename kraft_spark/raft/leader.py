@@ -57,6 +57,10 @@ class LeaderState:
     flush_due_at: int = NEVER
     parked: list[ParkedFetch] = field(default_factory=list)
     waiters: list[ProduceWaiter] = field(default_factory=list)
+    # The high watermark last sent to each replica: a Fetch from a replica that has not heard
+    # the current one is answered at once instead of parked (followers and the observer learn
+    # commits without waiting MaxWaitMs).
+    hw_sent: dict[int, int] = field(default_factory=dict)
 
 
 class LeaderMixin(CoreState):
@@ -264,7 +268,8 @@ class LeaderMixin(CoreState):
             if counted:
                 ls.unendorsed.discard(req.replica_id)
                 self.maybe_advance_high_watermark()
-        if self._has_data_for(req) or req.max_wait_ms <= 0:
+        hw_known = ls.hw_sent.get(req.replica_id, -1) >= self.high_watermark
+        if self._has_data_for(req) or req.max_wait_ms <= 0 or not hw_known:
             self._complete_fetch(token, req)
         else:
             ls.parked.append(ParkedFetch(token, req, self.now + req.max_wait_ms))
@@ -282,6 +287,8 @@ class LeaderMixin(CoreState):
             if req.replica_id == CLIENT_REPLICA_ID:
                 # Clients see committed records only.
                 batches = [b for b in batches if b.last_offset < self.high_watermark]
+        if self.leader_state is not None:
+            self.leader_state.hw_sent[req.replica_id] = self.high_watermark
         self.reply(
             token,
             FetchResponse(

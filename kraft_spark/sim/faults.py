@@ -54,8 +54,8 @@ class FaultInjector:
         self.healed = False
         if self.kinds:
             self._schedule_next()
-        if "crash" in kinds:
-            cluster.on_new_leader = self._maybe_crash_new_leader
+        if "crash" in kinds or "partition" in kinds:
+            cluster.on_new_leader = self._maybe_strike_new_leader
 
     def _schedule_next(self) -> None:
         gap = int(self.rng.expovariate(1.0 / self.mean_gap_us))
@@ -111,15 +111,25 @@ class FaultInjector:
         self.down.add(node.node_id)
         self.cluster.at(self._later(200, 3000), self._restart_node, node.node_id, wipe)
 
-    def _maybe_crash_new_leader(self, node: SimNode) -> None:
+    def _maybe_strike_new_leader(self, node: SimNode) -> None:
         """The most dangerous moment is just after an election, while the new leader's first
-        record is not yet on a majority: crash new leaders there now and then."""
-        if self.healed or self.cluster.now >= self.until_us or self.rng.random() >= 0.4:
+        record is not yet on a majority: crash or isolate new leaders there now and then."""
+        if self.healed or self.cluster.now >= self.until_us or self.rng.random() >= 0.5:
             return
-        delay = self.rng.randint(0, 15) * 1000
-        self.cluster.at(
-            self.cluster.now + delay, self._crash_leader, node.node_id, node.incarnation
-        )
+        delay = self.rng.randint(0, 8) * 1000
+        strikes = [k for k in ("crash", "partition") if k in self.kinds]
+        if self.rng.choice(strikes) == "crash":
+            self.cluster.at(
+                self.cluster.now + delay, self._crash_leader, node.node_id, node.incarnation
+            )
+        else:
+            self.cluster.at(self.cluster.now + delay, self._isolate, node.node_id)
+
+    def _isolate(self, node_id: int) -> None:
+        others = sorted(i for i in self.cluster.nodes if i != node_id)
+        self._note(f"isolate new leader n{node_id}")
+        self.cluster.network.partition([node_id], others)
+        self.cluster.at(self._later(300, 3000), self._heal_partition)
 
     def _crash_leader(self, node_id: int, incarnation: int) -> None:
         node = self.cluster.nodes[node_id]
