@@ -259,7 +259,6 @@ class Cluster:
         assert core is not None
         nid = node.node_id
         checker = self.checker
-        agree_before = checker.view(nid).agree_end
         ready: Ready = core.take_ready()
         if ready.persist is not None:
             node.persisted = ready.persist
@@ -269,7 +268,7 @@ class Cluster:
                 self.elections += 1
             self.trace.add(self.now, nid, None, note)
         if ready.truncated_to is not None:
-            checker.check_truncation(nid, ready.truncated_to, agree_before)
+            checker.check_truncation(nid, ready.truncated_to)
         if core.role is Role.LEADER and any(n.startswith("became Leader") for n in ready.events):
             checker.on_leader(nid, core.epoch, node.log)
             if self.on_new_leader is not None:

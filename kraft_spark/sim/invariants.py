@@ -193,13 +193,16 @@ class Checker:
                 f"{v.high_watermark} where the committed log has {_short(expected)}",
             )
 
-    def check_truncation(self, node_id: int, offset: int, agree_before: int) -> None:
-        """A truncation may remove divergent records, never committed ones the node held."""
-        if offset < agree_before:
+    def check_truncation(self, node_id: int, offset: int) -> None:
+        """A truncation never removes what the node itself knows is committed (below its high
+        watermark). It may remove records committed later by a newer leader that the node has
+        not heard of: a node following an older epoch's leader follows that epoch's log, and
+        fetches the records again from the newer leader."""
+        hw = self.view(node_id).high_watermark
+        if offset < hw:
             raise InvariantViolation(
                 "committed-durable",
-                f"node {node_id} truncated its log to {offset}, removing committed records "
-                f"it held up to {agree_before}",
+                f"node {node_id} truncated its log to {offset}, below its high watermark {hw}",
             )
 
     def check_majority(self, logs: dict[int, MemoryLog], excused: int) -> None:
