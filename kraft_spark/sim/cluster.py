@@ -161,8 +161,7 @@ class Cluster:
             node.wiped = True
         else:
             node.log = node.log.crashed(self.rng, torn)
-        self.checker.check_majority(self.voter_logs(), self.excused())
-        self.check_electable()
+        self.check_durability()
 
     def graceful_stop(self, node: SimNode) -> None:
         """Shutdown: resign if leader, flush, stop (the shell's order)."""
@@ -283,8 +282,7 @@ class Cluster:
         if ready.high_watermark is not None:
             leading = core.epoch if core.role is Role.LEADER else None
             checker.on_high_watermark(nid, ready.high_watermark, leading, node.log)
-            checker.check_majority(self.voter_logs(), self.excused())
-            self.check_electable()
+            self.check_durability()
         checker.check_log(nid, node.log)
         deadline_us = ready.next_deadline_ms * 1000
         if node.wake_at < 0 or deadline_us < node.wake_at:
@@ -300,29 +298,33 @@ class Cluster:
         for when in self.network.delivery_times(self.now, src, dest):
             self.at(when, self._deliver, dest, dest_incarnation, src, src_incarnation, payload)
 
-    def check_electable(self) -> None:
+    def check_durability(self) -> None:
+        """The committed log is durably on a majority and no voter lacking it can be elected;
+        voters catching up after disk loss are excused from the first and vote in neither."""
+        catching_up = self.catching_up_voters()
+        logs = self.voter_logs()
+        self.checker.check_majority(logs, len(catching_up))
         alive = {i: self.nodes[i].alive for i in self.voter_ids}
-        non_voting = {
-            i
-            for i in self.voter_ids
-            if self.nodes[i].wiped
-            and (self.nodes[i].core is None or self.nodes[i].core.pending_catch_up)  # type: ignore[union-attr]
-        }
-        self.checker.check_electable(self.voter_logs(), alive, non_voting)
+        self.checker.check_electable(logs, alive, catching_up)
 
     def voter_logs(self) -> dict[int, MemoryLog]:
         return {i: self.nodes[i].log for i in self.voter_ids}
 
-    def excused(self) -> int:
-        count = 0
+    def catching_up_voters(self) -> set[int]:
+        """Voters that lost their disk and have not caught up yet (SPEC §10). A node's
+        ``wiped`` mark is cleared here once its core says it caught up."""
+        catching_up = set()
         for i in self.voter_ids:
             node = self.nodes[i]
             if node.wiped:
                 if node.alive and node.core is not None and not node.core.pending_catch_up:
                     node.wiped = False
                 else:
-                    count += 1
-        return count
+                    catching_up.add(i)
+        return catching_up
+
+    def excused(self) -> int:
+        return len(self.catching_up_voters())
 
     # ------------------------------------------------------------------ clients
 

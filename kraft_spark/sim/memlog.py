@@ -108,9 +108,6 @@ class MemoryLog:
     def durable_batches(self) -> list[Batch]:
         return self._durable
 
-    def durable_end_offset(self) -> int:
-        return self._durable[-1].next_offset if self._durable else 0
-
     def crashed(self, rng: random.Random, torn: bool) -> MemoryLog:
         """The log a node recovers after a crash now."""
         image = list(self._durable)
