@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from kraft_spark.errors import CommandError
 
@@ -20,13 +21,23 @@ __all__ = ["CommandError", "build_parser", "main"]
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = [
     "kraft_spark.commands.run",
-    "kraft_spark.sim.command",
+    "kraft_spark.commands.local",
+    "kraft_spark.commands.node",
+    "kraft_spark.commands.client_cmds",
     "kraft_spark.log.commands",
+    "kraft_spark.sim.command",
 ]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments end with one line on stderr (what is wrong and where to look), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="kraft-spark",
         description="A Spark-native replicated metadata store (Kafka's KRaft quorum).",
     )

@@ -20,6 +20,13 @@ Invariants:
 * After an I/O error the log refuses further writes (a failed fsync cannot be retried safely);
   reopen it to recover.
 
+Group commit off the event loop: the node calls ``begin_flush`` on its loop thread (it captures
+what is dirty and the end offset it covers), runs ``sync_flush`` on a worker thread (the fsyncs;
+appends may continue meanwhile on the loop thread), then ``end_flush`` back on the loop thread,
+which raises ``flushed_offset`` to what the ticket covered. A truncation while a ticket is in
+flight waits for its fsyncs (``_io_lock``) and voids it (``_generation``), because the offsets it
+covered may since have been rewritten.
+
 File-system work goes through a ``FileSystem``, so the simulator runs this exact code on
 ``SimulatedFileSystem``.
 """
@@ -28,8 +35,10 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import threading
 from bisect import bisect_right
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +74,17 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_TAIL_CACHE_BYTES = 8 * 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class FlushTicket:
+    """What one off-loop flush covers (see the module docstring)."""
+
+    end_offset: int
+    paths: tuple[str, ...]
+    fsync_dir: bool
+    checkpoint: bytes | None
+    generation: int
+
+
 class SegmentedLog:
     """A log directory opened for exclusive use. Create with ``SegmentedLog.open``."""
 
@@ -97,6 +117,10 @@ class SegmentedLog:
         self._dir_dirty = False
         self._checkpoint_dirty = False
         self._failed: str | None = None
+        # Held by every fsync and by truncation, so a worker thread's fsyncs never race a cut.
+        self._io_lock = threading.RLock()
+        self._generation = 0
+        self._ticket: FlushTicket | None = None  # the one begun and not yet ended
 
     # -- opening and closing ----------------------------------------------------------------
 
@@ -267,6 +291,10 @@ class SegmentedLog:
         cut starts past the cut's end, so recovery drops it. (Nothing is appended between a cut
         and this flush: ``truncate_to`` calls it before returning.)
         """
+        with self._io_lock:
+            return self._flush_locked()
+
+    def _flush_locked(self) -> int:
         self._check_usable()
         if not self._dirty and not self._dir_dirty and not self._checkpoint_dirty:
             self._flushed = self._end
@@ -285,6 +313,52 @@ class SegmentedLog:
             raise self._fail("flush", exc) from exc
         return self._flushed
 
+    def begin_flush(self) -> FlushTicket | None:
+        """Loop thread: capture what a flush must make durable; None when nothing is dirty."""
+        self._check_usable()
+        if not self._dirty and not self._dir_dirty and not self._checkpoint_dirty:
+            self._flushed = self._end
+            return None
+        ticket = FlushTicket(
+            end_offset=self._end,
+            paths=tuple(sorted(self._dirty)),
+            fsync_dir=self._dir_dirty,
+            checkpoint=(
+                format_checkpoint(self._epochs.entries()) if self._checkpoint_dirty else None
+            ),
+            generation=self._generation,
+        )
+        self._dirty.clear()
+        self._dir_dirty = False
+        self._checkpoint_dirty = False
+        self._ticket = ticket
+        return ticket
+
+    def sync_flush(self, ticket: FlushTicket) -> None:
+        """Worker thread: the fsyncs of ``ticket`` (files, directory, then the checkpoint)."""
+        with self._io_lock:
+            if ticket.generation != self._generation or self._failed is not None:
+                return  # a truncation flushed (and voided) this ticket meanwhile
+            try:
+                for path in ticket.paths:
+                    self._fs.fsync(path)
+                if ticket.fsync_dir:
+                    self._fs.fsync_dir(self.partition_dir)
+                if ticket.checkpoint is not None:
+                    path = posixpath.join(self.partition_dir, EPOCH_CHECKPOINT_FILE)
+                    atomic_write(self._fs, path, ticket.checkpoint)
+            except OSError as exc:
+                raise self._fail("flush", exc) from exc
+
+    def end_flush(self, ticket: FlushTicket) -> int:
+        """Loop thread: ``ticket``'s offsets are durable; returns the flushed offset."""
+        self._check_usable()
+        if self._ticket is ticket:
+            self._ticket = None
+        if ticket.generation == self._generation:
+            self._flushed = max(self._flushed, min(ticket.end_offset, self._end))
+        return self._flushed
+
     def _write_checkpoint(self) -> None:
         path = posixpath.join(self.partition_dir, EPOCH_CHECKPOINT_FILE)
         atomic_write(self._fs, path, format_checkpoint(self._epochs.entries()))
@@ -296,11 +370,22 @@ class SegmentedLog:
         If ``offset`` falls inside a batch the whole batch goes (as in Kafka), so afterwards
         ``end_offset() <= offset``; callers truncate at batch boundaries in practice.
         """
+        with self._io_lock:
+            self._truncate_locked(offset)
+
+    def _truncate_locked(self, offset: int) -> None:
         self._check_usable()
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._end:
             return
+        self._generation += 1
+        if self._ticket is not None:
+            # Void the ticket in flight, and flush what it covered together with the cut.
+            self._dirty.update(self._ticket.paths)
+            self._dir_dirty = self._dir_dirty or self._ticket.fsync_dir
+            self._checkpoint_dirty = True
+            self._ticket = None
         offset = max(offset, self.start_offset())
         k = bisect_right(self._bases, offset) - 1
         seg = self._segments[k]

@@ -103,7 +103,7 @@ API_VERSIONS_RESPONSE = MessageSchema(
 PRODUCE_REQUEST = MessageSchema(
     "ProduceRequest",
     api_key=0,
-    valid_versions="9",
+    valid_versions="9-10",
     flexible_versions="9+",
     fields=(
         F("TransactionalId", "string", "3+", nullable_versions="3+", default=None),
@@ -122,7 +122,7 @@ PRODUCE_REQUEST = MessageSchema(
 PRODUCE_RESPONSE = MessageSchema(
     "ProduceResponse",
     api_key=0,
-    valid_versions="9",
+    valid_versions="9-10",
     flexible_versions="9+",
     fields=(
         F("Responses", "[]TopicProduceResponse", "0+", fields=(
@@ -139,9 +139,22 @@ PRODUCE_RESPONSE = MessageSchema(
                       default=None),
                 )),
                 F("ErrorMessage", "string", "8+", nullable_versions="8+", default=None),
+                # KIP-951: the leader a client should turn to (and, on success, the epoch that
+                # appended the batch).
+                F("CurrentLeader", "LeaderIdAndEpoch", "10+", tag=0, tagged_versions="10+",
+                  fields=(
+                      F("LeaderId", "int32", "10+", default=-1),
+                      F("LeaderEpoch", "int32", "10+", default=-1),
+                  )),
             )),
         )),
         F("ThrottleTimeMs", "int32", "1+", default=0),
+        F("NodeEndpoints", "[]NodeEndpoint", "10+", tag=0, tagged_versions="10+", fields=(
+            F("NodeId", "int32", "10+"),
+            F("Host", "string", "10+"),
+            F("Port", "int32", "10+"),
+            F("Rack", "string", "10+", nullable_versions="10+", default=None),
+        )),
     ),
 )
 
@@ -178,6 +191,10 @@ FETCH_REQUEST = MessageSchema(
             F("Partitions", "[]int32", "7+"),
         )),
         F("RackId", "string", "11+", default=""),
+        # kraft-spark's own tagged field (Kafka skips unknown tags): a voter that lost its disk
+        # and is catching up as an observer (SPEC §10), like KIP-853's ReplicaDirectoryId.
+        F("KraftSparkCatchingUp", "bool", "12+", tag=10000, tagged_versions="12+",
+          default=False),
     ),
 )
 
@@ -385,6 +402,18 @@ DESCRIBE_QUORUM_RESPONSE = MessageSchema(
                 F("Observers", "[]ReplicaState", "0+", fields=_REPLICA_STATE),
             )),
         )),
+        # kraft-spark's own tagged field (Kafka skips unknown tags): the cluster id, which
+        # Kafka's tool learns from a Metadata request that this quorum does not serve.
+        F("KraftSparkClusterId", "string", "0+", nullable_versions="0+", default=None,
+          tag=10000, tagged_versions="0+"),
+        # ...and the voters' endpoints, so a client given any one node finds the leader
+        # (Kafka's DescribeQuorum v2 carries them as Nodes; this is the same for v0-1).
+        F("KraftSparkNodeEndpoints", "[]NodeEndpoint", "0+", tag=10001, tagged_versions="0+",
+          fields=(
+              F("NodeId", "int32", "0+"),
+              F("Host", "string", "0+"),
+              F("Port", "int32", "0+"),
+          )),
     ),
 )
 

@@ -35,7 +35,7 @@ PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 def test_supported_versions_table() -> None:
     assert supported_api_versions() == [
-        {"api_key": 0, "min_version": 9, "max_version": 9},
+        {"api_key": 0, "min_version": 9, "max_version": 10},
         {"api_key": 1, "min_version": 12, "max_version": 12},
         {"api_key": 18, "min_version": 0, "max_version": 3},
         {"api_key": 52, "min_version": 0, "max_version": 0},

@@ -108,6 +108,7 @@ def test_field_lists_at_our_versions() -> None:
     assert list(fetch) == [
         "cluster_id", "replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level",
         "session_id", "session_epoch", "topics", "forgotten_topics_data", "rack_id",
+        "kraft_spark_catching_up",
     ]  # fmt: skip
     assert list(fetch["topics"]["partitions"]) == [
         "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch",
@@ -116,6 +117,9 @@ def test_field_lists_at_our_versions() -> None:
     produce = _keys(m.PRODUCE_RESPONSE.fields, 9)
     assert "current_leader" not in produce["responses"]["partition_responses"]  # v10+
     assert "node_endpoints" not in produce  # v10+
+    produce10 = _keys(m.PRODUCE_RESPONSE.fields, 10)
+    assert "current_leader" in produce10["responses"]["partition_responses"]
+    assert "node_endpoints" in produce10
     assert list(_keys(m.END_QUORUM_EPOCH_REQUEST.fields, 0)["topics"]["partitions"]) == [
         "partition_index", "leader_id", "leader_epoch", "preferred_successors",
     ]  # fmt: skip

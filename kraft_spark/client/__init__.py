@@ -1,0 +1,41 @@
+"""The quorum's client library: ``AsyncQuorumClient`` (asyncio) and ``QuorumClient`` (blocking).
+
+    from kraft_spark.client import QuorumClient, NewRecord
+    with QuorumClient(["127.0.0.1:9093"]) as client:
+        result = client.append([NewRecord(b"k", b'{"v": 1}')])
+        print(result.base_offset, result.epoch, client.describe_quorum().leader_id)
+"""
+
+from kraft_spark.client.client import AsyncQuorumClient, QuorumClient, parse_bootstrap
+from kraft_spark.client.errors import (
+    ClientError,
+    ClusterIdMismatchError,
+    CommitTimeoutError,
+    InvalidRecordError,
+    NoLeaderError,
+    RecordTooLargeError,
+)
+from kraft_spark.client.types import (
+    AppendResult,
+    CommittedRecord,
+    NewRecord,
+    QuorumInfo,
+    ReplicaInfo,
+)
+
+__all__ = [
+    "AppendResult",
+    "AsyncQuorumClient",
+    "ClientError",
+    "ClusterIdMismatchError",
+    "CommitTimeoutError",
+    "CommittedRecord",
+    "InvalidRecordError",
+    "NewRecord",
+    "NoLeaderError",
+    "QuorumClient",
+    "QuorumInfo",
+    "RecordTooLargeError",
+    "ReplicaInfo",
+    "parse_bootstrap",
+]

@@ -1,0 +1,459 @@
+"""``AsyncQuorumClient`` and its blocking twin ``QuorumClient``.
+
+Finding the leader: the client starts from any bootstrap endpoint. A Produce answered with
+NOT_LEADER_OR_FOLLOWER names the leader and, as KIP-951's ``NodeEndpoints``, its address; other
+requests simply move on to the next known endpoint. While no node names a leader (an election
+is in progress) the client backs off exponentially until its retry budget is spent, then raises
+``NoLeaderError``.
+
+Exactly-once appends: every append goes out on a *producer lane* ``(producer id, next
+sequence)`` with at most one batch in flight per lane, so sequences reach the leader in order.
+A batch that failed in any way is retried on the same lane with the same sequence: if an
+earlier attempt was appended (even by a leader that has since been replaced) the leader
+recognises the duplicate from the log-derived producer table and answers with the original
+offsets, so a retry never appends twice. Concurrent appends use as many lanes as are busy. A
+lane whose outcome stayed unknown when the budget ran out is retired (``CommitTimeoutError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import ssl
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kraft_spark.client.errors import (
+    ClientError,
+    ClusterIdMismatchError,
+    CommitTimeoutError,
+    InvalidRecordError,
+    NoLeaderError,
+    RecordTooLargeError,
+)
+from kraft_spark.client.types import (
+    AppendResult,
+    CommittedRecord,
+    NewRecord,
+    QuorumInfo,
+    ReplicaInfo,
+)
+from kraft_spark.net.transport import Connection, TransportError
+from kraft_spark.net.wire import ACKS_ALL, decode_record_set, produce_batch
+from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
+from kraft_spark.raft.records import Record
+
+T = TypeVar("T")
+
+CLIENT_REPLICA_ID = -1
+# Errors after which another node (or a later attempt) may succeed.
+_RETRIABLE = {
+    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+    ErrorCode.NOT_CONTROLLER,
+}
+
+
+def parse_bootstrap(items: Sequence[str] | str) -> list[tuple[str, int]]:
+    """``["h:p", ...]`` or ``"h:p,h:p"`` → endpoints; raises ``ValueError`` naming the bad one."""
+    if isinstance(items, str):
+        items = items.split(",")
+    out: list[tuple[str, int]] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad bootstrap endpoint {item!r}: expected host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("no bootstrap endpoints given: pass host:port[,host:port...]")
+    return out
+
+
+@dataclass
+class _Lane:
+    producer_id: int
+    next_sequence: int = 0
+
+
+class AsyncQuorumClient:
+    """A client of the quorum. Create and use it inside one running event loop."""
+
+    def __init__(
+        self,
+        bootstrap: Sequence[str] | str,
+        *,
+        cluster_id: str | None = None,
+        request_timeout_s: float = 5.0,
+        retry_budget_s: float = 10.0,
+        retry_backoff_s: float = 0.02,
+        retry_backoff_max_s: float = 0.5,
+        ssl_context: ssl.SSLContext | None = None,
+        client_id: str = "kraft-spark-client",
+    ) -> None:
+        self._endpoints = parse_bootstrap(bootstrap)
+        self.cluster_id = cluster_id or ""
+        self._expected_cluster = cluster_id
+        self._request_timeout_s = request_timeout_s
+        self._retry_budget_s = retry_budget_s
+        self._backoff_min = retry_backoff_s
+        self._backoff_max = retry_backoff_max_s
+        self._ssl = ssl_context
+        self._client_id = client_id
+        self._conns: dict[tuple[str, int], Connection] = {}
+        self._leader: tuple[str, int] | None = None
+        self._cursor = 0
+        self._free_lanes: list[_Lane] = []
+        self._node_endpoints: dict[int, tuple[str, int]] = {}
+        self._hint: int = -1  # the leader id the last refusing node named
+        self._rng = random.Random()
+        self.leader_changes = 0  # how often the client had to look for the leader again
+
+    # ------------------------------------------------------------------ connections
+
+    def _conn(self, endpoint: tuple[str, int]) -> Connection:
+        conn = self._conns.get(endpoint)
+        if conn is None:
+            conn = self._conns[endpoint] = Connection(
+                endpoint[0],
+                endpoint[1],
+                ssl_context=self._ssl,
+                client_id=self._client_id,
+                reconnect_backoff_s=self._backoff_min,
+            )
+        return conn
+
+    def _candidates(self) -> list[tuple[str, int]]:
+        """The endpoints to try, the believed leader first, then round robin."""
+        n = len(self._endpoints)
+        order = [self._endpoints[(self._cursor + i) % n] for i in range(n)]
+        if self._leader is not None:
+            order = [self._leader] + [e for e in order if e != self._leader]
+        return order
+
+    def _learn_endpoints(self, items: list[dict[str, Any]] | None) -> None:
+        for node in items or []:
+            self._node_endpoints[node["node_id"]] = (node["host"], node["port"])
+
+    def _refused(self, endpoint: tuple[str, int], leader_id: int) -> None:
+        """``endpoint`` is not the leader; it named ``leader_id`` (-1: none known)."""
+        self._forget_leader(endpoint)
+        self._hint = leader_id
+
+    def _forget_leader(self, endpoint: tuple[str, int]) -> None:
+        if self._leader == endpoint:
+            self._leader = None
+            self.leader_changes += 1
+        self._cursor = (self._cursor + 1) % len(self._endpoints)
+
+    async def _retry(
+        self, what: str, attempt: Any, *, budget_s: float | None = None
+    ) -> Any:
+        """Run ``attempt(endpoint)`` against candidates until it returns a value that is not
+        ``None`` (``None`` = try elsewhere / later), backing off between rounds."""
+        budget = self._retry_budget_s if budget_s is None else budget_s
+        deadline = time.monotonic() + budget
+        backoff = self._backoff_min
+        last_error = "no node answered"
+        while True:
+            follow = False
+            for endpoint in self._candidates():
+                try:
+                    result = await attempt(endpoint)
+                except TransportError as exc:
+                    last_error = str(exc)
+                    self._forget_leader(endpoint)
+                    continue
+                if result is not None:
+                    return result
+                last_error = f"{endpoint[0]}:{endpoint[1]} is not the leader"
+                hinted = self._node_endpoints.get(self._hint)
+                self._hint = -1
+                if hinted is not None and hinted != endpoint:
+                    self._leader = hinted  # follow the named leader at once
+                    follow = True
+                    break
+                if time.monotonic() >= deadline:
+                    break
+            if time.monotonic() >= deadline:
+                raise NoLeaderError(
+                    f"{what}: no leader found within {budget:.1f} s ({last_error}); an "
+                    "election may be in progress or the quorum is unreachable: retry later"
+                )
+            if not follow:
+                await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+                backoff = min(self._backoff_max, backoff * 2)
+
+    def _check_cluster(self, cluster_id: str | None) -> None:
+        if cluster_id:
+            if self._expected_cluster and cluster_id != self._expected_cluster:
+                raise ClusterIdMismatchError(
+                    f"the quorum belongs to cluster {cluster_id!r}, not "
+                    f"{self._expected_cluster!r}: check --bootstrap-controller"
+                )
+            self.cluster_id = cluster_id
+
+    # ------------------------------------------------------------------ describe
+
+    async def describe_quorum(self) -> QuorumInfo:
+        """DescribeQuorum from the leader (KIP-836 fields)."""
+
+        async def attempt(endpoint: tuple[str, int]) -> QuorumInfo | None:
+            body = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [
+                {"partition_index": 0}]}]}
+            reply = await self._conn(endpoint).request(
+                ApiKey.DESCRIBE_QUORUM, 1, body, self._request_timeout_s
+            )
+            self._check_cluster(reply.get("kraft_spark_cluster_id"))
+            self._learn_endpoints(reply.get("kraft_spark_node_endpoints"))
+            part = _first_partition(reply, "topics", "partitions")
+            error = reply.get("error_code", 0) or (part or {}).get("error_code", 0)
+            if error in _RETRIABLE or part is None:
+                self._refused(endpoint, (part or {}).get("leader_id", -1))
+                return None
+            if error:
+                raise ClientError(f"DescribeQuorum failed: {_error_text(error)}")
+            self._leader = endpoint
+            return QuorumInfo(
+                cluster_id=self.cluster_id,
+                leader_id=part["leader_id"],
+                leader_epoch=part["leader_epoch"],
+                high_watermark=part["high_watermark"],
+                voters=tuple(_replica(r) for r in part["current_voters"]),
+                observers=tuple(_replica(r) for r in part["observers"]),
+            )
+
+        info: QuorumInfo = await self._retry("describe quorum", attempt)
+        return info
+
+    # ------------------------------------------------------------------ read
+
+    async def read(self, from_offset: int, limit: int = 100) -> list[CommittedRecord]:
+        """Up to ``limit`` committed data records from ``from_offset`` on (control records
+        such as LeaderChange are skipped; an offset past the end gives an empty list)."""
+        if from_offset < 0 or limit < 1:
+            raise ValueError("from_offset must be ≥ 0 and limit ≥ 1")
+        if self._leader is None:
+            await self.describe_quorum()  # learns the leader and every voter's endpoint
+
+        async def attempt(endpoint: tuple[str, int]) -> list[CommittedRecord] | None:
+            body = {
+                "cluster_id": self._expected_cluster,
+                "replica_id": CLIENT_REPLICA_ID,
+                "max_wait_ms": 0,
+                "min_bytes": 0,
+                "max_bytes": 4 * 1024 * 1024,
+                "topics": [{"topic": METADATA_TOPIC, "partitions": [{
+                    "partition": 0, "current_leader_epoch": -1, "fetch_offset": from_offset,
+                    "last_fetched_epoch": -1, "partition_max_bytes": 4 * 1024 * 1024,
+                }]}],
+                "forgotten_topics_data": [],
+            }
+            reply = await self._conn(endpoint).request(
+                ApiKey.FETCH, 12, body, self._request_timeout_s
+            )
+            part = _first_partition(reply, "responses", "partitions")
+            error = reply.get("error_code", 0) or (part or {}).get("error_code", 0)
+            if error == ErrorCode.INCONSISTENT_CLUSTER_ID:
+                raise ClusterIdMismatchError(
+                    f"{endpoint[0]}:{endpoint[1]} belongs to another cluster than "
+                    f"{self._expected_cluster!r}"
+                )
+            if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                return []
+            if error in _RETRIABLE or part is None:
+                leader = (part or {}).get("current_leader") or {}
+                self._refused(endpoint, leader.get("leader_id", -1))
+                return None
+            if error:
+                raise ClientError(f"Fetch failed: {_error_text(error)}")
+            self._leader = endpoint
+            hw = part["high_watermark"]
+            out: list[CommittedRecord] = []
+            for batch in decode_record_set(part["records"]):
+                if batch.is_control:
+                    continue
+                for i, rec in enumerate(batch.records):
+                    offset = batch.base_offset + i
+                    if offset < from_offset or offset >= hw or len(out) >= limit:
+                        continue
+                    out.append(
+                        CommittedRecord(
+                            offset, batch.epoch, rec.timestamp_ms, rec.key, rec.value,
+                            rec.headers,
+                        )
+                    )
+            return out
+
+        records: list[CommittedRecord] = await self._retry("read", attempt)
+        return records
+
+    # ------------------------------------------------------------------ append
+
+    async def append(
+        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0
+    ) -> AppendResult:
+        """Append ``records`` as one batch and wait until it is committed."""
+        if not records:
+            raise ValueError("append needs at least one record")
+        now = int(time.time() * 1000)
+        batch_records = tuple(
+            Record(key=r.key, value=r.value, timestamp_ms=now, headers=r.headers)
+            for r in records
+        )
+        lane = self._free_lanes.pop() if self._free_lanes else _Lane(self._new_producer_id())
+        try:
+            result = await self._append_on_lane(lane, batch_records, timeout_s)
+        except (CommitTimeoutError, NoLeaderError):
+            raise  # the lane's last batch has an unknown outcome: never reuse it
+        except ClientError:
+            self._free_lanes.append(lane)  # refused outright: nothing was appended
+            raise
+        lane.next_sequence += len(batch_records)
+        if lane.next_sequence > 0x7FFF0000:
+            lane = _Lane(self._new_producer_id())
+        self._free_lanes.append(lane)
+        return result
+
+    def _new_producer_id(self) -> int:
+        return self._rng.getrandbits(62) + 1
+
+    async def _append_on_lane(
+        self, lane: _Lane, records: tuple[Record, ...], timeout_s: float
+    ) -> AppendResult:
+        data = produce_batch(
+            records, producer_id=lane.producer_id, producer_epoch=0,
+            base_sequence=lane.next_sequence,
+        )
+        body = {
+            "transactional_id": None,
+            "acks": ACKS_ALL,
+            "timeout_ms": int(self._request_timeout_s * 1000),
+            "topic_data": [
+                {"name": METADATA_TOPIC, "partition_data": [{"index": 0, "records": data}]}
+            ],
+        }
+        sent = False
+
+        async def attempt(endpoint: tuple[str, int]) -> AppendResult | None:
+            nonlocal sent
+            try:
+                reply = await self._conn(endpoint).request(
+                    ApiKey.PRODUCE, 10, body, self._request_timeout_s + 1.0
+                )
+            except TransportError as exc:
+                sent = sent or exc.sent
+                raise
+            sent = True
+            part = _first_partition(reply, "responses", "partition_responses")
+            if part is None:
+                self._forget_leader(endpoint)
+                return None
+            error = part["error_code"]
+            leader = part.get("current_leader") or {}
+            if error == ErrorCode.NONE:
+                self._leader = endpoint
+                base = part["base_offset"]
+                return AppendResult(base, base + len(records) - 1, leader.get("leader_epoch", -1))
+            message = part.get("error_message") or _error_text(error)
+            if error in _RETRIABLE:
+                self._learn_endpoints(reply.get("node_endpoints"))
+                self._refused(endpoint, leader.get("leader_id", -1))
+                return None
+            if error == ErrorCode.MESSAGE_TOO_LARGE:
+                raise RecordTooLargeError(f"the quorum refused the batch: {message}")
+            if error in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE):
+                raise InvalidRecordError(f"the quorum refused the batch: {message}")
+            raise ClientError(f"append failed: {_error_text(error)} ({message})")
+
+        try:
+            result: AppendResult = await self._retry("append", attempt, budget_s=timeout_s)
+        except NoLeaderError as exc:
+            if sent:
+                raise CommitTimeoutError(
+                    f"the append was not confirmed within {timeout_s:.1f} s ({exc}); it may "
+                    "still commit: retrying it is safe from the same client"
+                ) from exc
+            raise
+        return result
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            await conn.close()
+        self._conns.clear()
+
+
+def _first_partition(body: dict[str, Any], topics_key: str, parts_key: str
+                     ) -> dict[str, Any] | None:
+    topics = body.get(topics_key) or []
+    if not topics or not topics[0].get(parts_key):
+        return None
+    part: dict[str, Any] = topics[0][parts_key][0]
+    return part
+
+
+def _replica(r: dict[str, Any]) -> ReplicaInfo:
+    return ReplicaInfo(
+        r["replica_id"], r["log_end_offset"], r.get("last_fetch_timestamp", -1),
+        r.get("last_caught_up_timestamp", -1),
+    )
+
+
+def _error_text(code: int) -> str:
+    try:
+        return f"{ErrorCode(code).name} ({code})"
+    except ValueError:
+        return f"error {code}"
+
+
+class QuorumClient:
+    """The blocking form: runs an ``AsyncQuorumClient`` on a private event-loop thread."""
+
+    def __init__(self, bootstrap: Sequence[str] | str, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="quorum-client", daemon=True
+        )
+        self._thread.start()
+
+        async def make() -> AsyncQuorumClient:
+            return AsyncQuorumClient(bootstrap, **kwargs)
+
+        self._client = self._call(make())
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def cluster_id(self) -> str:
+        return self._client.cluster_id
+
+    def append(self, records: Sequence[NewRecord], *, timeout_s: float = 10.0) -> AppendResult:
+        return self._call(self._client.append(records, timeout_s=timeout_s))
+
+    def read(self, from_offset: int, limit: int = 100) -> list[CommittedRecord]:
+        return self._call(self._client.read(from_offset, limit))
+
+    def describe_quorum(self) -> QuorumInfo:
+        return self._call(self._client.describe_quorum())
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._call(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    def __enter__(self) -> QuorumClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

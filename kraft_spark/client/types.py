@@ -1,0 +1,64 @@
+"""The client's public values: what an append returns, what a read yields, and the quorum's
+description shaped like KIP-836's ``QuorumInfo`` / ``ReplicaState``.
+
+Keys and values are bytes as in Kafka; a ``None`` value is a tombstone (deletes the key in the
+``snapshot`` table). Timestamps are wall-clock milliseconds, -1 when unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A record to append."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an appended batch landed: its records sit at consecutive offsets in order."""
+
+    base_offset: int
+    last_offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedRecord:
+    """A committed data record as read back from the quorum."""
+
+    offset: int
+    epoch: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """KIP-836 ``ReplicaState``."""
+
+    replica_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int = -1
+    last_caught_up_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumInfo:
+    """KIP-836 ``QuorumInfo`` as answered by the leader."""
+
+    cluster_id: str
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[ReplicaInfo, ...] = ()
+    observers: tuple[ReplicaInfo, ...] = field(default=())

@@ -1,0 +1,159 @@
+"""``kraft-spark local``: a whole quorum on this machine, one child process per node.
+
+First start: creates the cluster id (kept in ``DATA_DIR/cluster.id``) and formats
+``DATA_DIR/node-<id>``. Every start: writes ``DATA_DIR/node-<id>.properties``, starts each node
+with ``kraft-spark node`` (its log in ``DATA_DIR/logs/node-<id>.log``), waits until it listens,
+and prints one JSON line per node. It restarts nothing by itself; on SIGINT/SIGTERM it stops
+the nodes gracefully (the leader resigns with EndQuorumEpoch) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from kraft_spark.errors import CommandError
+
+DEFAULT_BASE_PORT = 9093
+START_TIMEOUT_S = 30.0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "local",
+        help="run a local quorum (one child process per voter)",
+        description="Format (first time) and start a local quorum on 127.0.0.1.",
+    )
+    parser.add_argument("--voters", type=int, default=3, help="number of voters (default 3)")
+    parser.add_argument("--data-dir", required=True, help="where node logs and state live")
+    parser.add_argument(
+        "--base-port", type=int, default=DEFAULT_BASE_PORT,
+        help=f"node i listens on base-port + i (default {DEFAULT_BASE_PORT})",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="extra node property, e.g. controller.quorum.fetch.timeout.ms=1000 (repeatable)",
+    )
+    parser.set_defaults(func=_run_local)
+
+
+def cluster_id_for(data_dir: str) -> str:
+    """The cluster id kept in ``data_dir`` (created on first use)."""
+    path = os.path.join(data_dir, "cluster.id")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    cluster_id = uuid.uuid4().hex[:22]
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(cluster_id + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return cluster_id
+
+
+def _wait_listening(host: str, port: int, proc: subprocess.Popen[bytes], log_path: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CommandError(
+                f"node on port {port} exited with code {proc.returncode} at start-up; see "
+                f"{log_path}", exit_code=1,
+            )
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise CommandError(f"node on port {port} did not listen within {START_TIMEOUT_S:.0f} s; "
+                       f"see {log_path}", exit_code=1)
+
+
+def _run_local(args: argparse.Namespace) -> int:
+    from kraft_spark.log.errors import LogError
+    from kraft_spark.log.meta import format_log_dir
+
+    if not 1 <= args.voters <= 9:
+        raise CommandError(f"--voters must be between 1 and 9, got {args.voters}")
+    if not 1 <= args.base_port <= 65535 - args.voters:
+        raise CommandError(f"--base-port {args.base_port} leaves no room for {args.voters} ports")
+    data_dir = os.path.abspath(args.data_dir)
+    os.makedirs(os.path.join(data_dir, "logs"), exist_ok=True)
+    cluster_id = cluster_id_for(data_dir)
+    ports = [args.base_port + i for i in range(args.voters)]
+    voters = ",".join(f"{i}@{args.host}:{p}" for i, p in enumerate(ports))
+    extra = []
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CommandError(f"--set expects KEY=VALUE, got {item!r}")
+        extra.append(f"{key.strip()}={value.strip()}")
+
+    procs: list[subprocess.Popen[bytes]] = []
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for node_id, port in enumerate(ports):
+            log_dir = os.path.join(data_dir, f"node-{node_id}")
+            try:
+                format_log_dir(log_dir, cluster_id=cluster_id, node_id=node_id,
+                               ignore_formatted=True)
+            except (LogError, ValueError) as exc:
+                raise CommandError(str(exc)) from exc
+            conf = os.path.join(data_dir, f"node-{node_id}.properties")
+            with open(conf, "w", encoding="utf-8") as fh:
+                fh.write(
+                    f"node.id={node_id}\nlog.dirs={log_dir}\nlisteners={args.host}:{port}\n"
+                    f"controller.quorum.voters={voters}\n" + "".join(e + "\n" for e in extra)
+                )
+            log_path = os.path.join(data_dir, "logs", f"node-{node_id}.log")
+            with open(log_path, "ab") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "kraft_spark", "node", "--config", conf],
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # a Ctrl-C reaches us, and we stop them in order
+                )
+            procs.append(proc)
+            _wait_listening(args.host, port, proc, log_path)
+            print(json.dumps({"node_id": node_id, "endpoint": f"{args.host}:{port}",
+                              "pid": proc.pid, "log_dir": log_dir}), flush=True)
+        exited: set[int] = set()
+        while not stop.wait(0.2):
+            for proc in procs:
+                if proc.poll() is not None and proc.pid not in exited:
+                    exited.add(proc.pid)
+                    print(f"node pid {proc.pid} exited with code {proc.returncode} "
+                          "(not restarted)", file=sys.stderr, flush=True)
+    finally:
+        _stop_all(procs)
+    return 0
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every node (each leader resigns first), then wait; SIGKILL stragglers."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10.0
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,92 @@
+"""``kraft-spark node --config FILE``: run one voter or observer until SIGINT/SIGTERM.
+
+On a signal a leader resigns (EndQuorumEpoch to the others), the log is flushed and the
+directory lock released, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+from kraft_spark.errors import CommandError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "node",
+        help="run one quorum node (voter or observer) from a properties file",
+        description="Run one node. The log directory (log.dirs) must be formatted first "
+        "with `kraft-spark format`.",
+    )
+    parser.add_argument("--config", required=True, help="properties file (Kafka's names)")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE",
+        help="override one property (repeatable)",
+    )
+    parser.add_argument(
+        "--lock-timeout", type=float, default=30.0,
+        help="seconds to wait for another process to release the log directory (default 30)",
+    )
+    parser.set_defaults(func=_run_node)
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    from kraft_spark.log.errors import LogError
+    from kraft_spark.net.config import NodeConfig, load_properties
+    from kraft_spark.raft.config import ConfigError
+
+    try:
+        props = load_properties(args.config)
+        for item in args.override:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--override expects KEY=VALUE, got {item!r}")
+            props[key.strip()] = value.strip()
+        config = NodeConfig.from_properties(props)
+    except (ConfigError, ValueError) as exc:
+        raise CommandError(f"{args.config}: {exc}") from exc
+    configure_logging()
+    try:
+        asyncio.run(_serve(config, args.lock_timeout))
+    except (LogError, OSError) as exc:
+        raise CommandError(str(exc), exit_code=1) from exc
+    return 0
+
+
+async def _serve(config: Any, lock_timeout_s: float) -> None:
+    from kraft_spark.net.metrics_server import start_metrics_server
+    from kraft_spark.net.node import RaftNode
+
+    node = RaftNode(config, lock_timeout_s=lock_timeout_s)
+    await node.start()
+    metrics = None
+    if config.metrics_port is not None:
+        metrics = await start_metrics_server(node, config.host, config.metrics_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.ensure_future(node.wait_closed())
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+    if metrics is not None:
+        metrics.close()
+    if waiter.done():
+        waiter.result()  # re-raise a fatal storage error
+        return
+    await node.stop(graceful=True)
+    waiter.cancel()

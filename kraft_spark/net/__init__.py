@@ -1,0 +1,1 @@
+"""The networked node: Kafka-framed TCP transport, the asyncio shell around RaftCore."""

@@ -1,0 +1,174 @@
+"""A node's configuration: a Java-style properties file with Kafka's names (SPEC §8).
+
+Recognised keys (anything else under ``controller.quorum.`` is an error, other keys are kept
+for the application):
+
+* ``node.id``: this node's id; a voter when it appears in ``controller.quorum.voters``,
+  an observer otherwise;
+* ``log.dirs``: its log directory (formatted with ``kraft-spark format``);
+* ``listeners``: ``host:port`` to bind (``PLAINTEXT://host:port`` and ``SSL://`` accepted);
+* ``controller.quorum.voters``: ``id@host:port,...``;
+* ``controller.quorum.*`` timings (``kraft_spark.raft.config``);
+* ``socket.request.max.bytes``: the largest frame accepted (default 8 MiB);
+* ``ssl.certificate.location`` / ``ssl.key.location`` / ``ssl.ca.location``: PEM files; when
+  set, every connection (peers and clients) uses mutual TLS and a peer without a certificate
+  signed by the CA is refused;
+* ``metrics.port``: serve Prometheus text on ``http://<listener host>:<port>/metrics``;
+* ``node.disk.lost``: ``true`` when the directory was wiped after this voter may have voted
+  (SPEC §10); it then catches up before voting.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kraft_spark.raft.config import ConfigError, QuorumConfig
+
+DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+
+def load_properties(path: str) -> dict[str, str]:
+    """Parse a Java-style properties file (``key=value``, ``key: value``, ``#``/``!`` comments)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration {path}: {exc.strerror}") from exc
+    return parse_properties(text)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        eq, colon = line.find("="), line.find(":")
+        cut = min(i for i in (eq, colon, len(line)) if i >= 0)
+        props[line[:cut].strip()] = line[cut + 1 :].strip()
+    return props
+
+
+def parse_endpoint(text: str, what: str) -> tuple[str, int]:
+    """``host:port`` (an optional ``NAME://`` prefix is dropped; IPv6 in brackets)."""
+    value = text.split("://", 1)[-1].strip()
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{what}: expected host:port, got {text!r}")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(f"{what}: port must be a number, got {text!r}") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"{what}: port {number} out of range")
+    return host.strip("[]"), number
+
+
+def parse_voters(text: str) -> dict[int, tuple[str, int]]:
+    """``controller.quorum.voters``: ``id@host:port,...`` → {id: (host, port)}."""
+    voters: dict[int, tuple[str, int]] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        ident, sep, endpoint = item.partition("@")
+        if not sep:
+            raise ConfigError(
+                f"controller.quorum.voters: expected id@host:port, got {item!r}"
+            )
+        try:
+            node = int(ident)
+        except ValueError:
+            raise ConfigError(f"controller.quorum.voters: bad id in {item!r}") from None
+        if node in voters:
+            raise ConfigError(f"controller.quorum.voters: voter {node} listed twice")
+        voters[node] = parse_endpoint(endpoint, "controller.quorum.voters")
+    if not voters:
+        raise ConfigError("controller.quorum.voters is empty: list the voters as id@host:port")
+    return voters
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    certfile: str
+    keyfile: str
+    cafile: str
+
+    def server_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=self.cafile)
+        ctx.load_cert_chain(self.certfile, self.keyfile)
+        ctx.verify_mode = ssl.CERT_REQUIRED  # mutual TLS: no certificate, no connection
+        return ctx
+
+    def client_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.cafile)
+        ctx.load_cert_chain(self.certfile, self.keyfile)
+        # Nodes are addressed by IP in most deployments; trust is the private CA's signature.
+        ctx.check_hostname = False
+        return ctx
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> TlsConfig | None:
+        keys = ("ssl.certificate.location", "ssl.key.location", "ssl.ca.location")
+        present = [k for k in keys if props.get(k)]
+        if not present:
+            return None
+        if len(present) != len(keys):
+            missing = ", ".join(k for k in keys if k not in present)
+            raise ConfigError(f"TLS needs all of {', '.join(keys)}; missing {missing}")
+        for key in keys:
+            if not os.path.isfile(props[key]):
+                raise ConfigError(f"{key}: no such file {props[key]}")
+        return cls(*(props[k] for k in keys))
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: int
+    log_dir: str
+    host: str
+    port: int
+    voters: dict[int, tuple[str, int]]
+    quorum: QuorumConfig = field(default_factory=QuorumConfig)
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    tls: TlsConfig | None = None
+    metrics_port: int | None = None
+    disk_lost: bool = False
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> NodeConfig:
+        def required(key: str) -> str:
+            value = props.get(key, "").strip()
+            if not value:
+                raise ConfigError(f"{key} is required")
+            return value
+
+        try:
+            node_id = int(required("node.id"))
+        except ValueError:
+            raise ConfigError(f"node.id must be an integer, got {props['node.id']!r}") from None
+        voters = parse_voters(required("controller.quorum.voters"))
+        if "listeners" in props:
+            host, port = parse_endpoint(props["listeners"], "listeners")
+        elif node_id in voters:
+            host, port = voters[node_id]
+        else:
+            raise ConfigError("listeners is required for an observer (host:port to bind)")
+        max_frame = int(props.get("socket.request.max.bytes", DEFAULT_MAX_FRAME_BYTES))
+        metrics = props.get("metrics.port", "").strip()
+        return cls(
+            node_id=node_id,
+            log_dir=required("log.dirs").split(",")[0].strip(),
+            host=host,
+            port=port,
+            voters=voters,
+            quorum=QuorumConfig.from_properties(props),
+            max_frame_bytes=max_frame,
+            tls=TlsConfig.from_properties(props),
+            metrics_port=int(metrics) if metrics else None,
+            disk_lost=props.get("node.disk.lost", "false").strip().lower() == "true",
+        )

@@ -1,0 +1,104 @@
+"""A node's metrics (SPEC §9, Kafka's ``raft-metrics`` names) in Prometheus text format.
+
+``GET /metrics`` on the optional ``metrics.port``: a minimal HTTP/1.0 responder on the node's
+own event loop, so a scrape sees the state between two core steps, never in the middle of one.
+Names are Kafka's, prefixed ``kafka_raft_`` with dashes as underscores, labelled by node id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+from kraft_spark.raft.state import Role
+
+if TYPE_CHECKING:
+    from kraft_spark.net.node import RaftNode
+
+# Kafka's current-state values are strings; Prometheus wants numbers, so the state is a label.
+_STATES = {
+    Role.LEADER: "leader",
+    Role.CANDIDATE: "candidate",
+    Role.FOLLOWER: "follower",
+    Role.UNATTACHED: "unattached",
+    Role.RESIGNED: "resigned",
+}
+
+
+def render_node_metrics(node: RaftNode) -> str:
+    core, stats = node.core, node.stats
+    labels = f'node_id="{node.node_id}"'
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, value: float, extra: str = "") -> None:
+        full = f"kafka_raft_{name.replace('-', '_')}"
+        lines.append(f"# HELP {full} {help_text}")
+        lines.append(f"# TYPE {full} {kind}")
+        label = labels + (f",{extra}" if extra else "")
+        lines.append(f"{full}{{{label}}} {value}")
+
+    role = core.role
+    if role is Role.UNATTACHED and core.voted_id >= 0:
+        state = "voted"
+    elif role is Role.UNATTACHED and not core.is_voter:
+        state = "observer"
+    else:
+        state = _STATES.get(role, role.name.lower())
+    metric("current-state", "gauge", "1 for the node's current state", 1, f'state="{state}"')
+    metric("current-leader", "gauge", "current leader id, -1 if unknown", core.known_leader())
+    metric("current-vote", "gauge", "voted-for id, -1 if none", core.voted_id)
+    metric("current-epoch", "gauge", "current quorum epoch", core.epoch)
+    metric("high-watermark", "gauge", "high watermark", node.high_watermark)
+    metric("log-end-offset", "gauge", "log end offset", node.log.end_offset())
+    metric("log-end-epoch", "gauge", "epoch of the last log batch", node.log.last_epoch())
+    unknown = sum(1 for v in node.config.voters if v != node.node_id and not node.peer_connected(v))
+    metric(
+        "number-unknown-voter-connections", "gauge",
+        "voters this node has no live connection to", unknown,
+    )
+    avg = stats.election_seconds_total / stats.elections if stats.elections else 0.0
+    metric("election-latency-avg", "gauge", "mean election time (ms)", round(avg * 1000, 3))
+    metric(
+        "election-latency-max", "gauge", "max election time (ms)",
+        round(stats.election_seconds_max * 1000, 3),
+    )
+    favg = stats.flush_seconds_total / stats.flushes if stats.flushes else 0.0
+    metric("commit-latency-avg", "gauge", "mean log flush time (ms)", round(favg * 1000, 3))
+    metric(
+        "commit-latency-max", "gauge", "max log flush time (ms)",
+        round(stats.flush_seconds_max * 1000, 3),
+    )
+    metric(
+        "append-records-total", "counter", "records received in Produce requests",
+        stats.appended_records,
+    )
+    metric("fetch-requests-total", "counter", "Fetch requests served", stats.fetch_requests)
+    metric("boot-timestamp", "gauge", "boot time (ms since epoch)", stats.boot_timestamp_ms)
+    metric("uptime-seconds", "gauge", "seconds since boot",
+           round(time.time() - stats.boot_timestamp_ms / 1000, 3))
+    return "\n".join(lines) + "\n"
+
+
+async def start_metrics_server(node: RaftNode, host: str, port: int) -> asyncio.Server:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), 5.0)
+            path = request.split(b" ")[1] if request.count(b" ") >= 2 else b""
+            if path.split(b"?")[0] == b"/metrics":
+                body = render_node_metrics(node).encode()
+                head = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+            else:
+                body = b"not found: try /metrics\n"
+                head = b"HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
+            writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    return await asyncio.start_server(handle, host, port)

@@ -1,0 +1,425 @@
+"""``RaftNode``: the asyncio shell that runs one ``RaftCore`` over TCP and a ``SegmentedLog``.
+
+Everything the core decides happens on the event loop thread; the shell only carries out each
+``Ready`` in the order ``kraft_spark.raft.ready`` documents:
+
+1. **persist** quorum-state on a worker thread; every later Ready waits in ``_backlog`` until it
+   is on disk, so no message that depends on a vote or an epoch leaves before the vote does;
+2. **send and reply**: requests go to peers through one pipelined connection each, replies go
+   back on the connection the request came from;
+3. **flush the log** with group commit: one flush runs at a time on the worker thread
+   (``SegmentedLog.begin_flush`` / ``sync_flush`` / ``end_flush``); appends that arrive during it
+   wait for the next one, so N concurrent appends cost one fsync, and the loop never blocks on
+   disk;
+4. **high watermark**: listeners (the sidecar, the driver's materializer) are told.
+
+Timers: after every input the shell re-arms one timer for ``Ready.next_deadline_ms``.
+The clock is wall-clock milliseconds (DescribeQuorum reports wall-clock timestamps); the core
+never lets its clock go backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kraft_spark.log.fs import RealFileSystem
+from kraft_spark.log.segmented_log import SegmentedLog
+from kraft_spark.net.config import NodeConfig
+from kraft_spark.net.stats import NodeStats
+from kraft_spark.net.transport import Connection, FrameServer, ServerConnection, TransportError
+from kraft_spark.net.wire import (
+    VERSIONS,
+    WireError,
+    error_response_body,
+    request_from_wire,
+    request_to_wire,
+    response_from_wire,
+    response_to_wire,
+)
+from kraft_spark.protocol import RequestHeader
+from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.messages import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    Request,
+    VoteRequest,
+)
+from kraft_spark.raft.ready import Outbound, Ready
+from kraft_spark.raft.state import PersistedState, Role
+
+log = logging.getLogger(__name__)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Token:
+    """Where to send the answer to one inbound request."""
+
+    __slots__ = ("api_key", "api_version", "conn", "correlation_id")
+
+    def __init__(self, conn: ServerConnection, header: RequestHeader) -> None:
+        self.conn = conn
+        self.api_key = header.api_key
+        self.api_version = header.api_version
+        self.correlation_id = header.correlation_id
+
+
+class RaftNode:
+    """One voter or observer. ``await start()``, then ``await stop()``."""
+
+    def __init__(self, config: NodeConfig, *, lock_timeout_s: float = 30.0) -> None:
+        self.config = config
+        self.node_id = config.node_id
+        self._lock_timeout_s = lock_timeout_s
+        self._log: SegmentedLog | None = None
+        self._core: RaftCore | None = None
+        self.cluster_id = ""
+        self._server: FrameServer | None = None
+        self._peers: dict[int, Connection] = {}
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{config.node_id}-disk")
+        self._backlog: deque[Ready] = deque()
+        self._persisting = False
+        self._flushing = False
+        self._flush_wanted = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = -1
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._failed: BaseException | None = None
+        self._done: asyncio.Future[None] | None = None
+        self.high_watermark = 0
+        self._hw_listeners: list[Callable[[int], None]] = []
+        self.stats = NodeStats()
+        self._endpoints = [
+            {"node_id": n, "host": host, "port": port}
+            for n, (host, port) in sorted(config.voters.items())
+        ]
+
+    # ------------------------------------------------------------------ life cycle
+
+    @property
+    def core(self) -> RaftCore:
+        assert self._core is not None, "node not started"
+        return self._core
+
+    @property
+    def log(self) -> SegmentedLog:
+        assert self._log is not None, "node not started"
+        return self._log
+
+    @property
+    def port(self) -> int:
+        return self._server.port if self._server is not None else self.config.port
+
+    async def start(self) -> None:
+        """Open (and recover) the log, start the core and the listener."""
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        cfg = self.config
+        self._log = await loop.run_in_executor(
+            self._worker,
+            lambda: SegmentedLog.open(
+                RealFileSystem(), cfg.log_dir, node_id=cfg.node_id,
+                lock_timeout_s=self._lock_timeout_s,
+            ),
+        )
+        meta = self._log.meta
+        assert meta is not None
+        self.cluster_id = meta.cluster_id
+        stored = self._log.read_quorum_state()
+        persisted = PersistedState.from_json_dict(stored) if stored is not None else None
+        self._core = RaftCore(
+            node_id=cfg.node_id,
+            cluster_id=self.cluster_id,
+            voters=sorted(cfg.voters),
+            log=self._log,
+            config=cfg.quorum,
+            rng=random.Random(),
+            now_ms=wall_ms(),
+            persisted=persisted,
+            disk_lost=cfg.disk_lost,
+        )
+        self.stats.boot_timestamp_ms = wall_ms()
+        tls = cfg.tls
+        self._server = FrameServer(
+            cfg.host,
+            cfg.port,
+            self._on_request,
+            ssl_context=tls.server_context() if tls else None,
+            max_frame_bytes=cfg.max_frame_bytes,
+            name=f"node {cfg.node_id}",
+        )
+        await self._server.start()
+        log.info(
+            "node %d (%s) listening on %s:%d, cluster %s, log end offset %d",
+            cfg.node_id, "voter" if cfg.is_voter else "observer", cfg.host, self.port,
+            self.cluster_id, self._log.end_offset(),
+        )
+        self._drain()
+
+    async def wait_closed(self) -> None:
+        """Return when the node stops (raises if it failed)."""
+        assert self._done is not None
+        await asyncio.shield(self._done)
+
+    async def stop(self, *, graceful: bool = True, timeout_s: float = 2.0) -> None:
+        """Stop: a leader first resigns with EndQuorumEpoch (``graceful``), then the log is
+        flushed and closed (releasing the directory lock)."""
+        if self._stopping:
+            if self._done is not None:
+                await asyncio.shield(self._done)
+            return
+        core = self._core
+        if graceful and core is not None and self._failed is None and core.role is Role.LEADER:
+            core.resign(wall_ms())
+            self._drain()
+            await self._settle(timeout_s)
+        self._stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._server is not None:
+            await self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for conn in self._peers.values():
+            await conn.close()
+        if self._log is not None:
+            the_log = self._log
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(self._worker, the_log.close)
+        self._worker.shutdown(wait=True)
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    async def _settle(self, timeout_s: float) -> None:
+        """Wait until the resignation's EndQuorumEpoch requests were answered or gave up."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pending = [t for t in self._tasks if t.get_name().startswith("send:EndQuorumEpoch")]
+            if not pending and not self._backlog and not self._persisting:
+                return
+            await asyncio.sleep(0.01)
+
+    def add_commit_listener(self, callback: Callable[[int], None]) -> None:
+        """``callback(high_watermark)`` on the loop thread whenever the high watermark moves."""
+        self._hw_listeners.append(callback)
+
+    def _fail(self, exc: BaseException) -> None:
+        """A storage failure is fatal (a failed fsync cannot be retried): stop serving."""
+        if self._failed is not None:
+            return
+        self._failed = exc
+        log.critical("node %d: fatal: %s; stopping", self.node_id, exc)
+        if self._done is not None and not self._done.done():
+            self._done.set_exception(exc)
+        self._spawn(self.stop(graceful=False), "fatal-stop")
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------------ inputs
+
+    def _on_request(self, conn: ServerConnection, header: RequestHeader, body: Any) -> None:
+        if self._stopping or self._core is None:
+            conn.close()
+            return
+        try:
+            message = request_from_wire(header.api_key, body, self.cluster_id)
+        except WireError as exc:
+            log.info("node %d: refusing a request from %s: %s", self.node_id, conn.peer, exc)
+            conn.respond(
+                header.api_key,
+                header.api_version,
+                header.correlation_id,
+                error_response_body(header.api_key, exc.error, str(exc)),
+            )
+            return
+        self.stats.on_request(message)
+        self._core.handle_request(wall_ms(), _source(message), _Token(conn, header), message)
+        self._drain()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = -1
+        if self._stopping or self._core is None:
+            return
+        self._core.poll(wall_ms())
+        self._drain()
+
+    async def _send(self, out: Outbound) -> None:
+        endpoint = self.config.voters.get(out.dest)
+        if endpoint is None:
+            return
+        conn = self._peers.get(out.dest)
+        if conn is None:
+            tls = self.config.tls
+            conn = Connection(
+                endpoint[0],
+                endpoint[1],
+                ssl_context=tls.client_context() if tls else None,
+                client_id=f"raft-node-{self.node_id}",
+                max_frame_bytes=self.config.max_frame_bytes,
+                reconnect_backoff_s=self.config.quorum.retry_backoff_ms / 1000,
+            )
+            self._peers[out.dest] = conn
+        api_key, version, body = request_to_wire(out.message)
+        try:
+            reply = await conn.request(
+                api_key, version, body, self.config.quorum.request_timeout_ms / 1000
+            )
+            response = response_from_wire(api_key, reply)
+        except (TransportError, WireError) as exc:
+            # The core expires the request at its own deadline and retries as it sees fit.
+            log.debug("node %d: request to %d failed: %s", self.node_id, out.dest, exc)
+            return
+        if self._stopping or self._core is None:
+            return
+        self._core.handle_response(wall_ms(), out.dest, out.request_id, response)
+        self._drain()
+
+    # ------------------------------------------------------------------ carrying out Readies
+
+    def _drain(self) -> None:
+        """Take the core's Ready and carry it out (or queue it behind a pending persist)."""
+        core = self._core
+        if core is None or self._failed is not None:
+            return
+        ready = core.take_ready()
+        for event in ready.events:
+            log.info("node %d: %s", self.node_id, event)
+            self.stats.on_event(event, core)
+        if ready.persist is not None or self._backlog or self._persisting:
+            self._backlog.append(ready)
+            if not self._persisting:
+                self._spawn(self._run_backlog(), "persist")
+        else:
+            self._dispatch(ready)
+        self._arm_timer(ready.next_deadline_ms)
+
+    async def _run_backlog(self) -> None:
+        self._persisting = True
+        loop = asyncio.get_running_loop()
+        try:
+            while self._backlog:
+                ready = self._backlog.popleft()
+                if ready.persist is not None:
+                    state = ready.persist.to_json_dict(self.cluster_id, tuple(sorted(
+                        self.config.voters)))
+                    try:
+                        await loop.run_in_executor(
+                            self._worker, self.log.write_quorum_state, state
+                        )
+                    except Exception as exc:
+                        self._fail(exc)
+                        return
+                self._dispatch(ready)
+        finally:
+            self._persisting = False
+
+    def _dispatch(self, ready: Ready) -> None:
+        for out in ready.sends:
+            self._spawn(self._send(out), f"send:{type(out.message).__name__[:-7]}")
+        for reply in ready.replies:
+            token = reply.token
+            assert isinstance(token, _Token)
+            try:
+                body = response_to_wire(reply.message, self.cluster_id, self._endpoints)
+                token.conn.respond(token.api_key, token.api_version, token.correlation_id, body)
+            except Exception:
+                log.exception("node %d: cannot answer %s", self.node_id, reply.message)
+                token.conn.close()
+        if ready.flush_log:
+            self._flush_wanted = True
+            if not self._flushing:
+                self._spawn(self._run_flushes(), "flush")
+        if ready.high_watermark is not None:
+            self.high_watermark = ready.high_watermark
+            self.stats.on_high_watermark(ready.high_watermark)
+            for listener in self._hw_listeners:
+                try:
+                    listener(ready.high_watermark)
+                except Exception:
+                    log.exception("node %d: commit listener failed", self.node_id)
+
+    async def _run_flushes(self) -> None:
+        """Group commit: one flush at a time; whatever arrived meanwhile rides the next."""
+        self._flushing = True
+        loop = asyncio.get_running_loop()
+        try:
+            while self._flush_wanted and not self._stopping:
+                self._flush_wanted = False
+                the_log = self.log
+                try:
+                    ticket = the_log.begin_flush()
+                    if ticket is not None:
+                        started = time.perf_counter()
+                        await loop.run_in_executor(self._worker, the_log.sync_flush, ticket)
+                        the_log.end_flush(ticket)
+                        self.stats.on_flush(time.perf_counter() - started)
+                except Exception as exc:
+                    self._fail(exc)
+                    return
+                if self._core is not None and not self._stopping:
+                    self._core.on_log_flushed(wall_ms())
+                    self._drain()
+        finally:
+            self._flushing = False
+
+    def _arm_timer(self, deadline_ms: int) -> None:
+        if self._stopping:
+            return
+        if self._timer is not None:
+            if deadline_ms == self._timer_at:
+                return
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (deadline_ms - wall_ms()) / 1000)
+        self._timer = loop.call_later(delay, self._on_timer)
+        self._timer_at = deadline_ms
+
+    # ------------------------------------------------------------------ queries
+
+    def peer_connected(self, node_id: int) -> bool:
+        conn = self._peers.get(node_id)
+        return conn is not None and conn.connected
+
+    def describe(self) -> dict[str, Any]:
+        """A snapshot of this node's state (role, epoch, leader, offsets) for tools and tests."""
+        core = self.core
+        return {
+            "node_id": self.node_id,
+            "role": core.role.name.lower(),
+            "epoch": core.epoch,
+            "leader_id": core.known_leader(),
+            "voted_id": core.voted_id,
+            "high_watermark": self.high_watermark,
+            "log_end_offset": self.log.end_offset(),
+            "flushed_offset": self.log.flushed_offset(),
+        }
+
+
+def _source(message: Request) -> int:
+    if isinstance(message, FetchRequest):
+        return message.replica_id
+    if isinstance(message, VoteRequest):
+        return message.candidate_id
+    if isinstance(message, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+        return message.leader_id
+    return -1
+
+
+__all__ = ["VERSIONS", "RaftNode", "wall_ms"]

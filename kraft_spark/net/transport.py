@@ -1,0 +1,367 @@
+"""TCP transport for Kafka-framed requests: a server side and a pipelining client side.
+
+Server: :class:`FrameServer` accepts connections, splits each byte stream into frames with a
+maximum size, decodes the request header and body, and hands them to a handler that answers
+later (possibly out of order: responses carry the correlation id, and every client of this
+project matches on it). Bad bytes close only that connection: an oversized or malformed frame,
+an unknown API or version. ApiVersions with a version we do not speak is answered with
+UNSUPPORTED_VERSION at v0 (as Kafka does) so clients can downgrade.
+
+Client: :class:`Connection` keeps one TCP connection with several requests in flight, matched
+by correlation id, each with its own timeout. When the connection drops, every pending request
+fails with :class:`TransportError` and the next request reconnects, no sooner than the backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from kraft_spark.protocol import (
+    ApiKey,
+    ErrorCode,
+    FrameDecoder,
+    ProtocolError,
+    RequestHeader,
+    UnsupportedVersionError,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    supported_api_versions,
+)
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+READ_CHUNK = 256 * 1024
+
+
+class TransportError(Exception):
+    """The connection failed, closed, or a request timed out. ``sent`` tells whether the
+    request may have reached the peer (False: it certainly did not)."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+def api_versions_body(error: int = 0) -> Body:
+    return {
+        "error_code": error,
+        "api_keys": supported_api_versions(),
+        "throttle_time_ms": 0,
+    }
+
+
+# ============================================================================ server side
+
+
+class ServerConnection:
+    """One accepted connection; the handler answers through :meth:`respond`."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.closed = False
+
+    def respond(self, api_key: int, api_version: int, correlation_id: int, body: Body) -> None:
+        """Send a response (dropped silently if the connection is gone)."""
+        if self.closed:
+            return
+        data = encode_response(api_key, api_version, correlation_id, body)
+        self._writer.write(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._writer.close()
+
+
+Handler = Callable[[ServerConnection, RequestHeader, Body], None]
+
+
+class FrameServer:
+    """Accepts connections and dispatches decoded requests to ``handler``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: Handler,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        name: str = "server",
+    ) -> None:
+        self.host = host
+        self._port = port
+        self._handler = handler
+        self._ssl = ssl_context
+        self._max_frame_bytes = max_frame_bytes
+        self._name = name
+        self._server: asyncio.Server | None = None
+        self._connections: set[ServerConnection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.rejected = 0  # connections closed for bad input (a metric and a test hook)
+
+    @property
+    def port(self) -> int:
+        if self._server is not None and self._server.sockets:
+            port: int = self._server.sockets[0].getsockname()[1]
+            return port
+        return self._port
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self._port, ssl=self._ssl, limit=READ_CHUNK
+        )
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        conn = ServerConnection(writer)
+        self._connections.add(conn)
+        decoder = FrameDecoder(self._max_frame_bytes)
+        try:
+            while True:
+                try:
+                    data = await reader.read(READ_CHUNK)
+                except (ConnectionError, ssl.SSLError, OSError) as exc:
+                    log.debug("%s: %s: read failed: %s", self._name, conn.peer, exc)
+                    break
+                if not data:
+                    break
+                try:
+                    frames = decoder.feed(data)
+                except ProtocolError as exc:
+                    self._reject(conn, f"bad frame: {exc}")
+                    break
+                if not all(self._dispatch(conn, payload) for payload in frames):
+                    break
+                # Respect backpressure: a client that does not read its responses stalls here.
+                with contextlib.suppress(ConnectionError, OSError):
+                    await writer.drain()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            conn.close()
+            self._connections.discard(conn)
+            if task is not None:
+                self._tasks.discard(task)
+
+    def _reject(self, conn: ServerConnection, why: str) -> None:
+        self.rejected += 1
+        log.warning("%s: closing connection from %s: %s", self._name, conn.peer, why)
+        conn.close()
+
+    def _dispatch(self, conn: ServerConnection, payload: bytes) -> bool:
+        try:
+            header, body = decode_request(payload)
+        except UnsupportedVersionError as exc:
+            if exc.api_key == ApiKey.API_VERSIONS and exc.correlation_id is not None:
+                conn.respond(
+                    ApiKey.API_VERSIONS,
+                    0,
+                    exc.correlation_id,
+                    api_versions_body(ErrorCode.UNSUPPORTED_VERSION),
+                )
+                return True
+            self._reject(conn, str(exc))
+            return False
+        except ProtocolError as exc:
+            self._reject(conn, f"malformed request: {exc}")
+            return False
+        if header.api_key == ApiKey.API_VERSIONS:
+            conn.respond(
+                ApiKey.API_VERSIONS, header.api_version, header.correlation_id, api_versions_body()
+            )
+            return True
+        try:
+            self._handler(conn, header, body)
+        except Exception:  # a bug in one request must not take the node down
+            log.exception("%s: failed handling %s from %s", self._name, header, conn.peer)
+            self._reject(conn, "internal error handling the request")
+            return False
+        return True
+
+
+# ============================================================================ client side
+
+
+class Connection:
+    """A client connection with pipelined requests (matched by correlation id)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        client_id: str = "kraft-spark",
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        connect_timeout_s: float = 2.0,
+        reconnect_backoff_s: float = 0.05,
+        reconnect_backoff_max_s: float = 1.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._ssl = ssl_context
+        self._client_id = client_id
+        self._max_frame_bytes = max_frame_bytes
+        self._connect_timeout_s = connect_timeout_s
+        self._backoff_min = reconnect_backoff_s
+        self._backoff_max = reconnect_backoff_max_s
+        self._backoff = 0.0
+        self._next_attempt = 0.0
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Body], int, int]] = {}
+        self._corr = itertools.count(1)
+        self._connecting: asyncio.Future[None] | None = None
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    async def _ensure_connected(self) -> asyncio.StreamWriter:
+        if self._closed:
+            raise TransportError(f"connection to {self.endpoint} is closed", sent=False)
+        if self._writer is not None and not self._writer.is_closing():
+            return self._writer
+        if self._connecting is not None:
+            await asyncio.shield(self._connecting)
+            if self._writer is None:
+                raise TransportError(f"cannot connect to {self.endpoint}", sent=False)
+            return self._writer
+        loop = asyncio.get_running_loop()
+        self._connecting = loop.create_future()
+        try:
+            wait = self._next_attempt - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(
+                        self.host, self.port, ssl=self._ssl, limit=READ_CHUNK
+                    ),
+                    self._connect_timeout_s,
+                )
+            except (OSError, TimeoutError, ssl.SSLError) as exc:
+                self._backoff = min(
+                    self._backoff_max, max(self._backoff_min, self._backoff * 2)
+                )
+                self._next_attempt = loop.time() + self._backoff
+                raise TransportError(
+                    f"cannot connect to {self.endpoint}: {exc}", sent=False
+                ) from exc
+            self._backoff = 0.0
+            self._writer = writer
+            self._reader_task = asyncio.create_task(self._read_loop(reader, writer))
+            return writer
+        finally:
+            fut, self._connecting = self._connecting, None
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    async def request(
+        self, api_key: int, api_version: int, body: Body, timeout_s: float
+    ) -> Body:
+        """Send one request and wait for its response body; raises :class:`TransportError`."""
+        writer = await self._ensure_connected()
+        corr = next(self._corr) & 0x7FFFFFFF
+        data = encode_request(api_key, api_version, corr, self._client_id, body)
+        fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
+        self._pending[corr] = (fut, api_key, api_version)
+        try:
+            writer.write(data)
+            try:
+                return await asyncio.wait_for(fut, timeout_s)
+            except TimeoutError as exc:
+                raise TransportError(
+                    f"request {ApiKey(api_key).name} to {self.endpoint} timed out after "
+                    f"{timeout_s:.1f} s"
+                ) from exc
+        finally:
+            self._pending.pop(corr, None)
+
+    async def _read_loop(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        decoder = FrameDecoder(self._max_frame_bytes)
+        error: str = "connection closed by peer"
+        try:
+            while True:
+                data = await reader.read(READ_CHUNK)
+                if not data:
+                    break
+                for payload in decoder.feed(data):
+                    self._complete(payload)
+        except ProtocolError as exc:
+            error = f"bad response frame: {exc}"
+        except (ConnectionError, OSError, ssl.SSLError) as exc:
+            error = f"connection error: {exc}"
+        except asyncio.CancelledError:
+            error = "connection closed"
+        finally:
+            writer.close()
+            if self._writer is writer:
+                self._writer = None
+            failure = TransportError(f"{self.endpoint}: {error}")
+            for fut, _, _ in list(self._pending.values()):
+                if not fut.done():
+                    fut.set_exception(failure)
+
+    def _complete(self, payload: bytes) -> None:
+        if len(payload) < 4:
+            raise ProtocolError("response shorter than its correlation id")
+        corr = int.from_bytes(payload[:4], "big", signed=True)
+        pending = self._pending.get(corr)
+        if pending is None:
+            return  # a response to a request that already timed out
+        fut, api_key, version = pending
+        try:
+            _, body = decode_response(api_key, version, payload)
+        except ProtocolError as exc:
+            if not fut.done():
+                fut.set_exception(TransportError(f"{self.endpoint}: bad response: {exc}"))
+            return
+        if not fut.done():
+            fut.set_result(body)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader_task
+

@@ -1,0 +1,513 @@
+"""Core messages ↔ Kafka wire bodies (the dicts of ``kraft_spark.protocol``).
+
+The core speaks in dataclasses (``kraft_spark.raft.messages``); the wire speaks Kafka's schemas,
+every request naming the topic ``__cluster_metadata`` partition 0. This module is the only place
+that knows both. Decoding is strict about shape (exactly one topic and partition, the right
+topic name, exactly one record batch in a Produce) and raises :class:`WireError`, which the node
+answers with an error code and never lets escape.
+
+Conventions:
+
+* A request's ``ClusterId`` may be null (Kafka's clients leave it out): that is accepted and
+  treated as the receiver's own cluster id. A non-null foreign id is refused by the core with
+  INCONSISTENT_CLUSTER_ID.
+* Errors go where Kafka puts them: INCONSISTENT_CLUSTER_ID at the top level of a response,
+  everything else on the partition.
+* Produce v10's ``CurrentLeader`` (KIP-951) names the leader; on success its ``LeaderEpoch`` is
+  the epoch of the batch that holds the records (the current epoch except for a deduplicated
+  retry of a batch appended in an earlier epoch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kraft_spark.log.codec import decode_batches, encode_batch
+from kraft_spark.log.errors import CorruptRecordError
+from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ReplicaState,
+    Request,
+    Response,
+    VoteRequest,
+    VoteResponse,
+)
+from kraft_spark.raft.messages import ErrorCode as CoreError
+from kraft_spark.raft.records import Batch, Record
+
+Body = dict[str, Any]
+
+# The versions this node sends. Responses are encoded at the version the request came in.
+VERSIONS: dict[int, int] = {
+    ApiKey.PRODUCE: 10,
+    ApiKey.FETCH: 12,
+    ApiKey.VOTE: 0,
+    ApiKey.BEGIN_QUORUM_EPOCH: 0,
+    ApiKey.END_QUORUM_EPOCH: 0,
+    ApiKey.DESCRIBE_QUORUM: 1,
+}
+
+ACKS_ALL = -1
+
+
+class WireError(Exception):
+    """A request or response that is well-formed Kafka but not a valid quorum message."""
+
+    def __init__(self, message: str, error: int = ErrorCode.INVALID_REQUEST) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def _core_error(code: int) -> CoreError:
+    try:
+        return CoreError(code)
+    except ValueError as exc:
+        raise WireError(f"unexpected error code {code} from a peer") from exc
+
+
+def _only(items: Any, what: str) -> Body:
+    if not isinstance(items, list) or len(items) != 1:
+        count = len(items) if isinstance(items, list) else "no"
+        raise WireError(f"expected exactly one {what}, got {count}")
+    item: Body = items[0]
+    return item
+
+
+def _partition(body: Body, topic_key: str, name_key: str, what: str) -> Body:
+    topic = _only(body.get("topics"), f"topic in {what}")
+    if topic.get(name_key) != METADATA_TOPIC:
+        raise WireError(
+            f"{what} names topic {topic.get(name_key)!r}; this quorum only serves "
+            f"{METADATA_TOPIC!r} partition 0"
+        )
+    part = _only(topic.get(topic_key), f"partition in {what}")
+    index = part.get("partition_index", part.get("partition", part.get("index")))
+    if index != 0:
+        raise WireError(f"{what} names partition {index}; only partition 0 exists")
+    return part
+
+
+def _topics(partition: Body, name_key: str = "topic_name") -> list[Body]:
+    return [{name_key: METADATA_TOPIC, "partitions": [partition]}]
+
+
+def _cluster(value: str | None, local_cluster_id: str) -> str:
+    return local_cluster_id if value is None else value
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def encode_batches(batches: tuple[Batch, ...] | list[Batch]) -> bytes:
+    return b"".join(encode_batch(b) for b in batches)
+
+
+def decode_record_set(data: bytes | None) -> list[Batch]:
+    if not data:
+        return []
+    try:
+        return decode_batches(data)
+    except CorruptRecordError as exc:
+        raise WireError(f"invalid record batch: {exc}", ErrorCode.CORRUPT_MESSAGE) from exc
+
+
+def produce_batch(
+    records: tuple[Record, ...],
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """The record batch a client puts in a Produce (base offset 0, epoch -1, as Kafka's)."""
+    return encode_batch(
+        Batch(
+            base_offset=0,
+            epoch=-1,
+            records=records,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+        )
+    )
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def request_to_wire(msg: Request) -> tuple[int, int, Body]:
+    """``(api_key, api_version, body)`` of a core request."""
+    part: Body
+    if isinstance(msg, FetchRequest):
+        part = {
+            "partition": 0,
+            "current_leader_epoch": msg.current_leader_epoch,
+            "fetch_offset": msg.fetch_offset,
+            "last_fetched_epoch": msg.last_fetched_epoch,
+            "log_start_offset": -1,
+            "partition_max_bytes": msg.max_bytes,
+        }
+        body: Body = {
+            "cluster_id": msg.cluster_id,
+            "replica_id": msg.replica_id,
+            "max_wait_ms": msg.max_wait_ms,
+            "min_bytes": 0,
+            "max_bytes": msg.max_bytes,
+            "topics": [{"topic": METADATA_TOPIC, "partitions": [part]}],
+            "forgotten_topics_data": [],
+            "kraft_spark_catching_up": msg.catching_up,
+        }
+        return ApiKey.FETCH, VERSIONS[ApiKey.FETCH], body
+    if isinstance(msg, VoteRequest):
+        part = {
+            "partition_index": 0,
+            "candidate_epoch": msg.candidate_epoch,
+            "candidate_id": msg.candidate_id,
+            "last_offset_epoch": msg.last_offset_epoch,
+            "last_offset": msg.last_offset,
+        }
+        return ApiKey.VOTE, 0, {"cluster_id": msg.cluster_id, "topics": _topics(part)}
+    if isinstance(msg, BeginQuorumEpochRequest):
+        part = {"partition_index": 0, "leader_id": msg.leader_id, "leader_epoch": msg.leader_epoch}
+        return (
+            ApiKey.BEGIN_QUORUM_EPOCH,
+            0,
+            {"cluster_id": msg.cluster_id, "topics": _topics(part)},
+        )
+    if isinstance(msg, EndQuorumEpochRequest):
+        part = {
+            "partition_index": 0,
+            "leader_id": msg.leader_id,
+            "leader_epoch": msg.leader_epoch,
+            "preferred_successors": list(msg.preferred_successors),
+        }
+        return ApiKey.END_QUORUM_EPOCH, 0, {"cluster_id": msg.cluster_id, "topics": _topics(part)}
+    if isinstance(msg, ProduceRequest):
+        data = produce_batch(
+            msg.records,
+            producer_id=msg.producer_id,
+            producer_epoch=msg.producer_epoch,
+            base_sequence=msg.base_sequence,
+        )
+        body = {
+            "transactional_id": None,
+            "acks": ACKS_ALL,
+            "timeout_ms": msg.timeout_ms,
+            "topic_data": [
+                {"name": METADATA_TOPIC, "partition_data": [{"index": 0, "records": data}]}
+            ],
+        }
+        return ApiKey.PRODUCE, VERSIONS[ApiKey.PRODUCE], body
+    if isinstance(msg, DescribeQuorumRequest):
+        return ApiKey.DESCRIBE_QUORUM, 1, {"topics": _topics({"partition_index": 0})}
+    raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover - the union is exhaustive
+
+
+def request_from_wire(api_key: int, body: Body, local_cluster_id: str) -> Request:
+    """The core request of a decoded body; raises :class:`WireError`."""
+    if api_key == ApiKey.FETCH:
+        topic = _only(body.get("topics"), "topic in Fetch")
+        if topic.get("topic") != METADATA_TOPIC:
+            raise WireError(f"Fetch names topic {topic.get('topic')!r}; only {METADATA_TOPIC!r}")
+        part = _only(topic.get("partitions"), "partition in Fetch")
+        if part["partition"] != 0:
+            raise WireError(f"Fetch names partition {part['partition']}; only partition 0 exists")
+        if part["fetch_offset"] < 0:
+            raise WireError(f"negative fetch offset {part['fetch_offset']}")
+        return FetchRequest(
+            cluster_id=_cluster(body["cluster_id"], local_cluster_id),
+            replica_id=body["replica_id"],
+            current_leader_epoch=part["current_leader_epoch"],
+            fetch_offset=part["fetch_offset"],
+            last_fetched_epoch=part["last_fetched_epoch"],
+            max_wait_ms=max(0, body["max_wait_ms"]),
+            max_bytes=max(1, min(body["max_bytes"], part["partition_max_bytes"])),
+            catching_up=bool(body.get("kraft_spark_catching_up", False)),
+        )
+    if api_key == ApiKey.VOTE:
+        part = _partition(body, "partitions", "topic_name", "Vote")
+        return VoteRequest(
+            cluster_id=_cluster(body["cluster_id"], local_cluster_id),
+            candidate_epoch=part["candidate_epoch"],
+            candidate_id=part["candidate_id"],
+            last_offset_epoch=part["last_offset_epoch"],
+            last_offset=part["last_offset"],
+        )
+    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+        part = _partition(body, "partitions", "topic_name", "BeginQuorumEpoch")
+        return BeginQuorumEpochRequest(
+            cluster_id=_cluster(body["cluster_id"], local_cluster_id),
+            leader_id=part["leader_id"],
+            leader_epoch=part["leader_epoch"],
+        )
+    if api_key == ApiKey.END_QUORUM_EPOCH:
+        part = _partition(body, "partitions", "topic_name", "EndQuorumEpoch")
+        return EndQuorumEpochRequest(
+            cluster_id=_cluster(body["cluster_id"], local_cluster_id),
+            leader_id=part["leader_id"],
+            leader_epoch=part["leader_epoch"],
+            preferred_successors=tuple(part["preferred_successors"]),
+        )
+    if api_key == ApiKey.PRODUCE:
+        if body["transactional_id"] is not None:
+            raise WireError("transactional produce is not supported by the metadata quorum")
+        if body["acks"] != ACKS_ALL:
+            raise WireError(
+                f"acks={body['acks']}: the quorum only acknowledges committed records (acks=-1)",
+                ErrorCode.INVALID_REQUIRED_ACKS,
+            )
+        topic = _only(body.get("topic_data"), "topic in Produce")
+        if topic.get("name") != METADATA_TOPIC:
+            raise WireError(f"Produce names topic {topic.get('name')!r}; only {METADATA_TOPIC!r}")
+        part = _only(topic.get("partition_data"), "partition in Produce")
+        if part["index"] != 0:
+            raise WireError(f"Produce names partition {part['index']}; only partition 0 exists")
+        batches = decode_record_set(part["records"])
+        if len(batches) != 1:
+            raise WireError(
+                f"a Produce must carry exactly one record batch, got {len(batches)}",
+                ErrorCode.INVALID_RECORD,
+            )
+        batch = batches[0]
+        if batch.is_control:
+            raise WireError("clients may not append control batches", ErrorCode.INVALID_RECORD)
+        return ProduceRequest(
+            records=batch.records,
+            timeout_ms=max(0, body["timeout_ms"]),
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
+        )
+    if api_key == ApiKey.DESCRIBE_QUORUM:
+        _partition(body, "partitions", "topic_name", "DescribeQuorum")
+        return DescribeQuorumRequest()
+    raise WireError(f"api key {api_key} is not a quorum request", ErrorCode.UNSUPPORTED_VERSION)
+
+
+def error_response_body(api_key: int, error: int, message: str = "") -> Body:
+    """A response to a request we could not turn into a core message."""
+    if api_key == ApiKey.FETCH:
+        fpart = {"partition_index": 0, "error_code": error, "high_watermark": -1, "records": None}
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error,
+            "responses": [{"topic": METADATA_TOPIC, "partitions": [fpart]}],
+        }
+    if api_key == ApiKey.PRODUCE:
+        part: Body = {
+            "index": 0,
+            "error_code": error,
+            "base_offset": -1,
+            "error_message": message or None,
+        }
+        return {"responses": [{"name": METADATA_TOPIC, "partition_responses": [part]}]}
+    if api_key == ApiKey.VOTE:
+        return {"error_code": error, "topics": []}
+    if api_key in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
+        return {"error_code": error, "topics": []}
+    if api_key == ApiKey.DESCRIBE_QUORUM:
+        return {"error_code": error, "topics": []}
+    raise WireError(f"no error response for api key {api_key}")
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def _split_error(error: CoreError) -> tuple[int, int]:
+    """(top-level, partition) error codes, as Kafka places them."""
+    if error == CoreError.INCONSISTENT_CLUSTER_ID:
+        return int(error), 0
+    return 0, int(error)
+
+
+def response_to_wire(
+    msg: Response, cluster_id: str, endpoints: list[Body] | None = None
+) -> Body:
+    """The body of a core response (encoded at the version of the request it answers).
+    ``endpoints`` (``{"node_id", "host", "port"}`` per voter) lets clients find the leader."""
+    if isinstance(msg, FetchResponse):
+        top, err = _split_error(msg.error)
+        part: Body = {
+            "partition_index": 0,
+            "error_code": err,
+            "high_watermark": msg.high_watermark,
+            "current_leader": {"leader_id": msg.leader_id, "leader_epoch": msg.leader_epoch},
+            "records": encode_batches(msg.batches) if msg.batches else None,
+        }
+        if msg.diverging_epoch is not None:
+            part["diverging_epoch"] = {
+                "epoch": msg.diverging_epoch.epoch,
+                "end_offset": msg.diverging_epoch.offset,
+            }
+        return {
+            "throttle_time_ms": 0,
+            "error_code": top,
+            "responses": [{"topic": METADATA_TOPIC, "partitions": [part]}],
+        }
+    if isinstance(msg, VoteResponse):
+        top, err = _split_error(msg.error)
+        part = {
+            "partition_index": 0,
+            "error_code": err,
+            "leader_id": msg.leader_id,
+            "leader_epoch": msg.leader_epoch,
+            "vote_granted": msg.vote_granted,
+        }
+        return {"error_code": top, "topics": _topics(part)}
+    if isinstance(msg, BeginQuorumEpochResponse | EndQuorumEpochResponse):
+        top, err = _split_error(msg.error)
+        part = {
+            "partition_index": 0,
+            "error_code": err,
+            "leader_id": msg.leader_id,
+            "leader_epoch": msg.leader_epoch,
+        }
+        return {"error_code": top, "topics": _topics(part)}
+    if isinstance(msg, ProduceResponse):
+        ok = msg.error == CoreError.NONE
+        part = {
+            "index": 0,
+            "error_code": int(msg.error),
+            "base_offset": msg.base_offset,
+            "error_message": msg.message or None,
+            "current_leader": {
+                "leader_id": msg.leader_id,
+                "leader_epoch": msg.epoch if ok and msg.epoch >= 0 else msg.leader_epoch,
+            },
+        }
+        body = {"responses": [{"name": METADATA_TOPIC, "partition_responses": [part]}]}
+        if not ok and endpoints:
+            body["node_endpoints"] = [e for e in endpoints if e["node_id"] == msg.leader_id]
+        return body
+    if isinstance(msg, DescribeQuorumResponse):
+
+        def replicas(states: tuple[ReplicaState, ...]) -> list[Body]:
+            return [
+                {
+                    "replica_id": s.replica_id,
+                    "log_end_offset": s.log_end_offset,
+                    "last_fetch_timestamp": s.last_fetch_timestamp,
+                    "last_caught_up_timestamp": s.last_caught_up_timestamp,
+                }
+                for s in states
+            ]
+
+        part = {
+            "partition_index": 0,
+            "error_code": int(msg.error),
+            "leader_id": msg.leader_id,
+            "leader_epoch": msg.leader_epoch,
+            "high_watermark": msg.high_watermark,
+            "current_voters": replicas(msg.voters),
+            "observers": replicas(msg.observers),
+        }
+        return {
+            "error_code": 0,
+            "topics": _topics(part),
+            "kraft_spark_cluster_id": cluster_id,
+            "kraft_spark_node_endpoints": endpoints or [],
+        }
+    raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover
+
+
+def _response_partition(body: Body, topics_key: str, parts_key: str) -> Body | None:
+    topics = body.get(topics_key) or []
+    if not topics:
+        return None
+    parts = topics[0].get(parts_key) or []
+    if not parts:
+        return None
+    part: Body = parts[0]
+    return part
+
+
+def _error_of(body: Body, part: Body | None) -> CoreError:
+    top = body.get("error_code", 0)
+    if top:
+        return _core_error(top)
+    return _core_error(part["error_code"] if part is not None else 0)
+
+
+def response_from_wire(api_key: int, body: Body) -> Response:
+    """The core response of a decoded body (what a node gets back from a peer)."""
+    if api_key == ApiKey.FETCH:
+        part = _response_partition(body, "responses", "partitions")
+        if part is None:
+            return FetchResponse(_error_of(body, None), -1, -1, -1)
+        diverging = part.get("diverging_epoch")
+        leader = part.get("current_leader") or {}
+        return FetchResponse(
+            error=_error_of(body, part),
+            leader_id=leader.get("leader_id", -1),
+            leader_epoch=leader.get("leader_epoch", -1),
+            high_watermark=part["high_watermark"],
+            diverging_epoch=(
+                OffsetAndEpoch(diverging["end_offset"], diverging["epoch"])
+                if diverging is not None and diverging["epoch"] >= 0
+                else None
+            ),
+            batches=tuple(decode_record_set(part["records"])),
+        )
+    if api_key == ApiKey.VOTE:
+        part = _response_partition(body, "topics", "partitions")
+        if part is None:
+            return VoteResponse(_error_of(body, None), -1, -1, False)
+        return VoteResponse(
+            _error_of(body, part), part["leader_id"], part["leader_epoch"], part["vote_granted"]
+        )
+    if api_key in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
+        cls = BeginQuorumEpochResponse if api_key == ApiKey.BEGIN_QUORUM_EPOCH else (
+            EndQuorumEpochResponse
+        )
+        part = _response_partition(body, "topics", "partitions")
+        if part is None:
+            return cls(_error_of(body, None), -1, -1)
+        return cls(_error_of(body, part), part["leader_id"], part["leader_epoch"])
+    if api_key == ApiKey.PRODUCE:
+        part = _response_partition(body, "responses", "partition_responses")
+        if part is None:
+            return ProduceResponse(_error_of(body, None), -1, -1)
+        leader = part.get("current_leader") or {}
+        return ProduceResponse(
+            error=_core_error(part["error_code"]),
+            leader_id=leader.get("leader_id", -1),
+            leader_epoch=leader.get("leader_epoch", -1),
+            base_offset=part["base_offset"],
+            epoch=leader.get("leader_epoch", -1),
+            message=part.get("error_message") or "",
+        )
+    if api_key == ApiKey.DESCRIBE_QUORUM:
+        part = _response_partition(body, "topics", "partitions")
+        if part is None:
+            return DescribeQuorumResponse(_error_of(body, None), -1, -1)
+
+        def states(items: list[Body]) -> tuple[ReplicaState, ...]:
+            return tuple(
+                ReplicaState(
+                    r["replica_id"],
+                    r["log_end_offset"],
+                    r.get("last_fetch_timestamp", -1),
+                    r.get("last_caught_up_timestamp", -1),
+                )
+                for r in items
+            )
+
+        return DescribeQuorumResponse(
+            error=_error_of(body, part),
+            leader_id=part["leader_id"],
+            leader_epoch=part["leader_epoch"],
+            high_watermark=part["high_watermark"],
+            voters=states(part["current_voters"]),
+            observers=states(part["observers"]),
+        )
+    raise WireError(f"api key {api_key} is not a quorum response")

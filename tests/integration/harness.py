@@ -1,0 +1,317 @@
+"""Real-process quorum harness: ``kraft-spark local`` or hand-started nodes, a load generator
+that records every acknowledgement, a TCP proxy that can cut a node off, and a checker that
+reads every voter's segment files from disk."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kraft_spark.client import ClientError, NewRecord, QuorumClient
+from kraft_spark.log.codec import iter_batches
+from kraft_spark.log.errors import CorruptRecordError
+from kraft_spark.raft.records import Batch, decode_leader_change
+
+# Quicker than Kafka's defaults so each scenario takes seconds, not tens of seconds.
+FAST_SETTINGS = {
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.request.timeout.ms": "1000",
+}
+FETCH_TIMEOUT_S = 1.0
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def consecutive_free_ports(n: int) -> int:
+    for _ in range(100):
+        base = free_ports(1)[0]
+        if base + n > 65000:
+            continue
+        try:
+            socks = []
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return base
+    raise RuntimeError("no run of free ports")
+
+
+@dataclass
+class LocalQuorum:
+    """``kraft-spark local`` as a child process."""
+
+    data_dir: Path
+    voters: int = 3
+    proc: subprocess.Popen[str] | None = None
+    nodes: list[dict[str, object]] = field(default_factory=list)
+    restarted: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(self) -> None:
+        base = consecutive_free_ports(self.voters)
+        cmd = [sys.executable, "-m", "kraft_spark", "local", "--voters", str(self.voters),
+               "--data-dir", str(self.data_dir), "--base-port", str(base)]
+        for key, value in FAST_SETTINGS.items():
+            cmd += ["--set", f"{key}={value}"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        assert self.proc.stdout is not None
+        for _ in range(self.voters):
+            line = self.proc.stdout.readline()
+            assert line, f"kraft-spark local exited early ({self.proc.poll()})"
+            self.nodes.append(json.loads(line))
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [str(n["endpoint"]) for n in self.nodes]
+
+    def pid(self, node_id: int) -> int:
+        return int(str(self.nodes[node_id]["pid"]))
+
+    def log_dir(self, node_id: int) -> Path:
+        return Path(str(self.nodes[node_id]["log_dir"]))
+
+    def restart_node(self, node_id: int) -> subprocess.Popen[bytes]:
+        """Start a killed node again (``local`` restarts nothing by itself)."""
+        conf = self.data_dir / f"node-{node_id}.properties"
+        out = open(self.data_dir / "logs" / f"node-{node_id}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen([sys.executable, "-m", "kraft_spark", "node", "--config",
+                                 str(conf)], stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        self.nodes[node_id]["pid"] = proc.pid
+        self.restarted.append(proc)
+        return proc
+
+    def stop(self) -> int:
+        """SIGTERM ``local`` (it stops the nodes gracefully); returns its exit code."""
+        if self.proc is None:
+            return 0
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            code = self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        for proc in self.restarted:  # nodes restarted by a test are ours to stop
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return code
+
+
+class LoadGenerator:
+    """Appends unique keys in a thread; records (key → offset) for every acknowledgement."""
+
+    def __init__(self, bootstrap: list[str], *, batch: int = 1) -> None:
+        self.client = QuorumClient(bootstrap, retry_budget_s=15.0, request_timeout_s=2.0)
+        self.acked: dict[bytes, int] = {}
+        self.errors: list[str] = []
+        self.ack_times: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._batch = batch
+        self._next = 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            keys = [f"w{self._next + i}".encode() for i in range(self._batch)]
+            self._next += self._batch
+            try:
+                result = self.client.append([NewRecord(k, b"x" * 50) for k in keys],
+                                            timeout_s=15.0)
+            except ClientError as exc:
+                self.errors.append(str(exc))
+                continue
+            now = time.monotonic()
+            for i, key in enumerate(keys):
+                self.acked[key] = result.base_offset + i
+            self.ack_times.append(now)
+
+    def start(self) -> LoadGenerator:
+        self._thread.start()
+        return self
+
+    def wait_for_acks(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.acked) < count:
+            assert time.monotonic() < deadline, f"only {len(self.acked)} acks: {self.errors}"
+            time.sleep(0.01)
+
+    def first_ack_after(self, t: float, timeout_s: float) -> float:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            later = [a for a in self.ack_times[-50:] if a > t]
+            if later:
+                return later[0]
+            time.sleep(0.005)
+        raise AssertionError(f"no commit within {timeout_s} s: {self.errors[-3:]}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.client.close()
+
+
+def read_voter_log(log_dir: Path) -> list[Batch]:
+    """Every valid batch in a voter's segment files (a torn tail is where reading stops)."""
+    pdir = log_dir / "__cluster_metadata-0"
+    batches: list[Batch] = []
+    for seg in sorted(pdir.glob("*.log")):
+        data = seg.read_bytes()
+        with contextlib.suppress(CorruptRecordError):
+            for batch in iter_batches(data):
+                batches.append(batch)
+    return batches
+
+
+def key_offsets(batches: list[Batch]) -> dict[bytes, list[int]]:
+    out: dict[bytes, list[int]] = {}
+    for batch in batches:
+        if batch.is_control:
+            continue
+        for i, rec in enumerate(batch.records):
+            assert rec.key is not None
+            out.setdefault(rec.key, []).append(batch.base_offset + i)
+    return out
+
+
+def leaders_by_epoch(batches: list[Batch]) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for batch in batches:
+        if batch.is_control:
+            change = decode_leader_change(batch.records[0].value or b"")
+            out.setdefault(batch.epoch, set()).add(change.leader_id)
+    return out
+
+
+def check_acknowledged(acked: dict[bytes, int], log_dirs: list[Path], hw: int) -> None:
+    """Every acknowledged append is present exactly once at its offset on every voter."""
+    for log_dir in log_dirs:
+        batches = read_voter_log(log_dir)
+        end = batches[-1].next_offset if batches else 0
+        assert end >= hw, f"{log_dir} ends at {end}, below the high watermark {hw}"
+        where = key_offsets(batches)
+        for key, offset in acked.items():
+            assert where.get(key) == [offset], (
+                f"{log_dir}: acknowledged {key!r} at {offset}, log has {where.get(key)}"
+            )
+        for epoch, leaders in leaders_by_epoch(batches).items():
+            assert len(leaders) == 1, f"{log_dir}: epoch {epoch} has leaders {leaders}"
+
+
+def wait_replicated(client: QuorumClient, voters: int, timeout_s: float = 20.0) -> int:
+    """Wait until every voter's log end reached the high watermark; return it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = client.describe_quorum()
+        ends = [v.log_end_offset for v in info.voters]
+        if len(ends) == voters and min(ends) >= info.high_watermark:
+            return info.high_watermark
+        assert time.monotonic() < deadline, f"voters did not catch up: {info}"
+        time.sleep(0.1)
+
+
+def leader_id(client: QuorumClient) -> int:
+    return client.describe_quorum().leader_id
+
+
+@contextlib.contextmanager
+def running(quorum: LocalQuorum) -> Iterator[LocalQuorum]:
+    quorum.start()
+    try:
+        yield quorum
+    finally:
+        assert quorum.stop() == 0, "kraft-spark local did not exit 0 on SIGTERM"
+
+
+class CuttableProxy:
+    """A TCP proxy ``listen_port → target_port`` that can drop everything and heal."""
+
+    def __init__(self, listen_port: int, target_port: int) -> None:
+        self.listen_port, self.target_port = listen_port, target_port
+        self.cut = False
+        self._socks: list[socket.socket] = []
+        self._server = socket.create_server(("127.0.0.1", listen_port), reuse_port=False)
+        self._server.settimeout(0.2)
+        self._alive = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while self._alive:
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if self.cut:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), 1.0)
+            except OSError:
+                client.close()
+                continue
+            self._socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while not self.cut:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+    def set_cut(self, cut: bool) -> None:
+        self.cut = cut
+        if cut:
+            for s in self._socks:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                    s.close()
+            self._socks.clear()
+
+    def close(self) -> None:
+        self._alive = False
+        self.set_cut(True)
+        self._server.close()

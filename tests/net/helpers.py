@@ -1,0 +1,93 @@
+"""Shared helpers for tests that run real nodes on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from kraft_spark.log.meta import format_log_dir
+from kraft_spark.net.config import NodeConfig, TlsConfig
+from kraft_spark.net.node import RaftNode
+from kraft_spark.raft.config import QuorumConfig
+
+CLUSTER = "test-cluster"
+# Short timeouts keep elections quick in tests; still well above loopback latencies.
+FAST = QuorumConfig(fetch_timeout_ms=600, election_timeout_ms=300, request_timeout_ms=500)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def make_nodes(
+    tmp: Path, count: int = 3, *, tls: TlsConfig | None = None, quorum: QuorumConfig = FAST
+) -> list[RaftNode]:
+    ports = free_ports(count)
+    voters = {i: ("127.0.0.1", p) for i, p in enumerate(ports)}
+    nodes = []
+    for i in range(count):
+        log_dir = str(tmp / f"node-{i}")
+        format_log_dir(log_dir, cluster_id=CLUSTER, node_id=i, ignore_formatted=True)
+        nodes.append(RaftNode(NodeConfig(i, log_dir, "127.0.0.1", ports[i], voters, quorum,
+                                         tls=tls)))
+    return nodes
+
+
+async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def leader_of(nodes: list[RaftNode]) -> RaftNode | None:
+    leaders = [n for n in nodes if n.describe()["role"] == "leader"]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+async def run_quorum(
+    tmp: Path, body: Callable[[list[RaftNode]], Awaitable[None]], **kwargs: object
+) -> None:
+    nodes = make_nodes(tmp, **kwargs)  # type: ignore[arg-type]
+    try:
+        for node in nodes:
+            await node.start()
+        await wait_for(lambda: leader_of(nodes) is not None, 10, "a leader")
+        await body(nodes)
+    finally:
+        for node in nodes:
+            await node.stop(graceful=False)
+
+
+def make_certs(directory: Path) -> tuple[TlsConfig, TlsConfig]:
+    """A private CA with one node certificate, and a second certificate from another CA."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    for ca in ("ca", "rogue-ca"):
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+            f"/CN={ca}", "-keyout", f"{ca}.key", "-out", f"{ca}.pem")
+    for name, ca in (("node", "ca"), ("rogue", "rogue-ca")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout",
+            f"{name}.key", "-out", f"{name}.csr")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem")
+    good = TlsConfig(str(directory / "node.pem"), str(directory / "node.key"),
+                     str(directory / "ca.pem"))
+    rogue = TlsConfig(str(directory / "rogue.pem"), str(directory / "rogue.key"),
+                      str(directory / "ca.pem"))
+    return good, rogue
