@@ -138,7 +138,7 @@ class LoadGenerator:
         self.client = QuorumClient(bootstrap, retry_budget_s=15.0, request_timeout_s=2.0)
         self.acked: dict[bytes, int] = {}
         self.errors: list[str] = []
-        self.ack_times: list[float] = []
+        self.ack_times: list[tuple[float, int]] = []  # (when, epoch of the batch)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._batch = batch
@@ -157,7 +157,7 @@ class LoadGenerator:
             now = time.monotonic()
             for i, key in enumerate(keys):
                 self.acked[key] = result.base_offset + i
-            self.ack_times.append(now)
+            self.ack_times.append((now, result.epoch))
 
     def start(self) -> LoadGenerator:
         self._thread.start()
@@ -169,10 +169,12 @@ class LoadGenerator:
             assert time.monotonic() < deadline, f"only {len(self.acked)} acks: {self.errors}"
             time.sleep(0.01)
 
-    def first_ack_after(self, t: float, timeout_s: float) -> float:
+    def first_ack_after(self, t: float, epoch: int, timeout_s: float) -> float:
+        """When the first append of an epoch above ``epoch`` was acknowledged after ``t``
+        (acknowledgements still in flight from the old leader do not count)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            later = [a for a in self.ack_times[-50:] if a > t]
+            later = [a for a, e in self.ack_times[-50:] if a > t and e > epoch]
             if later:
                 return later[0]
             time.sleep(0.005)
@@ -245,6 +247,11 @@ def wait_replicated(client: QuorumClient, voters: int, timeout_s: float = 20.0) 
 
 def leader_id(client: QuorumClient) -> int:
     return client.describe_quorum().leader_id
+
+
+def leader_and_epoch(client: QuorumClient) -> tuple[int, int]:
+    info = client.describe_quorum()
+    return info.leader_id, info.leader_epoch
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from .harness import (
     LocalQuorum,
     check_acknowledged,
     free_ports,
+    leader_and_epoch,
     leader_id,
     leaders_by_epoch,
     read_voter_log,
@@ -44,11 +45,11 @@ def test_kill_leader_then_restart_it(tmp_path: Path) -> None:
         try:
             load.wait_for_acks(100, 20)
             client = QuorumClient(quorum.bootstrap)
-            old = leader_id(client)
+            old, epoch = leader_and_epoch(client)
             killed_at = time.monotonic()
             os.kill(quorum.pid(old), signal.SIGKILL)
             # 1. A new leader commits within the election bounds (fetch timeout + election).
-            recovered = load.first_ack_after(killed_at + 0.001, 15)
+            recovered = load.first_ack_after(killed_at, epoch, 15)
             _report("kill -9 leader -> next commit", recovered - killed_at)
             assert leader_id(client) != old
             load.wait_for_acks(len(load.acked) + 50, 20)
@@ -89,10 +90,10 @@ def test_graceful_stop_of_the_leader_hands_over(tmp_path: Path) -> None:
         client = QuorumClient(quorum.bootstrap)
         try:
             load.wait_for_acks(100, 20)
-            old = leader_id(client)
+            old, epoch = leader_and_epoch(client)
             stopped_at = time.monotonic()
             os.kill(quorum.pid(old), signal.SIGTERM)
-            recovered = load.first_ack_after(stopped_at + 0.001, 10)
+            recovered = load.first_ack_after(stopped_at, epoch, 10)
             _report("graceful leader stop -> next commit", recovered - stopped_at)
             # Well inside the fetch timeout: the handover did not wait for a timeout.
             assert recovered - stopped_at < FETCH_TIMEOUT_S

@@ -1,0 +1,35 @@
+"""Registers the ``bench`` benchmarks of this package with the ``kraft-spark`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from kraft_spark.log.commands import bench_subparsers
+
+
+def register(subparsers: Any) -> None:
+    quorum = bench_subparsers(subparsers).add_parser(
+        "quorum", help="native client against a local 3-voter quorum (latency, throughput, "
+        "failover)",
+    )
+    quorum.add_argument("--seconds", type=float, default=10.0, help="per workload (default 10)")
+    quorum.add_argument("--base-port", type=int, default=19500)
+    quorum.add_argument("--json", action="store_true", help="end with one JSON line")
+    quorum.set_defaults(func=_bench_quorum)
+
+
+def _bench_quorum(args: argparse.Namespace) -> int:
+    from bench.native import format_table, run_native
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    rows = asyncio.run(run_native(args.seconds, args.base_port, log))
+    print(format_table(rows))
+    if args.json:
+        print(json.dumps(rows))
+    return 0
