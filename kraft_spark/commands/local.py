@@ -39,6 +39,10 @@ def register(subparsers: Any) -> None:
         "--base-port", type=int, default=DEFAULT_BASE_PORT,
         help=f"node i listens on base-port + i (default {DEFAULT_BASE_PORT})",
     )
+    parser.add_argument("--http-port", type=int, default=None,
+                        help="also serve the HTTP API on this port (0: any free port)")
+    parser.add_argument("--http-token", default=None,
+                        help="require Authorization: Bearer TOKEN on the HTTP API")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -108,6 +112,7 @@ def _run_local(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    sidecar: Any = None
     try:
         for node_id, port in enumerate(ports):
             log_dir = os.path.join(data_dir, f"node-{node_id}")
@@ -133,6 +138,17 @@ def _run_local(args: argparse.Namespace) -> int:
             _wait_listening(args.host, port, proc, log_path)
             print(json.dumps({"node_id": node_id, "endpoint": f"{args.host}:{port}",
                               "pid": proc.pid, "log_dir": log_dir}), flush=True)
+        if args.http_port is not None:
+            from kraft_spark.commands.sidecar import start_sidecar
+
+            try:
+                sidecar = start_sidecar([f"{args.host}:{p}" for p in ports], args.host,
+                                        args.http_port, cluster_id=cluster_id,
+                                        token=args.http_token)
+            except RuntimeError as exc:
+                raise CommandError(str(exc), exit_code=1) from exc
+            print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",
+                              "docs": f"http://{args.host}:{sidecar.port}/docs"}), flush=True)
         exited: set[int] = set()
         while not stop.wait(0.2):
             for proc in procs:
@@ -141,6 +157,8 @@ def _run_local(args: argparse.Namespace) -> int:
                     print(f"node pid {proc.pid} exited with code {proc.returncode} "
                           "(not restarted)", file=sys.stderr, flush=True)
     finally:
+        if sidecar is not None:
+            sidecar.stop()
         _stop_all(procs)
     return 0
 

@@ -72,6 +72,8 @@ class LocalQuorum:
     proc: subprocess.Popen[str] | None = None
     nodes: list[dict[str, object]] = field(default_factory=list)
     restarted: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    http: bool = False
+    http_url: str = ""
 
     def start(self) -> None:
         base = consecutive_free_ports(self.voters)
@@ -79,6 +81,8 @@ class LocalQuorum:
                "--data-dir", str(self.data_dir), "--base-port", str(base)]
         for key, value in FAST_SETTINGS.items():
             cmd += ["--set", f"{key}={value}"]
+        if self.http:
+            cmd += ["--http-port", "0"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                      start_new_session=True)
         assert self.proc.stdout is not None
@@ -86,6 +90,8 @@ class LocalQuorum:
             line = self.proc.stdout.readline()
             assert line, f"kraft-spark local exited early ({self.proc.poll()})"
             self.nodes.append(json.loads(line))
+        if self.http:
+            self.http_url = json.loads(self.proc.stdout.readline())["http"]
 
     @property
     def bootstrap(self) -> list[str]:

@@ -1,0 +1,874 @@
+"""The HTTP sidecar (SPEC §12): FastAPI in front of a :class:`QuorumBackend`.
+
+Routes::
+
+    POST /v1/records              append one record or a batch; answers once committed
+    GET  /v1/records              committed data records from an offset
+    GET  /v1/quorum               DescribeQuorum with the status summary fields
+    GET  /v1/quorum/replication   the replication table (leader, followers, observers)
+    GET  /metrics                 Prometheus text
+    GET  /healthz                 liveness: 200 while the process serves
+    GET  /readyz                  200 when the quorum names a leader, else 503
+    GET  /docs                    OpenAPI (Swagger UI); the schema at /openapi.json
+
+Every error is JSON ``{"error": "<cause and fix>"}``: 400 invalid JSON, 415 not JSON, 422 wrong
+fields, 413 body or record too large, 401 bad token, 503 + ``Retry-After`` while no leader is
+known, 504 when a commit was not confirmed in time (the append may still commit).
+
+A record ``{"key": "k", "value": <JSON>, "headers": {"h": "v"}}`` becomes a
+:class:`~kraft_spark.client.types.NewRecord` with the key and header values as UTF-8 bytes and the
+value as compact JSON (``json.dumps(value, separators=(",", ":"))``) in UTF-8; a JSON ``null``
+value is a tombstone (``value=None``: deletes the key). The value is required, so a tombstone is
+always explicit.
+
+**Idempotency.** With an ``Idempotency-Key`` header the append runs at most once per key while the
+process lives (an LRU of :data:`IDEMPOTENCY_KEYS` keys): a retry, even one that arrives while the
+first is in flight, waits for and returns the first result (with ``Idempotent-Replayed: true``).
+Such an append keeps waiting for its commit in the background for ``background_commit_s`` after the
+request that started it gave up with 504, so a retry can still collect its result. Only when the
+backend failed without appending (any client error but ``CommitTimeoutError``: no leader, record
+refused, ...) is the key forgotten so a retry appends afresh; when the outcome is unknown (the
+backend's own commit timeout, an unexpected exception) the key keeps answering with that failure
+and never appends twice.
+
+**Lifecycle.** Give either a ready ``backend`` (the caller owns and closes it) or a
+``backend_factory``: the factory runs at application startup on the server's event loop and the
+app closes the backend at shutdown on that same loop — use it for ``AsyncQuorumClient``, whose
+asyncio state must live on the loop that serves the requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal, Protocol
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kraft_spark.client.errors import (
+    ClientError,
+    ClusterIdMismatchError,
+    CommitTimeoutError,
+    InvalidRecordError,
+    NoLeaderError,
+    RecordTooLargeError,
+)
+from kraft_spark.client.types import AppendResult, CommittedRecord, NewRecord, QuorumInfo
+from kraft_spark.metrics import CONTENT_TYPE, HttpMetrics, Registry
+from kraft_spark.quorum_report import replication_rows, status_summary
+
+__all__ = [
+    "IDEMPOTENCY_KEYS",
+    "MAX_READ_LIMIT",
+    "MAX_RECORDS_PER_REQUEST",
+    "QuorumBackend",
+    "create_app",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_RECORDS_PER_REQUEST: Final = 1000
+MAX_READ_LIMIT: Final = 1000
+IDEMPOTENCY_KEYS: Final = 10_000
+MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
+READY_TIMEOUT_S: Final = 5.0
+RETRY_AFTER_S: Final = "1"
+
+_RECORD_SHAPE: Final = (
+    'A record is {"key": "<non-empty string>", "value": <any JSON; null deletes the key>, '
+    '"headers": {"<name>": "<string>"}} (headers optional); '
+    'a batch is {"records": [<record>, ...]}.'
+)
+
+
+class QuorumBackend(Protocol):
+    """What the sidecar needs from the quorum; ``AsyncQuorumClient`` satisfies it."""
+
+    @property
+    def cluster_id(self) -> str | None: ...
+
+    async def append(
+        self, records: Sequence[NewRecord], *, timeout_s: float = ...
+    ) -> AppendResult: ...
+
+    async def read(self, from_offset: int, limit: int = ...) -> list[CommittedRecord]: ...
+
+    async def describe_quorum(self) -> QuorumInfo: ...
+
+    async def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- request/response
+
+
+class RecordIn(BaseModel):
+    """One record to append."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    key: str = Field(min_length=1, description="The record key (UTF-8).", examples=["topic/a"])
+    value: Any = Field(
+        description="Any JSON value, stored as compact JSON; null is a tombstone (deletes the "
+        "key).",
+        examples=[{"partitions": 3}],
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Optional string headers (values stored as UTF-8)."
+    )
+
+
+class BatchIn(BaseModel):
+    """Several records, appended atomically at consecutive offsets in this order."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    records: list[RecordIn] = Field(min_length=1, max_length=MAX_RECORDS_PER_REQUEST)
+
+
+AppendRequest = RecordIn | BatchIn
+
+
+class AppendResponse(BaseModel):
+    base_offset: int = Field(description="Offset of the first record.")
+    last_offset: int = Field(description="Offset of the last record.")
+    epoch: int = Field(description="Leader epoch the batch was appended in.")
+
+
+class RecordOut(BaseModel):
+    offset: int
+    epoch: int
+    timestamp: int = Field(description="Append time, wall-clock milliseconds.")
+    key: str | None
+    value: Any = Field(description="The value parsed as JSON, else as a string; null: tombstone.")
+    headers: dict[str, str | None]
+
+
+class ReadResponse(BaseModel):
+    records: list[RecordOut]
+    next_offset: int = Field(description="The from_offset to ask for next.")
+
+
+class ReplicaStateOut(BaseModel):
+    replicaId: int
+    logEndOffset: int
+    lastFetchTimestamp: int
+    lastCaughtUpTimestamp: int
+
+
+class QuorumOut(BaseModel):
+    clusterId: str
+    leaderId: int
+    leaderEpoch: int
+    highWatermark: int
+    maxFollowerLag: int
+    maxFollowerLagTimeMs: int
+    currentVoters: list[int]
+    currentObservers: list[int]
+    voters: list[ReplicaStateOut]
+    observers: list[ReplicaStateOut]
+
+
+class ReplicationRowOut(BaseModel):
+    nodeId: int
+    logEndOffset: int
+    lag: int
+    lastFetchTimestamp: int
+    lastCaughtUpTimestamp: int
+    status: Literal["Leader", "Follower", "Observer"]
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="What went wrong and how to fix it.")
+
+
+class StatusOut(BaseModel):
+    status: str
+    leaderId: int | None = None
+    leaderEpoch: int | None = None
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ApiError(Exception):
+    """Answered as ``{"error": message}`` with this status and headers."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def _error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _client_error(exc: ClientError) -> ApiError:
+    """Map a backend error (other than a commit timeout) to its HTTP answer."""
+    if isinstance(exc, NoLeaderError):
+        return ApiError(
+            503,
+            f"no quorum leader is known right now ({exc}); an election is probably in progress:"
+            " retry after the Retry-After delay",
+            {"Retry-After": RETRY_AFTER_S},
+        )
+    if isinstance(exc, RecordTooLargeError):
+        return ApiError(413, f"the quorum refused the batch as too large ({exc}): send less data")
+    if isinstance(exc, InvalidRecordError):
+        return ApiError(422, f"the quorum refused the records as invalid: {exc}")
+    if isinstance(exc, ClusterIdMismatchError):
+        return ApiError(
+            502, f"the sidecar reached a node of another cluster ({exc}): fix its bootstrap list"
+        )
+    return ApiError(502, f"the quorum failed the request: {type(exc).__name__}: {exc}")
+
+
+_PARAM_KINDS: Final = {"query": "query parameter ", "header": "header ", "path": "path parameter "}
+_JSON_TYPES: Final = {
+    dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+    bool: "a boolean", type(None): "null",
+}
+
+
+def _loc(parts: Sequence[int | str]) -> str:
+    if len(parts) == 2 and parts[0] in _PARAM_KINDS:
+        return f"{_PARAM_KINDS[str(parts[0])]}{parts[1]}"
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "body"
+
+
+def _describe_errors(errors: Sequence[Any], limit: int = 5) -> str:
+    parts = []
+    for err in errors[:limit]:
+        kind = err.get("type")
+        if kind == "extra_forbidden":
+            message = "unknown field"
+        elif kind == "missing":
+            message = "required field is missing"
+        else:
+            message = str(err.get("msg", "invalid"))
+        parts.append(f"{_loc(err.get('loc', ()))}: {message}")
+    if len(errors) > limit:
+        parts.append(f"and {len(errors) - limit} more")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- body handling
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _parse_json(body: bytes) -> Any:
+    if not body.strip():
+        raise ApiError(400, "the request body is empty: send a JSON object. " + _RECORD_SHAPE)
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ApiError(400, "the request body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
+        raise ApiError(
+            400, f"the request body is not valid JSON ({exc}): fix the JSON syntax and retry"
+        ) from None
+
+
+def _encode_value(value: Any, index: int) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except ValueError:
+        raise ApiError(
+            422, f"records[{index}].value holds a number JSON cannot represent (too large)"
+        ) from None
+
+
+def _to_new_records(records: Sequence[RecordIn]) -> list[NewRecord]:
+    out = []
+    for index, record in enumerate(records):
+        out.append(
+            NewRecord(
+                key=record.key.encode("utf-8"),
+                value=_encode_value(record.value, index),
+                headers=tuple((name, v.encode("utf-8")) for name, v in record.headers.items()),
+            )
+        )
+    return out
+
+
+def _record_size(record: NewRecord) -> int:
+    size = len(record.key or b"") + len(record.value or b"")
+    for name, value in record.headers:
+        size += len(name.encode("utf-8")) + len(value or b"")
+    return size
+
+
+def _fingerprint(records: Sequence[NewRecord]) -> bytes:
+    digest = hashlib.sha256()
+
+    def part(data: bytes | None) -> None:
+        if data is None:
+            digest.update(b"\x00")
+        else:
+            digest.update(b"\x01" + len(data).to_bytes(8, "big") + data)
+
+    digest.update(len(records).to_bytes(8, "big"))
+    for record in records:
+        part(record.key)
+        part(record.value)
+        digest.update(len(record.headers).to_bytes(8, "big"))
+        for name, value in record.headers:
+            part(name.encode("utf-8"))
+            part(value)
+    return digest.digest()
+
+
+def _is_json_content_type(value: str | None) -> bool:
+    if value is None:
+        return True  # lenient for clients that send none
+    media = value.split(";", 1)[0].strip().lower()
+    if media == "application/json":
+        return True
+    return media.startswith("application/") and media.endswith("+json")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing more than ``limit`` bytes before buffering them."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            length = int(declared)
+        except ValueError:
+            raise ApiError(400, f"invalid Content-Length header {declared!r}") from None
+        if length > limit:
+            raise ApiError(
+                413,
+                f"the request body is {length} bytes, over the limit of {limit} bytes: "
+                "send fewer or smaller records per request",
+            )
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(
+                413,
+                f"the request body exceeds the limit of {limit} bytes: "
+                "send fewer or smaller records per request",
+            )
+    return bytes(body)
+
+
+# --------------------------------------------------------------------------- output conversion
+
+
+def _decode_value(value: bytes | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return value.decode("utf-8", errors="replace")
+
+
+def _record_out(record: CommittedRecord) -> RecordOut:
+    return RecordOut(
+        offset=record.offset,
+        epoch=record.epoch,
+        timestamp=record.timestamp_ms,
+        key=None if record.key is None else record.key.decode("utf-8", errors="replace"),
+        value=_decode_value(record.value),
+        headers={
+            name: None if value is None else value.decode("utf-8", errors="replace")
+            for name, value in record.headers
+        },
+    )
+
+
+def _replica_out(replica: Any) -> ReplicaStateOut:
+    return ReplicaStateOut(
+        replicaId=replica.replica_id,
+        logEndOffset=replica.log_end_offset,
+        lastFetchTimestamp=replica.last_fetch_timestamp,
+        lastCaughtUpTimestamp=replica.last_caught_up_timestamp,
+    )
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+@dataclass(slots=True)
+class _Entry:
+    fingerprint: bytes
+    task: asyncio.Future[AppendResult]
+
+
+class _Appender:
+    """Runs appends, sharing one append among requests with the same Idempotency-Key."""
+
+    def __init__(self, capacity: int, commit_timeout_s: float, background_commit_s: float) -> None:
+        self.capacity = capacity
+        self.commit_timeout_s = commit_timeout_s
+        self.background_commit_s = max(commit_timeout_s, background_commit_s)
+        self.entries: OrderedDict[str, _Entry] = OrderedDict()
+        # Strong references to appends in flight (the loop keeps only weak ones), including any
+        # whose key was evicted; cancelled at shutdown.
+        self.in_flight: set[asyncio.Future[AppendResult]] = set()
+        self.backend: QuorumBackend | None = None
+
+    def _backend(self) -> QuorumBackend:
+        if self.backend is None:
+            raise ApiError(503, "the sidecar is still starting", {"Retry-After": RETRY_AFTER_S})
+        return self.backend
+
+    async def append(self, records: list[NewRecord], key: str | None) -> tuple[AppendResult, bool]:
+        backend = self._backend()
+        if key is None:
+            try:
+                return await backend.append(records, timeout_s=self.commit_timeout_s), False
+            except CommitTimeoutError as exc:
+                raise ApiError(
+                    504,
+                    f"the append was sent but its commit was not confirmed within "
+                    f"{self.commit_timeout_s:g} s ({exc}); it may still commit. Retrying may "
+                    "append it twice: send an Idempotency-Key header so a retry is safe",
+                ) from None
+            except ClientError as exc:
+                raise _client_error(exc) from None
+        fingerprint = _fingerprint(records)
+        entry = self.entries.get(key)
+        replayed = entry is not None
+        if entry is None:
+            task = asyncio.ensure_future(
+                backend.append(records, timeout_s=self.background_commit_s)
+            )
+            entry = _Entry(fingerprint, task)
+            self._remember(key, entry)
+            self.in_flight.add(task)
+            task.add_done_callback(lambda done: self._settled(key, entry, done))
+        elif entry.fingerprint != fingerprint:
+            raise ApiError(
+                422,
+                f"Idempotency-Key {key!r} was already used for a different request body: "
+                "use a new key for a new request (a retry must repeat the same body)",
+            )
+        else:
+            self.entries.move_to_end(key)
+        settled = entry.task.done()
+        try:
+            result = await asyncio.wait_for(asyncio.shield(entry.task), self.commit_timeout_s)
+        except TimeoutError:
+            raise ApiError(
+                504,
+                f"the commit was not confirmed within {self.commit_timeout_s:g} s; the append may "
+                f"still commit: retry with the same Idempotency-Key ({key!r}) to get its result "
+                "without appending it twice",
+            ) from None
+        except CommitTimeoutError as exc:
+            raise ApiError(
+                504,
+                f"the append under Idempotency-Key {key!r} was not confirmed committed within "
+                f"{self.background_commit_s:g} s ({exc}); it may have committed. "
+                + (
+                    "This key will keep answering this way and never append again: "
+                    if settled
+                    else ""
+                )
+                + "check GET /v1/records, and only if the records are absent, append them "
+                "under a new key",
+            ) from None
+        except ClientError as exc:
+            raise _client_error(exc) from None
+        return result, replayed
+
+    def _remember(self, key: str, entry: _Entry) -> None:
+        self.entries[key] = entry
+        while len(self.entries) > self.capacity:
+            # Evict the least recently used settled key; in-flight ones only if all are.
+            victim = next((k for k, e in self.entries.items() if e.task.done()), None)
+            if victim is None:
+                victim = next(iter(self.entries))
+            del self.entries[victim]
+
+    def _settled(self, key: str, entry: _Entry, task: asyncio.Future[AppendResult]) -> None:
+        self.in_flight.discard(task)
+        if task.cancelled():
+            refused = True
+        else:
+            # Every client error but a commit timeout means nothing was appended (the client
+            # turns "no leader" after sending into CommitTimeoutError).
+            error = task.exception()
+            refused = isinstance(error, ClientError) and not isinstance(error, CommitTimeoutError)
+        if refused and self.entries.get(key) is entry:
+            del self.entries[key]
+
+    async def shutdown(self) -> None:
+        pending = list(self.in_flight)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+# --------------------------------------------------------------------------- middleware
+
+
+class _HttpMetricsMiddleware:
+    """Records every request's latency by method and route template."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_and_watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_watch)
+        finally:
+            route = getattr(scope.get("route"), "path", None)
+            self.metrics.observe(
+                str(scope.get("method", "")),
+                route if isinstance(route, str) else "unmatched",
+                status,
+                (time.perf_counter() - start) * 1000.0,
+            )
+
+
+class _BearerAuthMiddleware:
+    """Requires ``Authorization: Bearer <token>`` on every path but the open ones."""
+
+    def __init__(self, app: ASGIApp, token: str, open_paths: frozenset[str]) -> None:
+        self.app = app
+        self.token = token.encode("utf-8")
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = str(scope.get("path", ""))
+        root = str(scope.get("root_path", ""))
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if path in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        header = Headers(scope=scope).get("authorization")
+        if header is None:
+            response = _error_response(
+                401,
+                "missing Authorization header: send 'Authorization: Bearer <token>' with the "
+                "sidecar's token",
+                {"WWW-Authenticate": 'Bearer realm="kraft-spark"'},
+            )
+            await response(scope, receive, send)
+            return
+        scheme, _, credentials = header.partition(" ")
+        given = credentials.strip().encode("latin-1")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, self.token):
+            response = _error_response(
+                401,
+                "the Authorization header does not carry the sidecar's token: send "
+                "'Authorization: Bearer <token>' with the token the sidecar was started with",
+                {"WWW-Authenticate": 'Bearer realm="kraft-spark", error="invalid_token"'},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+# --------------------------------------------------------------------------- the app
+
+
+_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in (
+        (400, "Invalid JSON"),
+        (401, "Missing or wrong bearer token"),
+        (413, "Body or record too large"),
+        (415, "Not JSON"),
+        (422, "Invalid fields"),
+        (503, "No leader known (see Retry-After)"),
+        (504, "Commit not confirmed in time; it may still commit"),
+    )
+}
+
+
+def create_app(
+    backend: QuorumBackend | None = None,
+    *,
+    backend_factory: Callable[[], QuorumBackend] | None = None,
+    token: str | None = None,
+    max_body_bytes: int = 1_048_576,
+    max_record_bytes: int = 1_000_000,
+    max_records: int = MAX_RECORDS_PER_REQUEST,
+    metrics: Registry | None = None,
+    commit_timeout_s: float = 10.0,
+    background_commit_s: float = 60.0,
+    idempotency_keys: int = IDEMPOTENCY_KEYS,
+) -> FastAPI:
+    """The sidecar app. Give ``backend`` (caller-owned) or ``backend_factory`` (called at startup
+    on the serving loop; the app closes what it returns at shutdown)."""
+    if (backend is None) == (backend_factory is None):
+        raise ValueError("give exactly one of backend and backend_factory")
+    if not 1 <= max_records <= MAX_RECORDS_PER_REQUEST:
+        raise ValueError(f"max_records must be between 1 and {MAX_RECORDS_PER_REQUEST}")
+    registry = metrics if metrics is not None else Registry()
+    http_metrics = HttpMetrics(registry)
+    appender = _Appender(idempotency_keys, commit_timeout_s, background_commit_s)
+    appender.backend = backend
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        owned: QuorumBackend | None = None
+        if backend_factory is not None:
+            owned = appender.backend = backend_factory()
+        try:
+            yield
+        finally:
+            await appender.shutdown()
+            if owned is not None:
+                appender.backend = None
+                await owned.close()
+
+    app = FastAPI(
+        title="kraft-spark sidecar",
+        version="0.1.0",
+        description="Append to and read from the kraft-spark quorum; describe the quorum.",
+        lifespan=lifespan,
+    )
+
+    # ---- error handlers: every error is {"error": ...}
+    async def on_api_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return _error_response(exc.status, exc.message, exc.headers)
+
+    async def on_validation_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return _error_response(422, f"invalid request: {_describe_errors(list(exc.errors()))}")
+
+    async def on_http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return _error_response(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+    async def on_unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unexpected error in the HTTP sidecar", exc_info=exc)
+        return _error_response(
+            500, f"internal error ({type(exc).__name__}: {exc}); see the sidecar's log"
+        )
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)
+
+    # ---- middleware: metrics (outermost) → auth → routes
+    if token is not None:
+        if not token:
+            raise ValueError("token must be non-empty (or None for no authentication)")
+        app.add_middleware(_BearerAuthMiddleware, token=token, open_paths=frozenset({"/healthz"}))
+    app.add_middleware(_HttpMetricsMiddleware, metrics=http_metrics)
+
+    def current_backend() -> QuorumBackend:
+        return appender._backend()
+
+    # ---- routes
+    @app.post(
+        "/v1/records",
+        response_model=AppendResponse,
+        responses=_ERRORS,
+        summary="Append one record or a batch; answers once committed",
+        tags=["records"],
+    )
+    async def append_records(
+        request: Request,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                min_length=1,
+                max_length=MAX_IDEMPOTENCY_KEY_CHARS,
+                description="Retries with the same key return the first result; never append "
+                "twice (kept while the server runs, for the last 10,000 keys).",
+            ),
+        ] = None,
+    ) -> AppendResponse:
+        content_type = request.headers.get("content-type")
+        if not _is_json_content_type(content_type):
+            raise ApiError(
+                415, f"unsupported Content-Type {content_type!r}: send application/json"
+            )
+        parsed = _parse_json(await _read_body(request, max_body_bytes))
+        if not isinstance(parsed, dict):
+            raise ApiError(
+                422, f"the request body must be a JSON object, not {_JSON_TYPES[type(parsed)]}. "
+                + _RECORD_SHAPE,
+            )
+        try:
+            items = (
+                BatchIn.model_validate(parsed).records
+                if "records" in parsed
+                else [RecordIn.model_validate(parsed)]
+            )
+        except ValidationError as exc:
+            raise ApiError(
+                422, f"invalid request body: {_describe_errors(exc.errors())}. {_RECORD_SHAPE}"
+            ) from None
+        if len(items) > max_records:
+            raise ApiError(
+                422, f"the batch holds {len(items)} records, over the limit of {max_records} per "
+                "request: split it",
+            )
+        records = _to_new_records(items)
+        for index, record in enumerate(records):
+            size = _record_size(record)
+            if size > max_record_bytes:
+                raise ApiError(
+                    413,
+                    f"records[{index}] is {size} bytes (key + value + headers), over the limit of "
+                    f"{max_record_bytes} bytes: store large data elsewhere and append a reference",
+                )
+        result, replayed = await appender.append(records, idempotency_key)
+        if replayed:
+            response.headers["Idempotent-Replayed"] = "true"
+        else:
+            http_metrics.appended_records.inc(len(records))
+        return AppendResponse(
+            base_offset=result.base_offset, last_offset=result.last_offset, epoch=result.epoch
+        )
+
+    @app.get(
+        "/v1/records",
+        response_model=ReadResponse,
+        responses={k: _ERRORS[k] for k in (401, 422, 503)},
+        summary="Committed data records from an offset",
+        tags=["records"],
+    )
+    async def read_records(
+        from_offset: Annotated[int, Query(ge=0, description="First offset to return.")] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_READ_LIMIT)] = 100,
+    ) -> ReadResponse:
+        try:
+            records = await current_backend().read(from_offset, limit)
+        except ClientError as exc:
+            raise _client_error(exc) from None
+        next_offset = records[-1].offset + 1 if records else from_offset
+        return ReadResponse(records=[_record_out(r) for r in records], next_offset=next_offset)
+
+    async def describe() -> QuorumInfo:
+        try:
+            return await current_backend().describe_quorum()
+        except ClientError as exc:
+            raise _client_error(exc) from None
+
+    @app.get(
+        "/v1/quorum",
+        response_model=QuorumOut,
+        responses={k: _ERRORS[k] for k in (401, 503)},
+        summary="DescribeQuorum with the status summary fields",
+        tags=["quorum"],
+    )
+    async def quorum() -> QuorumOut:
+        info = await describe()
+        return QuorumOut(
+            **status_summary(info),
+            voters=[_replica_out(v) for v in info.voters],
+            observers=[_replica_out(o) for o in info.observers],
+        )
+
+    @app.get(
+        "/v1/quorum/replication",
+        response_model=list[ReplicationRowOut],
+        responses={k: _ERRORS[k] for k in (401, 503)},
+        summary="The replication table: leader, then followers, then observers",
+        tags=["quorum"],
+    )
+    async def replication() -> list[ReplicationRowOut]:
+        return [ReplicationRowOut(**row) for row in replication_rows(await describe())]
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
+    async def prometheus() -> Response:
+        return Response(registry.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/healthz", response_model=StatusOut, tags=["operations"])
+    async def healthz() -> StatusOut:
+        return StatusOut(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=StatusOut,
+        responses={503: {"model": ErrorResponse, "description": "No leader known"}},
+        tags=["operations"],
+    )
+    async def readyz() -> StatusOut:
+        try:
+            info = await asyncio.wait_for(current_backend().describe_quorum(), READY_TIMEOUT_S)
+        except TimeoutError:
+            raise ApiError(
+                503, f"the quorum did not answer DescribeQuorum within {READY_TIMEOUT_S:g} s",
+                {"Retry-After": RETRY_AFTER_S},
+            ) from None
+        except ClientError as exc:
+            raise _client_error(exc) from None
+        if info.leader_id < 0:
+            raise ApiError(
+                503, "no quorum leader is known yet: an election is in progress",
+                {"Retry-After": RETRY_AFTER_S},
+            )
+        return StatusOut(status="ready", leaderId=info.leader_id, leaderEpoch=info.leader_epoch)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            body = TypeAdapter(AppendRequest).json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            components = schema.setdefault("components", {})
+            components.setdefault("schemas", {}).update(body.pop("$defs", {}))
+            schema["paths"]["/v1/records"]["post"]["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": body}},
+            }
+            if token is not None:
+                components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+                schema["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,35 @@
+"""The HTTP sidecar in front of a quorum: FastAPI app + uvicorn in a thread of this process.
+
+Used by ``kraft-spark local --http-port`` and by the Spark driver. The sidecar's
+``AsyncQuorumClient`` is created and closed on uvicorn's own event loop (``backend_factory``).
+A thread is enough where the host process's main thread mostly waits (``local`` waits on its
+children; the driver waits on the JVM); see the README for the measurement behind the choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from api.app import create_app
+from api.server import ServerHandle, serve_in_thread
+from kraft_spark.client import AsyncQuorumClient
+from kraft_spark.metrics import Registry
+
+
+def start_sidecar(
+    bootstrap: Sequence[str],
+    host: str,
+    port: int,
+    *,
+    cluster_id: str | None = None,
+    token: str | None = None,
+    registry: Registry | None = None,
+) -> ServerHandle:
+    """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``."""
+    endpoints = list(bootstrap)
+
+    def backend() -> AsyncQuorumClient:
+        return AsyncQuorumClient(endpoints, cluster_id=cluster_id, retry_budget_s=5.0)
+
+    app = create_app(backend_factory=backend, token=token, metrics=registry)
+    return serve_in_thread(app, host, port)

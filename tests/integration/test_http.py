@@ -1,0 +1,75 @@
+"""The HTTP sidecar in front of a real local quorum (``kraft-spark local --http-port``)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .harness import LocalQuorum, running
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def call(url: str, method: str = "GET", body: Any = None, raw: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json",
+                                              **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode()
+            status, hdrs = response.status, dict(response.headers)
+    except urllib.error.HTTPError as err:
+        text, status, hdrs = err.read().decode(), err.code, dict(err.headers)
+    try:
+        return status, json.loads(text), hdrs
+    except json.JSONDecodeError:
+        return status, text, hdrs
+
+
+def test_http_append_read_describe(tmp_path: Path) -> None:
+    with running(LocalQuorum(tmp_path, http=True)) as quorum:
+        base = quorum.http_url
+        status, one, _ = call(f"{base}/v1/records", "POST", {"key": "a", "value": {"n": 1}})
+        assert status == 200, one
+        status, many, _ = call(f"{base}/v1/records", "POST", {"records": [
+            {"key": "b", "value": "text", "headers": {"h": "v"}},
+            {"key": "a", "value": None},
+        ]})
+        assert status == 200, many
+        assert many["last_offset"] == many["base_offset"] + 1 > one["last_offset"]
+        # Idempotency: the same key twice appends once.
+        first = call(f"{base}/v1/records", "POST", {"key": "c", "value": 3},
+                     headers={"Idempotency-Key": "k-1"})
+        again = call(f"{base}/v1/records", "POST", {"key": "c", "value": 3},
+                     headers={"Idempotency-Key": "k-1"})
+        assert first[0] == again[0] == 200 and first[1] == again[1]
+        # Bad input appends nothing.
+        assert call(f"{base}/v1/records", "POST", raw=b"{not json")[0] == 400
+        assert call(f"{base}/v1/records", "POST", {"key": 5, "value": 1})[0] == 422
+        assert call(f"{base}/v1/records", "POST", {"key": "x", "value": 1, "extra": 1})[0] == 422
+        assert call(f"{base}/v1/records", "POST", raw=b'{"key":"x","value":"' + b"y" * 2_000_000
+                    + b'"}')[0] == 413
+
+        status, page, _ = call(f"{base}/v1/records?from_offset=0&limit=100")
+        assert status == 200
+        rows = [(r["key"], r["value"]) for r in page["records"]]
+        assert rows == [("a", {"n": 1}), ("b", "text"), ("a", None), ("c", 3)]
+        assert page["records"][1]["headers"] == {"h": "v"}
+        assert page["records"][0]["offset"] == one["base_offset"]
+
+        status, quorum_json, _ = call(f"{base}/v1/quorum")
+        assert status == 200 and quorum_json["leaderId"] in (0, 1, 2)
+        assert quorum_json["currentVoters"] == [0, 1, 2]
+        status, replication, _ = call(f"{base}/v1/quorum/replication")
+        assert status == 200 and replication[0]["status"] == "Leader"
+        assert call(f"{base}/readyz")[0] == 200
+        assert call(f"{base}/healthz")[0] == 200
+        status, metrics, _ = call(f"{base}/metrics")
+        assert status == 200 and "kraft_spark_http_request_latency_ms" in metrics
