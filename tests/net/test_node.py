@@ -189,3 +189,63 @@ def test_unformatted_directory_is_refused(tmp_path: Path) -> None:
                                {0: ("127.0.0.1", 1)}))
     with pytest.raises(LogError, match="format"):
         asyncio.run(node.start())
+
+
+def test_metrics_endpoint_serves_kafka_raft_names(tmp_path: Path) -> None:
+    from kraft_spark.net.metrics_server import start_metrics_server
+
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = leader_of(nodes)
+        assert leader is not None
+        server = await start_metrics_server(leader, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
+        text = (await reader.read()).decode()
+        writer.close()
+        server.close()
+        assert text.startswith("HTTP/1.0 200 OK")
+        assert f'kafka_raft_current_state{{node_id="{leader.node_id}",state="leader"}} 1' in text
+        assert f'kafka_raft_current_leader{{node_id="{leader.node_id}"}} {leader.node_id}' in text
+        for name in ("current_epoch", "high_watermark", "log_end_offset", "commit_latency_avg",
+                     "election_latency_max", "number_unknown_voter_connections",
+                     "boot_timestamp"):
+            assert f"kafka_raft_{name}{{" in text
+
+    asyncio.run(run_quorum(tmp_path, body))
+
+
+def test_a_retried_produce_never_appends_twice_even_after_failover(tmp_path: Path) -> None:
+    from kraft_spark.net.wire import produce_batch
+    from kraft_spark.raft.records import Record
+
+    data = produce_batch((Record(b"once", b"1", 5),), producer_id=77, producer_epoch=0,
+                         base_sequence=0)
+    body = {"acks": -1, "timeout_ms": 2000, "topic_data": [
+        {"name": "__cluster_metadata", "partition_data": [{"index": 0, "records": data}]}]}
+
+    async def produce(node: RaftNode) -> tuple[int, int]:
+        conn = Connection("127.0.0.1", node.port)
+        reply = await conn.request(ApiKey.PRODUCE, 10, body, 5.0)
+        await conn.close()
+        part = reply["responses"][0]["partition_responses"][0]
+        return part["error_code"], part["base_offset"]
+
+    async def body_fn(nodes: list[RaftNode]) -> None:
+        leader = leader_of(nodes)
+        assert leader is not None
+        first = await produce(leader)
+        assert first[0] == 0
+        assert await produce(leader) == first  # a plain retry: the original offset
+        await leader.stop(graceful=True)
+        rest = [n for n in nodes if n is not leader]
+        await wait_for(lambda: leader_of(rest) is not None, 5, "a new leader")
+        new = leader_of(rest)
+        assert new is not None
+        assert await produce(new) == first  # the new leader knows it from the log
+        client = AsyncQuorumClient(bootstrap(rest))
+        keys = [r.key for r in await client.read(0, 100)]
+        await client.close()
+        assert keys.count(b"once") == 1
+
+    asyncio.run(run_quorum(tmp_path, body_fn))
