@@ -1,0 +1,210 @@
+"""The three Delta tables of the materialized log: names, schemas, properties, commit metadata.
+
+Layout under the warehouse directory (path-based Delta tables, readable by any Delta reader)::
+
+    <warehouse>/records        one row per committed data record
+    <warehouse>/snapshot       the latest value per key
+    <warehouse>/quorum_events  one row per LeaderChange control record
+
+Timestamps are Spark ``TIMESTAMP`` (UTC instants, millisecond precision from the record's
+``timestamp_ms``); the application's session time zone is UTC (conf/spark-defaults.conf).
+``key`` and ``value`` are the UTF-8 text of the record's bytes (undecodable bytes become U+FFFD,
+so a foreign record can never wedge materialization); the HTTP layer stores JSON text. Header
+values likewise; of repeated header names the last one wins (a MAP has unique keys). Records
+with a null key are in ``records`` but not in ``snapshot``.
+
+Every commit the materializer makes carries ``userMetadata`` JSON
+``{"app_id": ..., "first_offset": F, "last_offset": L, "high_watermark": H}`` and the Delta
+transaction ``txnAppId = app_id`` / ``txnVersion = L``: the commit holds exactly the table's rows
+for Raft offsets ``[F, L]``, and the table then holds everything below ``L + 1``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import types as T
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+RECORDS = "records"
+SNAPSHOT = "snapshot"
+QUORUM_EVENTS = "quorum_events"
+# Commit order within one write: see materializer.py for why any order is safe.
+TABLES = (RECORDS, QUORUM_EVENTS, SNAPSHOT)
+
+DEFAULT_APP_ID = "kraft-spark-materializer"
+
+# Explicit, so the tables stay at reader version 1 / writer version 2 whatever the session's
+# defaults: deletion vectors and column mapping would need newer readers.
+TABLE_PROPERTIES = {
+    "delta.enableDeletionVectors": "false",
+    "delta.columnMapping.mode": "none",
+}
+
+RECORDS_SCHEMA = T.StructType(
+    [
+        T.StructField("offset", T.LongType(), nullable=False),
+        T.StructField("epoch", T.IntegerType(), nullable=False),
+        T.StructField("timestamp", T.TimestampType(), nullable=False),
+        T.StructField("key", T.StringType(), nullable=True),
+        T.StructField("value", T.StringType(), nullable=True),
+        T.StructField(
+            "headers",
+            T.MapType(T.StringType(), T.StringType(), valueContainsNull=True),
+            nullable=False,
+        ),
+    ]
+)
+
+SNAPSHOT_SCHEMA = T.StructType(
+    [
+        T.StructField("key", T.StringType(), nullable=False),
+        T.StructField("value", T.StringType(), nullable=False),
+        T.StructField("offset", T.LongType(), nullable=False),
+        T.StructField("epoch", T.IntegerType(), nullable=False),
+        T.StructField("timestamp", T.TimestampType(), nullable=False),
+    ]
+)
+
+QUORUM_EVENTS_SCHEMA = T.StructType(
+    [
+        T.StructField("offset", T.LongType(), nullable=False),
+        T.StructField("epoch", T.IntegerType(), nullable=False),
+        T.StructField("leader_id", T.IntegerType(), nullable=False),
+        T.StructField("voters", T.ArrayType(T.IntegerType(), containsNull=False), nullable=False),
+        T.StructField(
+            "granting_voters", T.ArrayType(T.IntegerType(), containsNull=False), nullable=False
+        ),
+        T.StructField("timestamp", T.TimestampType(), nullable=False),
+    ]
+)
+
+SCHEMAS = {RECORDS: RECORDS_SCHEMA, SNAPSHOT: SNAPSHOT_SCHEMA, QUORUM_EVENTS: QUORUM_EVENTS_SCHEMA}
+
+# How many recent commits to scan for the last materializer commit before reading all history.
+HISTORY_PAGE = 32
+
+
+def table_path(warehouse: str | os.PathLike[str], table: str) -> str:
+    return os.path.join(os.fspath(warehouse), table)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitMetadata:
+    """The ``userMetadata`` of one materializer commit."""
+
+    app_id: str
+    first_offset: int
+    last_offset: int
+    high_watermark: int
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "app_id": self.app_id,
+                "first_offset": self.first_offset,
+                "last_offset": self.last_offset,
+                "high_watermark": self.high_watermark,
+            },
+            sort_keys=True,
+        )
+
+    @staticmethod
+    def parse(text: str | None) -> CommitMetadata | None:
+        """The metadata of a materializer commit, or None for any other commit."""
+        if not text:
+            return None
+        try:
+            data: Any = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict):
+            return None
+        try:
+            return CommitMetadata(
+                app_id=str(data.get("app_id", DEFAULT_APP_ID)),
+                first_offset=int(data.get("first_offset", -1)),
+                last_offset=int(data["last_offset"]),
+                high_watermark=int(data.get("high_watermark", -1)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def materializer_commits(
+    spark: SparkSession, path: str, app_id: str, limit: int | None = None
+) -> list[tuple[int, CommitMetadata]]:
+    """(Delta version, metadata) of the materializer's commits among the table's last ``limit``
+    commits (all when None), newest first. Other commits (creation, OPTIMIZE, ...) are skipped.
+    """
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history(limit).select("version", "userMetadata")
+    found: list[tuple[int, CommitMetadata]] = []
+    for row in history.collect():
+        meta = CommitMetadata.parse(row["userMetadata"])
+        if meta is not None and meta.app_id == app_id:
+            found.append((int(row["version"]), meta))
+    found.sort(key=lambda item: item[0], reverse=True)
+    return found
+
+
+class MaterializerError(RuntimeError):
+    """The Delta tables are in a state the materializer cannot resume from."""
+
+
+def next_offset(spark: SparkSession, path: str, app_id: str) -> int:
+    """The Raft offset the table at ``path`` holds everything below (0 if none or no table).
+
+    ``last_offset + 1`` of the newest materializer commit in the Delta history; the log's
+    transaction state (``txnVersion + 1``) when that commit is no longer in the history.
+    """
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return 0
+    commits = materializer_commits(spark, path, app_id, HISTORY_PAGE)
+    if not commits:
+        commits = materializer_commits(spark, path, app_id, None)
+    if commits:
+        return commits[0][1].last_offset + 1
+    if latest_version(spark, path) <= 0:
+        return 0  # created, never written
+    # Written to, but the materializer's commits are gone from the readable history (log
+    # cleanup after other commits such as OPTIMIZE): the log's transaction state still knows.
+    try:
+        version = txn_version_from_log(spark, path, app_id)
+    except Exception as exc:
+        raise MaterializerError(
+            f"{path}: no materializer commit (txnAppId {app_id!r}) in the Delta history and "
+            "the log's transaction state could not be read"
+        ) from exc
+    return 0 if version is None else version + 1
+
+
+def latest_version(spark: SparkSession, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    rows = DeltaTable.forPath(spark, path).history(1).select("version").collect()
+    return int(rows[0]["version"]) if rows else -1
+
+
+def txn_version_from_log(spark: SparkSession, path: str, app_id: str) -> int | None:
+    """The table's current ``txnVersion`` for ``app_id``, from the Delta log's table state.
+
+    Uses Delta's JVM ``DeltaLog`` (not a public API; checked on delta-spark 4.4). Only a fallback
+    for tables whose last materializer commit is no longer in the readable history (log cleanup
+    after foreign commits such as OPTIMIZE); the transaction itself survives checkpoints.
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    none = jvm.scala.Option.empty()
+    snapshot = delta_log.update(False, none, none)
+    version = snapshot.transactions().get(app_id)
+    return int(version.get()) if version.isDefined() else None
