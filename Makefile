@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint sim-long clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py kraft_spark/log/_fastcodec.c
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[dev]'

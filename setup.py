@@ -1,0 +1,18 @@
+"""Build of the optional C codec; all other project metadata is in pyproject.toml.
+
+``optional=True``: without a C compiler the install still succeeds and the codec runs in pure
+Python (kraft_spark/log/codec.py logs that once). tests/log/test_fastcodec.py fails if the
+extension is missing, so CI proves it compiled.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "kraft_spark.log._fastcodec",
+            sources=["kraft_spark/log/_fastcodec.c"],
+            optional=True,
+        )
+    ]
+)
