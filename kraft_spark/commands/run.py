@@ -1,12 +1,15 @@
-"""``kraft-spark run``: the main job (the Spark application with its embedded defaults).
+"""``kraft-spark run``: the main job, the Spark application with its embedded defaults.
 
-The Spark application is built by a later issue; until then this command says so plainly
-instead of pretending to start something.
+Local mode with 3 voters, Delta tables under ``--data-dir`` (default ``./data``), HTTP on
+127.0.0.1:8080. It runs ``driver/app.py`` in this process (pyspark starts the JVM), or, with
+extra arguments after ``--``, through ``spark-submit`` so any Spark option can be passed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from typing import Any
 
@@ -15,14 +18,32 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "run", help="run the Spark application (local mode, 3 voters, Delta tables, HTTP)"
     )
+    parser.add_argument("--data-dir", default=None, help="data directory (default ./data)")
+    parser.add_argument("--http-port", type=int, default=None, help="HTTP port (default 8080)")
+    parser.add_argument("--voters", type=int, default=None, help="number of voters (default 3)")
+    parser.add_argument("--master", default=None, help="Spark master (default local[V+2])")
+    parser.add_argument("--config", default=None, help="properties file")
+    parser.add_argument("spark_args", nargs="*", metavar="-- SPARK-SUBMIT-ARGS",
+                        help="extra spark-submit arguments, after --")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    print(
-        "kraft-spark run: the Spark application is not built yet (see the Spark hosting issue). "
-        "What runs today: `kraft-spark sim` (the consensus core under the deterministic "
-        "simulator).",
-        file=sys.stderr,
-    )
-    return 1
+    app_args: list[str] = []
+    for flag, value in (("--data-dir", args.data_dir), ("--http-port", args.http_port),
+                        ("--voters", args.voters), ("--master", args.master),
+                        ("--config", args.config)):
+        if value is not None:
+            app_args += [flag, str(value)]
+    if not args.spark_args:
+        from driver.app import main
+
+        return main(app_args)
+    import driver.app
+
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    from kraft_spark.spark_session import delta_maven_coordinate
+
+    cmd = [submit, "--packages", delta_maven_coordinate(), *args.spark_args,
+           driver.app.__file__, *app_args]
+    return subprocess.call(cmd)

@@ -1,0 +1,488 @@
+"""The Spark application: voters in a barrier stage, an observer that materializes into Delta,
+and the HTTP sidecar (SPEC §10–12).
+
+Run it with ``kraft-spark run`` (the project's launcher) or ``spark-submit driver/app.py``.
+
+Threads of the driver process:
+
+* **supervisor**: runs the barrier job ``parallelize(range(V), V).barrier().mapPartitions``
+  (one voter per task) and relaunches it with backoff whenever it fails (one failed barrier task
+  aborts the whole job: SPEC §10), counting restarts;
+* **control**: a TCP channel the voter tasks dial; each says hello (where it runs) and is told
+  ``stop`` at shutdown; a dropped channel makes voters stop, so no voter outlives the driver;
+* **observer**: a ``RaftNode`` that is not a voter (id 3000), on its own event loop, following
+  the quorum; it is rebuilt whenever a new generation of voters reports new endpoints;
+* **materializer**: reads committed batches from the observer's log and writes them into the
+  Delta tables in micro-batches (``DeltaMaterializer``: exactly once, resumable);
+* **sidecar**: uvicorn serving the HTTP API; its client bootstraps from the observer, which
+  names the voters' current endpoints, so relaunched voters are found again.
+
+SIGINT/SIGTERM: the voters are told to stop (a leader resigns), the barrier job returns, the
+materializer writes everything committed, the sidecar stops, Spark stops, exit code 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kraft_spark.metrics import AppMetrics, Registry
+
+log = logging.getLogger("kraft_spark.driver")
+
+OBSERVER_ID = 3000
+
+
+@dataclass
+class AppConfig:
+    data_dir: str = "data"
+    voters: int = 3
+    master: str = ""
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    http_token: str | None = None
+    voter_base_port: int = 9093
+    observer_port: int = 0
+    materialize_interval_s: float = 1.0
+    materialize_max_records: int = 50_000
+    restart_backoff_s: float = 1.0
+    restart_backoff_max_s: float = 30.0
+    quorum_properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def warehouse(self) -> str:
+        return os.path.join(self.data_dir, "warehouse")
+
+    @property
+    def log_root(self) -> str:
+        return os.path.join(self.data_dir, "voters")
+
+
+# ------------------------------------------------------------------------------ control channel
+
+
+class ControlChannel:
+    """Voter tasks dial in, report where they run, and wait for ``stop``."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self._server = socket.create_server((host, 0))
+        self.host = host
+        self.port: int = self._server.getsockname()[1]
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self.voters: dict[int, dict[str, Any]] = {}  # latest hello per voter id
+        self.changed = threading.Condition(self._lock)
+        self._closed = False
+        threading.Thread(target=self._accept, name="control-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._hello, args=(conn,), daemon=True).start()
+
+    def _hello(self, conn: socket.socket) -> None:
+        conn.settimeout(30)
+        try:
+            line = conn.makefile("r", encoding="utf-8").readline()
+            hello = json.loads(line)
+        except (OSError, ValueError):
+            conn.close()
+            return
+        conn.settimeout(None)
+        with self.changed:
+            self._conns.append(conn)
+            self.voters[int(hello["voter_id"])] = hello
+            self.changed.notify_all()
+        log.info("voter %s of generation %s runs on %s:%s (executor %s, pid %s)",
+                 hello["voter_id"], hello["generation"], hello["host"], hello["port"],
+                 hello["executor_id"], hello["pid"])
+
+    def wait_generation(self, generation: int, count: int, timeout_s: float) -> dict[int, Any]:
+        """The hellos of every voter of ``generation`` (or newer); empty on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while True:
+                ready = {v: h for v, h in self.voters.items() if h["generation"] >= generation}
+                if len(ready) >= count:
+                    return ready
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    return {}
+                self.changed.wait(min(left, 0.5))
+
+    def stop_voters(self) -> None:
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.sendall(b"stop\n")
+
+    def close(self) -> None:
+        self._closed = True
+        self.stop_voters()
+        self._server.close()
+        with self.changed:
+            self.changed.notify_all()
+
+
+# ------------------------------------------------------------------------------ the application
+
+
+class Application:
+    def __init__(self, config: AppConfig) -> None:
+        self.config = config
+        self.registry = Registry()
+        self.app_metrics = AppMetrics(self.registry)
+        self.stopping = threading.Event()
+        self.restarts = 0
+        self.generation = 0
+        self.cluster_id = ""
+        self.spark: Any = None
+        self.control: ControlChannel | None = None
+        self._observer_loop = asyncio.new_event_loop()
+        self._observer: Any = None
+        self._observer_voters: dict[int, tuple[str, int]] = {}
+        self._hw = 0
+        self._hw_event = threading.Event()
+        self._sidecar: Any = None
+        self._job_done = threading.Event()
+        self.first_commit_s: float | None = None
+        self.started_at = time.monotonic()
+
+    # ---------------------------------------------------------------- start-up
+
+    def start(self) -> None:
+        from kraft_spark.commands.local import cluster_id_for
+        from kraft_spark.spark_session import build_spark
+
+        cfg = self.config
+        os.makedirs(cfg.log_root, exist_ok=True)
+        self.cluster_id = cluster_id_for(cfg.data_dir)
+        master = cfg.master or f"local[{cfg.voters + 2}]"
+        progress(f"starting Spark ({master}) with Delta; first start resolves Delta's jars")
+        self.spark = build_spark(
+            "kraft-spark", master=master, warehouse_dir=cfg.warehouse,
+            extra_conf={"spark.dynamicAllocation.enabled": "false",
+                        "spark.task.maxFailures": "1"},
+        )
+        self.control = ControlChannel(_driver_host(master))
+        threading.Thread(target=self._observer_loop.run_forever, name="observer-loop",
+                         daemon=True).start()
+        threading.Thread(target=self._supervise, name="supervisor", daemon=True).start()
+        voters = self.control.wait_generation(0, cfg.voters, 300)
+        if not voters:
+            raise RuntimeError("the voters did not start within 300 s; see the Spark log")
+        self._follow(voters)
+        threading.Thread(target=self._materialize_loop, name="materializer",
+                         daemon=True).start()
+        from kraft_spark.commands.sidecar import start_sidecar
+
+        observer = f"127.0.0.1:{self._observer.port}"
+        self._sidecar = start_sidecar([observer], cfg.http_host, cfg.http_port,
+                                      cluster_id=self.cluster_id, token=cfg.http_token,
+                                      registry=self.registry)
+
+    def _known_directory_ids(self) -> dict[int, str]:
+        path = os.path.join(self.config.data_dir, "voter-directories.json")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return {int(k): str(v) for k, v in json.load(fh).items()}
+        except (OSError, ValueError):
+            return {}
+
+    def _save_directory_ids(self, voters: dict[int, Any]) -> None:
+        path = os.path.join(self.config.data_dir, "voter-directories.json")
+        ids = self._known_directory_ids()
+        ids.update({v: h["directory_id"] for v, h in voters.items()})
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({str(k): v for k, v in ids.items()}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    # ---------------------------------------------------------------- supervisor
+
+    def _supervise(self) -> None:
+        from executors.voter import VoterSettings, voter_task
+
+        cfg = self.config
+        backoff = cfg.restart_backoff_s
+        assert self.control is not None
+        while not self.stopping.is_set():
+            settings = VoterSettings(
+                cluster_id=self.cluster_id, voters=cfg.voters, log_root=os.path.abspath(
+                    cfg.log_root), control_host=self.control.host,
+                control_port=self.control.port, generation=self.generation,
+                base_port=cfg.voter_base_port,
+                bind_host="127.0.0.1" if _is_local(self.spark) else "",
+                quorum_properties=cfg.quorum_properties,
+                known_directory_ids=self._known_directory_ids(),
+            )
+            sc = self.spark.sparkContext
+            sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
+            started = time.monotonic()
+            try:
+                rows = (sc.parallelize(range(cfg.voters), cfg.voters).barrier()
+                        .mapPartitions(voter_task(settings)).collect())
+                for row in rows:
+                    log.info("voter finished: %s", row)
+                if self.stopping.is_set():
+                    break
+                reason = "the barrier job returned while the application runs"
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            if self.stopping.is_set():
+                break
+            self.restarts += 1
+            self.app_metrics.barrier_stage_restarts.inc()
+            if time.monotonic() - started > 60:
+                backoff = cfg.restart_backoff_s
+            progress(f"voter stage failed ({reason}); relaunch #{self.restarts} in "
+                     f"{backoff:.1f} s")
+            self.stopping.wait(backoff)
+            backoff = min(cfg.restart_backoff_max_s, backoff * 2)
+            self.generation += 1
+            threading.Thread(target=self._refollow, args=(self.generation,), daemon=True,
+                             name="refollow").start()
+        self._job_done.set()
+
+    def _refollow(self, generation: int) -> None:
+        assert self.control is not None
+        voters = self.control.wait_generation(generation, self.config.voters, 300)
+        if voters and not self.stopping.is_set():
+            self._follow(voters)
+
+    # ---------------------------------------------------------------- observer
+
+    def _follow(self, voters: dict[int, Any]) -> None:
+        """(Re)start the observer with the voters' current endpoints."""
+        self._save_directory_ids(voters)
+        endpoints = {v: (str(h["host"]), int(h["port"])) for v, h in voters.items()}
+        if endpoints == self._observer_voters:
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._restart_observer(endpoints),
+                                               self._observer_loop)
+        fut.result(120)
+
+    async def _restart_observer(self, voters: dict[int, tuple[str, int]]) -> None:
+        from kraft_spark.log.meta import format_log_dir
+        from kraft_spark.net.config import NodeConfig, parse_properties
+        from kraft_spark.net.node import RaftNode
+        from kraft_spark.raft.config import QuorumConfig
+
+        port = self.config.observer_port
+        if self._observer is not None:
+            port = self._observer.port  # keep the sidecar's bootstrap address
+            await self._observer.stop(graceful=False)
+        log_dir = os.path.join(self.config.data_dir, f"observer-{OBSERVER_ID}")
+        format_log_dir(log_dir, cluster_id=self.cluster_id, node_id=OBSERVER_ID,
+                       ignore_formatted=True)
+        props = dict(parse_properties(""))
+        props.update(self.config.quorum_properties)
+        node = RaftNode(NodeConfig(OBSERVER_ID, log_dir, "127.0.0.1", port, voters,
+                                   QuorumConfig.from_properties(props)))
+        await node.start()
+        node.add_commit_listener(self._on_commit)
+        self._observer = node
+        self._observer_voters = voters
+        log.info("observer %d follows voters %s", OBSERVER_ID, voters)
+
+    def _on_commit(self, hw: int) -> None:
+        self._hw = hw
+        if self.first_commit_s is None and hw > 0:
+            self.first_commit_s = time.monotonic() - self.started_at
+        self._hw_event.set()
+
+    async def _read_committed(self, start: int, limit_records: int) -> tuple[list[Any], int]:
+        node = self._observer
+        hw = node.high_watermark
+        out: list[Any] = []
+        offset = start
+        while offset < hw and offset - start < limit_records:
+            batches = node.log.read(offset, 4 << 20)
+            progress_made = False
+            for batch in batches:
+                if batch.next_offset > hw:
+                    break
+                if batch.base_offset >= offset:
+                    out.append(batch)
+                    offset = batch.next_offset
+                    progress_made = True
+            if not progress_made:
+                break
+        return out, hw
+
+    # ---------------------------------------------------------------- materializer
+
+    def _materialize_loop(self) -> None:
+        from kraft_spark.delta import DeltaMaterializer
+
+        cfg = self.config
+        materializer = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id)
+        resume = materializer.resume_offset()
+        progress(f"materializing from offset {resume} into {cfg.warehouse}")
+        while True:
+            final = self._job_done.is_set()
+            self._hw_event.wait(cfg.materialize_interval_s)
+            self._hw_event.clear()
+            try:
+                fut: Future[tuple[list[Any], int]] = asyncio.run_coroutine_threadsafe(
+                    self._read_committed(resume, cfg.materialize_max_records),
+                    self._observer_loop)
+                batches, hw = fut.result(60)
+                if batches:
+                    hw_cover = max(b.next_offset for b in batches)
+                    resume = materializer.write(batches, max(hw, hw_cover))
+                self.app_metrics.materialization_lag_offsets.set(max(0, self._hw - resume))
+            except Exception:
+                log.exception("materialization failed; retrying from the Delta tables")
+                time.sleep(1)
+                materializer = DeltaMaterializer(self.spark, cfg.warehouse,
+                                                 app_id=self.cluster_id)
+                resume = materializer.resume_offset()
+                continue
+            if final and resume >= self._hw:
+                progress(f"materialized everything committed (up to offset {resume})")
+                return
+
+    # ---------------------------------------------------------------- shutdown
+
+    def stop(self) -> None:
+        progress("stopping: voters resign and stop, then the last commits are materialized")
+        self.stopping.set()
+        if self.control is not None:
+            self.control.stop_voters()
+        self._job_done.wait(60)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(
+            t.name == "materializer" and t.is_alive() for t in threading.enumerate()
+        ):
+            time.sleep(0.2)
+        if self._sidecar is not None:
+            self._sidecar.stop()
+        if self._observer is not None:
+            asyncio.run_coroutine_threadsafe(self._observer.stop(graceful=False),
+                                             self._observer_loop).result(30)
+        self._observer_loop.call_soon_threadsafe(self._observer_loop.stop)
+        if self.control is not None:
+            self.control.close()
+        if self.spark is not None:
+            self.spark.stop()
+        progress("stopped")
+
+
+def _is_local(spark: Any) -> bool:
+    return str(spark.sparkContext.master).startswith("local[") or str(
+        spark.sparkContext.master) == "local"
+
+
+def _driver_host(master: str) -> str:
+    if master.startswith("local"):
+        return "127.0.0.1"
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def progress(message: str) -> None:
+    print(f"[kraft-spark] {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------ entry point
+
+
+def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
+    from kraft_spark.net.config import load_properties
+
+    parser = argparse.ArgumentParser(prog="driver/app.py",
+                                     description="kraft-spark: the Spark application")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--http-port", type=int, default=None)
+    parser.add_argument("--http-host", default=None)
+    parser.add_argument("--voters", type=int, default=None)
+    parser.add_argument("--master", default=None)
+    parser.add_argument("--config", default=None, help="properties file (default: "
+                        "conf/kraft-spark.properties)")
+    args = parser.parse_args(argv)
+    from kraft_spark.spark_session import conf_dir
+
+    path = args.config or str(conf_dir() / "kraft-spark.properties")
+    props = load_properties(path) if os.path.exists(path) else {}
+    cfg = AppConfig(quorum_properties={k: v for k, v in props.items()
+                                       if k.startswith("controller.quorum.") and v
+                                       and k != "controller.quorum.voters"})
+    mapping: dict[str, tuple[str, type]] = {
+        "kraft.data.dir": ("data_dir", str), "kraft.voters": ("voters", int),
+        "kraft.http.host": ("http_host", str), "kraft.http.port": ("http_port", int),
+        "kraft.http.token": ("http_token", str), "kraft.voter.base.port": ("voter_base_port", int),
+        "kraft.materialize.interval.ms": ("materialize_interval_s", float),
+    }
+    for key, (attr, kind) in mapping.items():
+        if props.get(key):
+            value: Any = kind(props[key])
+            if key.endswith(".ms"):
+                value = value / 1000
+            cfg = replace(cfg, **{attr: value})
+    for attr in ("data_dir", "http_port", "http_host", "voters", "master"):
+        value = getattr(args, attr)
+        if value is not None:
+            cfg = replace(cfg, **{attr: value})
+    cfg = replace(cfg, data_dir=os.path.abspath(cfg.data_dir))
+    if not 1 <= cfg.voters <= 9:
+        parser.error(f"--voters must be between 1 and 9, got {cfg.voters}")
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = parse_args(argv)
+    app = Application(cfg)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        app.start()
+    except Exception as exc:
+        progress(f"failed to start: {exc}")
+        app.stop()
+        return 1
+    assert app._sidecar is not None
+    summary = {
+        "http": f"http://{cfg.http_host}:{app._sidecar.port}",
+        "docs": f"http://{cfg.http_host}:{app._sidecar.port}/docs",
+        "warehouse": cfg.warehouse,
+        "tables": [os.path.join(cfg.warehouse, t) for t in ("records", "snapshot",
+                                                            "quorum_events")],
+        "cluster_id": app.cluster_id,
+        "voters": cfg.voters,
+    }
+    print(json.dumps(summary), flush=True)
+    progress(f"running: HTTP API at {summary['http']}, Delta tables under {cfg.warehouse}; "
+             "Ctrl-C to stop")
+    while not stop.wait(1.0):
+        pass
+    app.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

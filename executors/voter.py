@@ -1,0 +1,168 @@
+"""One Raft voter per barrier task (SPEC §10).
+
+``voter_task(settings)`` returns the function given to
+``sc.parallelize(range(V), V).barrier().mapPartitions(...)``. Each task:
+
+1. takes its partition id as voter id and its log directory ``<log_root>/node-<id>`` (stable
+   across generations), formatting it on first use;
+2. decides whether the disk was lost: the driver passes the directory id each voter had last
+   time; a missing or different directory id means this voter may have voted with state it no
+   longer has, so it catches up before voting (``disk_lost``);
+3. exchanges real endpoints with ``BarrierTaskContext.allGather`` (the addresses in
+   ``getTaskInfos()`` are the executors', not ours);
+4. runs a ``RaftNode`` (waiting for the previous generation's directory lock, if any), reports
+   itself to the driver over the driver's control channel, and serves until the driver says
+   ``stop`` or the channel drops (a driver that died must not leave voters behind);
+5. stops gracefully (a leader resigns with EndQuorumEpoch, the log is flushed, the lock
+   released) and returns one JSON row describing where it ran.
+
+Spark kills a cancelled task with SIGKILL and no notice (SPEC §10): that is a crash, and the
+log's recovery handles it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger("kraft_spark.executor")
+
+
+@dataclass(frozen=True)
+class VoterSettings:
+    """Everything a voter task needs, shipped to executors in the task closure."""
+
+    cluster_id: str
+    voters: int
+    log_root: str
+    control_host: str
+    control_port: int
+    generation: int
+    base_port: int = 0  # voter i listens on base_port + i; 0: any free port
+    bind_host: str = ""  # "" : this executor's address (127.0.0.1 in local mode)
+    quorum_properties: dict[str, str] = field(default_factory=dict)
+    known_directory_ids: dict[int, str] = field(default_factory=dict)
+    lock_timeout_s: float = 120.0
+
+
+def _host(settings: VoterSettings) -> str:
+    if settings.bind_host:
+        return settings.bind_host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def _port(host: str, settings: VoterSettings, voter_id: int) -> int:
+    if settings.base_port:
+        return settings.base_port + voter_id
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def prepare_log_dir(settings: VoterSettings, voter_id: int) -> tuple[str, str, bool]:
+    """Format on first use; return ``(log_dir, directory_id, disk_lost)``."""
+    from kraft_spark.log.meta import format_log_dir, read_meta_properties
+
+    log_dir = os.path.join(settings.log_root, f"node-{voter_id}")
+    known = settings.known_directory_ids.get(voter_id)
+    meta = read_meta_properties(log_dir)
+    if meta is None:
+        meta = format_log_dir(log_dir, cluster_id=settings.cluster_id, node_id=voter_id,
+                              ignore_formatted=True, lock_timeout_s=settings.lock_timeout_s)
+    disk_lost = known is not None and known != meta.directory_id
+    if disk_lost:
+        log.warning("voter %d: directory id changed (%s -> %s): the disk was lost; it will "
+                    "catch up before it votes", voter_id, known, meta.directory_id)
+    return log_dir, meta.directory_id, disk_lost
+
+
+async def _serve(settings: VoterSettings, config: Any, hello: dict[str, Any]) -> dict[str, Any]:
+    from kraft_spark.net.node import RaftNode
+
+    node = RaftNode(config, lock_timeout_s=settings.lock_timeout_s)
+    await node.start()
+    reader, writer = await asyncio.open_connection(settings.control_host, settings.control_port)
+    writer.write((json.dumps(hello) + "\n").encode())
+    await writer.drain()
+    closed = asyncio.ensure_future(node.wait_closed())
+    command = asyncio.ensure_future(reader.readline())
+    await asyncio.wait({closed, command}, return_when=asyncio.FIRST_COMPLETED)
+    reason = "driver asked to stop" if command.done() and command.result() else "driver gone"
+    if closed.done():
+        reason = f"node failed: {closed.exception()}"
+    command.cancel()
+    summary = node.describe()
+    await node.stop(graceful=True)
+    closed.cancel()
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return {**hello, "stopped": reason, "final": summary}
+
+
+def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[str]]:
+    """The barrier ``mapPartitions`` function hosting one voter per task."""
+
+    def run(_: Iterator[Any]) -> Iterator[str]:
+        from pyspark import BarrierTaskContext
+
+        from kraft_spark.net.config import NodeConfig, parse_properties
+        from kraft_spark.raft.config import QuorumConfig
+
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        ctx = BarrierTaskContext.get()
+        voter_id = ctx.partitionId()
+        log_dir, directory_id, disk_lost = prepare_log_dir(settings, voter_id)
+        host = _host(settings)
+        port = _port(host, settings, voter_id)
+        me = {"voter_id": voter_id, "host": host, "port": port, "directory_id": directory_id}
+        everyone = [json.loads(item) for item in ctx.allGather(json.dumps(me))]
+        voters = {int(v["voter_id"]): (str(v["host"]), int(v["port"])) for v in everyone}
+        props = dict(parse_properties(""))
+        props.update(settings.quorum_properties)
+        config = NodeConfig(
+            node_id=voter_id, log_dir=log_dir, host=host, port=port, voters=voters,
+            quorum=QuorumConfig.from_properties(props), disk_lost=disk_lost,
+        )
+        hello = {
+            **me,
+            "generation": settings.generation,
+            "executor_id": _executor_id(),
+            "pid": os.getpid(),
+            "attempt": ctx.attemptNumber(),
+            "disk_lost": disk_lost,
+        }
+        result = asyncio.run(_serve(settings, config, hello))
+        yield json.dumps(result)
+
+    return run
+
+
+def _executor_id() -> str:
+    """Spark does not tell a Python worker its executor id; the JVM's process id (our parent's
+    parent: executor JVM -> python daemon -> this worker) identifies it on one host."""
+    return os.environ.get("SPARK_EXECUTOR_ID") or f"jvm-pid-{_grandparent_pid()}"
+
+
+def _grandparent_pid() -> int:
+    try:
+        with open(f"/proc/{os.getppid()}/stat", encoding="ascii") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def settings_as_dict(settings: VoterSettings) -> dict[str, Any]:
+    return asdict(settings)
