@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -21,7 +23,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 class App:
-    def __init__(self, data_dir: Path, http_port: int, voter_base: int) -> None:
+    def __init__(self, data_dir: Path, http_port: int, voter_base: int,
+                 extra: tuple[str, ...] = ()) -> None:
         conf = data_dir / "app.properties"
         conf.write_text(f"kraft.voter.base.port={voter_base}\n"
                         "controller.quorum.fetch.timeout.ms=1000\n"
@@ -30,7 +33,7 @@ class App:
         self.log = open(data_dir / "app.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark", "run", "--data-dir", str(data_dir),
-             "--http-port", str(http_port), "--config", str(conf)],
+             "--http-port", str(http_port), "--config", str(conf), *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -130,3 +133,83 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
         _check_tables(spark, warehouse, log)
     finally:
         assert app.stop() == 0
+
+
+def _voter_hellos(log_path: Path) -> dict[int, dict[str, str]]:
+    """The newest hello of each voter, from the driver's log."""
+    pattern = re.compile(r"voter (\d+) of generation (\d+) runs on (\S+) \(executor "
+                         r"jvm-pid-(\d+), pid (\d+)\)")
+    out: dict[int, dict[str, str]] = {}
+    for line in log_path.read_text(errors="replace").splitlines():
+        m = pattern.search(line)
+        if m:
+            out[int(m[1])] = {"generation": m[2], "endpoint": m[3], "jvm": m[4], "pid": m[5]}
+    return out
+
+
+def _quorum(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/v1/quorum", timeout=30) as response:
+        info: dict[str, Any] = json.loads(response.read())
+        return info
+
+
+def test_killing_the_leaders_executor_relaunches_the_voters(tmp_path: Path, spark: Any) -> None:
+    """local-cluster: one voter per 1-core executor, plus a spare slot for the Delta writes."""
+    app = App(tmp_path, free_ports(1)[0], consecutive_free_ports(3),
+              ("--master", "local-cluster[4,1,1024]"))
+    acked: dict[str, int] = {}
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        i = 0
+        while not stop.is_set():
+            key = f"w{i}"
+            i += 1
+            try:
+                acked[key] = app.post({"key": key, "value": i})["base_offset"]
+            except (OSError, ValueError) as exc:  # 503/504 while the voters relaunch
+                errors.append(str(exc))
+                time.sleep(0.2)
+
+    loader = threading.Thread(target=load, daemon=True)
+    try:
+        loader.start()
+        deadline = time.monotonic() + 60
+        while len(acked) < 50:
+            assert time.monotonic() < deadline, f"no steady load: {errors[-3:]}"
+            time.sleep(0.1)
+        before = _quorum(app.url)
+        hellos = _voter_hellos(tmp_path / "app.log")
+        executors = {h["jvm"] for h in hellos.values()}
+        assert len(executors) == 3, f"voters share executors: {hellos}"
+        victim = int(hellos[before["leaderId"]]["jvm"])
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        # The barrier job aborts; the supervisor relaunches every voter (a new generation).
+        deadline = time.monotonic() + 240
+        while not all(int(h["generation"]) >= 1
+                      for h in _voter_hellos(tmp_path / "app.log").values()):
+            assert time.monotonic() < deadline, "the voters were not relaunched"
+            time.sleep(0.2)
+        relaunched_at = time.monotonic()
+        count = len(acked)
+        while len(acked) < count + 50:
+            assert time.monotonic() < deadline, f"no commits after relaunch: {errors[-3:]}"
+            time.sleep(0.1)
+        print(f"\n[figure] executor kill -> new generation running: "
+              f"{relaunched_at - killed_at:.1f} s; -> 50 more commits: "
+              f"{time.monotonic() - killed_at:.1f} s")
+        after = _quorum(app.url)
+        assert after["leaderEpoch"] > before["leaderEpoch"]
+    finally:
+        stop.set()
+        loader.join(60)
+        code = app.stop()
+    assert code == 0
+    rows = spark.read.format("delta").load(f"{app.info['warehouse']}/records").collect()
+    where: dict[str, list[int]] = {}
+    for r in rows:
+        where.setdefault(r["key"], []).append(r["offset"])
+    for key, offset in acked.items():
+        assert where.get(key) == [offset], f"{key} acked at {offset}, Delta has {where.get(key)}"
