@@ -21,6 +21,14 @@ def register(subparsers: Any) -> None:
     quorum.add_argument("--json", action="store_true", help="end with one JSON line")
     quorum.set_defaults(func=_bench_quorum)
 
+    app = bench_subparsers(subparsers).add_parser(
+        "app", help="the Spark application: launch to first commit, commit to Delta visibility",
+    )
+    app.add_argument("--seconds", type=float, default=30.0, help="steady-load duration")
+    app.add_argument("--rate", type=float, default=100.0, help="appends per second")
+    app.add_argument("--http-port", type=int, default=18181)
+    app.set_defaults(func=_bench_app)
+
 
 def _bench_quorum(args: argparse.Namespace) -> int:
     from bench.native import format_table, run_native
@@ -32,4 +40,15 @@ def _bench_quorum(args: argparse.Namespace) -> int:
     print(format_table(rows))
     if args.json:
         print(json.dumps(rows))
+    return 0
+
+
+def _bench_app(args: argparse.Namespace) -> int:
+    from bench.app_bench import run_app_bench
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = run_app_bench(args.seconds, args.rate, args.http_port, log)
+    print(json.dumps(result))
     return 0

@@ -457,14 +457,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
     app = Application(cfg)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         app.start()
     except Exception as exc:
         progress(f"failed to start: {exc}")
         app.stop()
         return 1
+    # After start: SparkContext installs its own SIGINT handler (cancel jobs, raise
+    # KeyboardInterrupt), which would skip the graceful stop.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     assert app._sidecar is not None
     summary = {
         "http": f"http://{cfg.http_host}:{app._sidecar.port}",

@@ -1,0 +1,99 @@
+"""``kraft-spark bench app``: the Spark application end to end (local mode, 3 voters).
+
+Measures, in one run:
+
+* **launch → first commit**: from starting ``kraft-spark run`` until the first HTTP append is
+  acknowledged (Spark start-up, Delta jars, the barrier stage, the first election);
+* **commit → visible in Delta**: under a steady HTTP load of ``--rate`` appends/s, for each
+  acknowledged record, the time from its acknowledgement to the Delta commit of the ``records``
+  table that first holds it (Delta's own commit timestamps, read from the table history).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from typing import Any
+
+
+def _post(url: str, body: Any) -> dict[str, Any]:
+    req = urllib.request.Request(f"{url}/v1/records", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        out: dict[str, Any] = json.loads(resp.read())
+        return out
+
+
+def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict[str, Any]:
+    from kraft_spark.spark_session import build_spark
+
+    with tempfile.TemporaryDirectory(prefix="kraft-app-bench-") as tmp:
+        launched = time.time()
+        proc = subprocess.Popen([sys.executable, "-m", "kraft_spark", "run", "--data-dir", tmp,
+                                 "--http-port", str(http_port)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        url = info["http"]
+        first = _post(url, {"key": "first", "value": 0})
+        first_commit_s = time.time() - launched
+        log(f"launch -> first commit: {first_commit_s:.1f} s (offset {first['base_offset']})")
+        acks: list[tuple[int, float]] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            i = 0
+            interval = 1.0 / rate
+            next_at = time.monotonic()
+            while not stop.is_set():
+                result = _post(url, {"key": f"k{i % 100}", "value": i})
+                acks.append((result["base_offset"], time.time()))
+                i += 1
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+        worker = threading.Thread(target=load, daemon=True)
+        log(f"steady load: {rate:.0f} appends/s for {seconds:.0f} s")
+        worker.start()
+        time.sleep(seconds)
+        stop.set()
+        worker.join(60)
+        time.sleep(5)  # let the last micro-batch land
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(180)
+        proc.stdout.close()
+        spark = build_spark("kraft-app-bench-reader", master="local[2]",
+                            extra_conf={"spark.ui.enabled": "false"})
+        from delta.tables import DeltaTable
+
+        history = (DeltaTable.forPath(spark, f"{info['warehouse']}/records").history()
+                   .select("timestamp", "userMetadata").collect())
+        spark.stop()
+    commits = sorted(
+        (json.loads(h["userMetadata"])["last_offset"], h["timestamp"].timestamp())
+        for h in history if h["userMetadata"]
+    )
+    delays = []
+    for offset, acked_at in acks:
+        visible = next((ts for last, ts in commits if last >= offset), None)
+        if visible is not None:
+            delays.append(max(0.0, visible - acked_at))
+    delays.sort()
+
+    def pct(p: float) -> float:
+        return float(round(delays[min(len(delays) - 1, int(p * len(delays)))] * 1000, 1))
+
+    return {
+        "launch_to_first_commit_s": round(first_commit_s, 2),
+        "appends": len(acks),
+        "measured": len(delays),
+        "visible_p50_ms": pct(0.5) if delays else None,
+        "visible_p99_ms": pct(0.99) if delays else None,
+        "delta_commits": len(commits),
+    }
