@@ -46,4 +46,5 @@ def _run(args: argparse.Namespace) -> int:
 
     cmd = [submit, "--packages", delta_maven_coordinate(), *args.spark_args,
            driver.app.__file__, *app_args]
-    return subprocess.call(cmd)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    return subprocess.call(cmd, env=env)
