@@ -48,12 +48,12 @@ def consecutive_free_ports(n: int) -> int:
         base = free_ports(1)[0]
         if base + n > 65000:
             continue
+        socks: list[socket.socket] = []
         try:
-            socks = []
             for p in range(base, base + n):
                 s = socket.socket()
+                socks.append(s)  # closed below even when its bind fails
                 s.bind(("127.0.0.1", p))
-                socks.append(s)
         except OSError:
             continue
         finally:
