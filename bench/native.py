@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -194,6 +193,3 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                        f"{r['p50_ms']} | {r['p99_ms']} |")
     return "\n".join(out)
 
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)

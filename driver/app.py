@@ -285,7 +285,7 @@ class Application:
 
     async def _restart_observer(self, voters: dict[int, tuple[str, int]]) -> None:
         from kraft_spark.log.meta import format_log_dir
-        from kraft_spark.net.config import NodeConfig, parse_properties
+        from kraft_spark.net.config import NodeConfig
         from kraft_spark.net.node import RaftNode
         from kraft_spark.raft.config import QuorumConfig
 
@@ -296,10 +296,8 @@ class Application:
         log_dir = os.path.join(self.config.data_dir, f"observer-{OBSERVER_ID}")
         format_log_dir(log_dir, cluster_id=self.cluster_id, node_id=OBSERVER_ID,
                        ignore_formatted=True)
-        props = dict(parse_properties(""))
-        props.update(self.config.quorum_properties)
         node = RaftNode(NodeConfig(OBSERVER_ID, log_dir, "127.0.0.1", port, voters,
-                                   QuorumConfig.from_properties(props)))
+                                   QuorumConfig.from_properties(self.config.quorum_properties)))
         await node.start()
         node.add_commit_listener(self._on_commit)
         self._observer = node

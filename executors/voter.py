@@ -117,7 +117,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
     def run(_: Iterator[Any]) -> Iterator[str]:
         from pyspark import BarrierTaskContext
 
-        from kraft_spark.net.config import NodeConfig, parse_properties
+        from kraft_spark.net.config import NodeConfig
         from kraft_spark.raft.config import QuorumConfig
 
         logging.basicConfig(level=logging.INFO,
@@ -130,11 +130,10 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         me = {"voter_id": voter_id, "host": host, "port": port, "directory_id": directory_id}
         everyone = [json.loads(item) for item in ctx.allGather(json.dumps(me))]
         voters = {int(v["voter_id"]): (str(v["host"]), int(v["port"])) for v in everyone}
-        props = dict(parse_properties(""))
-        props.update(settings.quorum_properties)
         config = NodeConfig(
             node_id=voter_id, log_dir=log_dir, host=host, port=port, voters=voters,
-            quorum=QuorumConfig.from_properties(props), disk_lost=disk_lost,
+            quorum=QuorumConfig.from_properties(settings.quorum_properties),
+            disk_lost=disk_lost,
         )
         hello = {
             **me,

@@ -42,7 +42,7 @@ from kraft_spark.client.types import (
     ReplicaInfo,
 )
 from kraft_spark.net.transport import Connection, TransportError
-from kraft_spark.net.wire import ACKS_ALL, decode_record_set, produce_batch
+from kraft_spark.net.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.records import Record
 
@@ -213,7 +213,7 @@ class AsyncQuorumClient:
             )
             self._check_cluster(reply.get("kraft_spark_cluster_id"))
             self._learn_endpoints(reply.get("kraft_spark_node_endpoints"))
-            part = _first_partition(reply, "topics", "partitions")
+            part = first_partition(reply, "topics", "partitions")
             error = reply.get("error_code", 0) or (part or {}).get("error_code", 0)
             if error in _RETRIABLE or part is None:
                 self._refused(endpoint, (part or {}).get("leader_id", -1))
@@ -259,7 +259,7 @@ class AsyncQuorumClient:
             reply = await self._conn(endpoint).request(
                 ApiKey.FETCH, 12, body, self._request_timeout_s
             )
-            part = _first_partition(reply, "responses", "partitions")
+            part = first_partition(reply, "responses", "partitions")
             error = reply.get("error_code", 0) or (part or {}).get("error_code", 0)
             if error == ErrorCode.INCONSISTENT_CLUSTER_ID:
                 raise ClusterIdMismatchError(
@@ -352,7 +352,7 @@ class AsyncQuorumClient:
                 sent = sent or exc.sent
                 raise
             sent = True
-            part = _first_partition(reply, "responses", "partition_responses")
+            part = first_partition(reply, "responses", "partition_responses")
             if part is None:
                 self._forget_leader(endpoint)
                 return None
@@ -388,15 +388,6 @@ class AsyncQuorumClient:
         for conn in self._conns.values():
             await conn.close()
         self._conns.clear()
-
-
-def _first_partition(body: dict[str, Any], topics_key: str, parts_key: str
-                     ) -> dict[str, Any] | None:
-    topics = body.get(topics_key) or []
-    if not topics or not topics[0].get(parts_key):
-        return None
-    part: dict[str, Any] = topics[0][parts_key][0]
-    return part
 
 
 def _replica(r: dict[str, Any]) -> ReplicaInfo:

@@ -311,11 +311,8 @@ def error_response_body(api_key: int, error: int, message: str = "") -> Body:
             "error_message": message or None,
         }
         return {"responses": [{"name": METADATA_TOPIC, "partition_responses": [part]}]}
-    if api_key == ApiKey.VOTE:
-        return {"error_code": error, "topics": []}
-    if api_key in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
-        return {"error_code": error, "topics": []}
-    if api_key == ApiKey.DESCRIBE_QUORUM:
+    if api_key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
+                   ApiKey.DESCRIBE_QUORUM):
         return {"error_code": error, "topics": []}
     raise WireError(f"no error response for api key {api_key}")
 
@@ -420,7 +417,8 @@ def response_to_wire(
     raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover
 
 
-def _response_partition(body: Body, topics_key: str, parts_key: str) -> Body | None:
+def first_partition(body: Body, topics_key: str, parts_key: str) -> Body | None:
+    """The first partition of the first topic of a response body, None if there is none."""
     topics = body.get(topics_key) or []
     if not topics:
         return None
@@ -441,7 +439,7 @@ def _error_of(body: Body, part: Body | None) -> CoreError:
 def response_from_wire(api_key: int, body: Body) -> Response:
     """The core response of a decoded body (what a node gets back from a peer)."""
     if api_key == ApiKey.FETCH:
-        part = _response_partition(body, "responses", "partitions")
+        part = first_partition(body, "responses", "partitions")
         if part is None:
             return FetchResponse(_error_of(body, None), -1, -1, -1)
         diverging = part.get("diverging_epoch")
@@ -459,7 +457,7 @@ def response_from_wire(api_key: int, body: Body) -> Response:
             batches=tuple(decode_record_set(part["records"])),
         )
     if api_key == ApiKey.VOTE:
-        part = _response_partition(body, "topics", "partitions")
+        part = first_partition(body, "topics", "partitions")
         if part is None:
             return VoteResponse(_error_of(body, None), -1, -1, False)
         return VoteResponse(
@@ -469,12 +467,12 @@ def response_from_wire(api_key: int, body: Body) -> Response:
         cls = BeginQuorumEpochResponse if api_key == ApiKey.BEGIN_QUORUM_EPOCH else (
             EndQuorumEpochResponse
         )
-        part = _response_partition(body, "topics", "partitions")
+        part = first_partition(body, "topics", "partitions")
         if part is None:
             return cls(_error_of(body, None), -1, -1)
         return cls(_error_of(body, part), part["leader_id"], part["leader_epoch"])
     if api_key == ApiKey.PRODUCE:
-        part = _response_partition(body, "responses", "partition_responses")
+        part = first_partition(body, "responses", "partition_responses")
         if part is None:
             return ProduceResponse(_error_of(body, None), -1, -1)
         leader = part.get("current_leader") or {}
@@ -487,7 +485,7 @@ def response_from_wire(api_key: int, body: Body) -> Response:
             message=part.get("error_message") or "",
         )
     if api_key == ApiKey.DESCRIBE_QUORUM:
-        part = _response_partition(body, "topics", "partitions")
+        part = first_partition(body, "topics", "partitions")
         if part is None:
             return DescribeQuorumResponse(_error_of(body, None), -1, -1)
 

@@ -21,6 +21,7 @@ from kraft_spark.client import ClientError, NewRecord, QuorumClient
 from kraft_spark.log.codec import iter_batches
 from kraft_spark.log.errors import CorruptRecordError
 from kraft_spark.raft.records import Batch, decode_leader_change
+from tests.net.helpers import free_ports
 
 # Quicker than Kafka's defaults so each scenario takes seconds, not tens of seconds.
 FAST_SETTINGS = {
@@ -29,18 +30,6 @@ FAST_SETTINGS = {
     "controller.quorum.request.timeout.ms": "1000",
 }
 FETCH_TIMEOUT_S = 1.0
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def consecutive_free_ports(n: int) -> int:
