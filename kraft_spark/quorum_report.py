@@ -87,8 +87,9 @@ def status_summary(info: QuorumInfo) -> dict[str, Any]:
         "highWatermark": info.high_watermark,
         "maxFollowerLag": max_lag,
         "maxFollowerLagTimeMs": max_lag_time_ms,
-        "currentVoters": [voter.replica_id for voter in info.voters],
-        "currentObservers": [observer.replica_id for observer in info.observers],
+        # By id, as Kafka's tool prints them; the leader lists itself first in its response.
+        "currentVoters": sorted(voter.replica_id for voter in info.voters),
+        "currentObservers": sorted(observer.replica_id for observer in info.observers),
     }
 
 

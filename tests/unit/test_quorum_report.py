@@ -197,3 +197,14 @@ def test_empty_quorum_renders_headers_only() -> None:
         "CurrentVoters:          []",
         "CurrentObservers:       []",
     ]
+
+
+def test_status_lists_ids_in_order_whatever_the_response_order() -> None:
+    info = QuorumInfo(
+        "c", 1, 4, 50,
+        voters=(ReplicaInfo(1, 50, T, T), ReplicaInfo(0, 50, T, T), ReplicaInfo(2, 49, T, T)),
+        observers=(ReplicaInfo(3001, 50, T, T), ReplicaInfo(3000, 50, T, T)),
+    )
+    summary = status_summary(info)
+    assert summary["currentVoters"] == [0, 1, 2]
+    assert summary["currentObservers"] == [3000, 3001]
