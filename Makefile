@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint sim-long clean
+.PHONY: run test lint sim-long bench clean
 
 $(STAMP): pyproject.toml setup.py kraft_spark/log/_fastcodec.c
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,12 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -m 'not slow'
+
+# kraft-spark against etcd and PySyncObj (installs etcd-server and wrk with apt-get if missing);
+# writes bench/results/compare-*.{md,json,png} and bench/results/latest.md.
+bench: $(STAMP)
+	$(VENV)/bin/pip install --quiet -e '.[dev,bench]'
+	$(VENV)/bin/kraft-spark bench compare
 
 sim-long: $(STAMP)
 	$(VENV)/bin/kraft-spark sim --seeds 0:2000 --voters 5 --observers 1 --faults all

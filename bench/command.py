@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+from bench.compare import SYSTEMS
+from kraft_spark.errors import CommandError
 from kraft_spark.log.commands import bench_subparsers
 
 
@@ -28,6 +30,21 @@ def register(subparsers: Any) -> None:
     app.add_argument("--rate", type=float, default=100.0, help="appends per second")
     app.add_argument("--http-port", type=int, default=18181)
     app.set_defaults(func=_bench_app)
+
+    compare = bench_subparsers(subparsers).add_parser(
+        "compare", help="kraft-spark against etcd and PySyncObj, with the physical floor "
+        "(installs etcd, wrk and PySyncObj if missing)",
+    )
+    compare.add_argument("--seconds", type=float, default=10.0, help="per point (default 10)")
+    compare.add_argument("--warmup", type=float, default=2.0, help="per point (default 2)")
+    compare.add_argument("--systems", default=",".join(SYSTEMS),
+                         help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    compare.add_argument("--base-port", type=int, default=19600,
+                         help="ports base-port .. base-port+60 are used (default 19600)")
+    compare.add_argument("--visibility-seconds", type=float, default=30.0,
+                         help="steady load for the Delta visibility point (default 30)")
+    compare.add_argument("--out", default="bench/results", help="results directory")
+    compare.set_defaults(func=_bench_compare)
 
 
 def _bench_quorum(args: argparse.Namespace) -> int:
@@ -51,4 +68,24 @@ def _bench_app(args: argparse.Namespace) -> int:
 
     result = run_app_bench(args.seconds, args.rate, args.http_port, log)
     print(json.dumps(result))
+    return 0
+
+
+def _bench_compare(args: argparse.Namespace) -> int:
+    from bench.compare import command_line, run_compare
+    from bench.report import markdown
+
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown or not systems:
+        raise CommandError(f"unknown system(s) {', '.join(unknown) or '(none)'}; choose from "
+                           f"{', '.join(SYSTEMS)}")
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    results = run_compare(seconds=args.seconds, warmup_s=args.warmup, systems=systems,
+                          base_port=args.base_port, out_dir=args.out,
+                          visibility_s=args.visibility_seconds, command=command_line(), log=log)
+    print(markdown(results))
     return 0

@@ -56,8 +56,8 @@ class Point:
         }
 
 
-async def _load(bootstrap: list[str], clients: int, batch: int, seconds: float,
-                name: str) -> Point:
+async def native_load(bootstrap: list[str], clients: int, batch: int, seconds: float,
+                      name: str) -> Point:
     warmup_s = 1.0
     point = Point(name)
     pool = [AsyncQuorumClient(bootstrap, retry_budget_s=30) for _ in range(clients)]
@@ -93,7 +93,8 @@ async def _load(bootstrap: list[str], clients: int, batch: int, seconds: float,
     return point
 
 
-async def _failover(bootstrap: list[str], pids: dict[int, int], sig: int, name: str) -> float:
+async def native_failover(bootstrap: list[str], pids: dict[int, int], sig: int,
+                          name: str) -> float:
     """Kill (or stop) the leader under a 4-client load; seconds until the first commit of a
     later epoch (acknowledgements still in flight from the old leader do not count)."""
     probe = AsyncQuorumClient(bootstrap)
@@ -161,7 +162,7 @@ async def run_native(seconds: float, base_port: int, log: Any) -> list[dict[str,
                                          (256, 1, "256 clients, single records"),
                                          (16, 100, "16 clients, 100-record batches")):
                 log(f"running: {name} ({seconds:.0f} s)")
-                rows.append((await _load(bootstrap, clients, batch, seconds, name)).row())
+                rows.append((await native_load(bootstrap, clients, batch, seconds, name)).row())
                 log(f"  {rows[-1]}")
         finally:
             stop_local(proc, nodes)
@@ -172,7 +173,8 @@ async def run_native(seconds: float, base_port: int, log: Any) -> list[dict[str,
             try:
                 log(f"running: {name}")
                 pids = {n["node_id"]: n["pid"] for n in nodes}
-                seconds_taken = await _failover([n["endpoint"] for n in nodes], pids, sig, name)
+                seconds_taken = await native_failover([n["endpoint"] for n in nodes], pids,
+                                                      sig, name)
                 rows.append({"workload": name, "ms": round(seconds_taken * 1000, 1)})
                 log(f"  {rows[-1]}")
             finally:

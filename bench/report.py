@@ -1,0 +1,186 @@
+"""The comparison bench's results as a markdown page and a PNG plot.
+
+The results are one JSON-able dict (see :mod:`bench.compare`): ``meta`` (date, machine,
+command, versions), ``floor``, ``systems`` (per system: its points by workload name, and the
+failover figures where measured) and ``visibility`` (the Spark application's Delta lag).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WORKLOADS = ("1 client", "16 clients", "256 clients", "16 clients, 100-record batches")
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _point(system: dict[str, Any], workload: str) -> dict[str, Any] | None:
+    point: dict[str, Any] | None = system.get("points", {}).get(workload)
+    return point
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """Issue 6's targets: (what, met? (None: not measured), the figures behind it)."""
+    systems = {s["name"]: s for s in results["systems"]}
+    kraft = systems.get("kraft-spark HTTP")
+    native = systems.get("kraft-spark native")
+    etcd = systems.get("etcd HTTP")
+    floor = results.get("floor")
+    out: list[tuple[str, bool | None, str]] = []
+
+    def p(system: dict[str, Any] | None, workload: str, key: str) -> float | None:
+        point = _point(system, workload) if system else None
+        return None if point is None else point.get(key)
+
+    k1, e1 = p(kraft, "1 client", "p50_ms"), p(etcd, "1 client", "p50_ms")
+    n1 = p(native, "1 client", "p50_ms")
+    if k1 is not None and e1 is not None:
+        out.append(("single-client p50 over HTTP ≤ etcd's", k1 <= e1, f"{k1} ms vs {e1} ms"))
+    if floor and n1 is not None:
+        limit = round(3 * floor["commit_floor_ms"], 3)
+        best = min(x for x in (n1, k1) if x is not None)
+        out.append(("single-client p50 ≤ 3 × commit floor", best <= limit,
+                    f"{best} ms (native {n1}, HTTP {k1}) vs {limit} ms"))
+    for workload in WORKLOADS[:3]:
+        k, e = p(kraft, workload, "ops_per_s"), p(etcd, workload, "ops_per_s")
+        if k is not None and e is not None:
+            out.append((f"HTTP single records, {workload}: ≥ etcd", k >= e,
+                        f"{_fmt(k)}/s vs {_fmt(e)}/s"))
+    kb = p(kraft, WORKLOADS[3], "records_per_s")
+    e_rates = [p(etcd, w, "ops_per_s") for w in WORKLOADS[:3]]
+    e_best = max((r for r in e_rates if r is not None), default=None)
+    if kb is not None and e_best is not None:
+        out.append(("100-record batches ≥ 10 × etcd's best single-record rate",
+                    kb >= 10 * e_best, f"{_fmt(kb)} records/s vs 10 × {_fmt(e_best)}/s"))
+    fail = (kraft or {}).get("failover_kill_ms")
+    if fail is not None:
+        out.append(("kill -9 failover ≤ 2.5 s", fail <= 2500, f"{fail} ms"))
+    graceful = (kraft or {}).get("handoff_ms")
+    if graceful is not None:
+        out.append(("graceful handoff ≤ 0.2 s", graceful <= 200, f"{graceful} ms"))
+    vis = results.get("visibility")
+    if vis and vis.get("visible_p50_ms") is not None:
+        out.append(("commit → visible in Delta p50 ≤ 2 s", vis["visible_p50_ms"] <= 2000,
+                    f"{vis['visible_p50_ms']} ms (p99 {vis['visible_p99_ms']} ms)"))
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    lines = [
+        f"# Comparison bench, {meta['date']}",
+        "",
+        f"- Machine: {meta['machine']}",
+        f"- Command: `{meta['command']}`",
+        f"- Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}",
+        f"- Each point: {meta['seconds']:g} s after a {meta['warmup_s']:g} s warm-up; "
+        "100-byte values; wrk for every HTTP system, the asyncio client for native.",
+        "",
+    ]
+    floor = results.get("floor")
+    if floor:
+        lines += [
+            "## Physical floor (same run)",
+            "",
+            f"- fsync of a 4 KiB append: p50 {floor['fsync_p50_ms']} ms, "
+            f"p99 {floor['fsync_p99_ms']} ms",
+            f"- loopback TCP round trip (100 bytes, another process): p50 "
+            f"{floor['rtt_p50_ms']} ms, p99 {floor['rtt_p99_ms']} ms",
+            f"- commit floor (fsync + 2 round trips): {floor['commit_floor_ms']:.3f} ms",
+            "",
+        ]
+    lines += [
+        "## Results",
+        "",
+        "| system | 1 client p50 ms | 1 client p99 ms | 1 client ops/s | 16 clients ops/s "
+        "| 256 clients ops/s | 100-record batches, records/s | kill -9 failover ms "
+        "| graceful handoff ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in results["systems"]:
+        one = _point(s, "1 client") or {}
+        cells = [
+            s["name"] + (f" ({s['note']})" if s.get("note") else ""),
+            _fmt(one.get("p50_ms"), 2), _fmt(one.get("p99_ms"), 2),
+            _fmt(one.get("ops_per_s")),
+            _fmt((_point(s, "16 clients") or {}).get("ops_per_s")),
+            _fmt((_point(s, "256 clients") or {}).get("ops_per_s")),
+            _fmt((_point(s, WORKLOADS[3]) or {}).get("records_per_s")),
+            _fmt(s.get("failover_kill_ms"), 1), _fmt(s.get("handoff_ms"), 1),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    errors = [(s["name"], w, pt["errors"]) for s in results["systems"]
+              for w, pt in s.get("points", {}).items() if pt.get("errors")]
+    if errors:
+        lines += ["", "Failed requests (not counted in ops/s): " + "; ".join(
+            f"{n}, {w}: {e}" for n, w, e in errors)]
+    vis = results.get("visibility")
+    if vis:
+        lines += [
+            "",
+            "## The Spark application",
+            "",
+            f"- launch → first commit: {vis.get('launch_to_first_commit_s')} s",
+            f"- commit → visible in Delta `records` under {vis.get('rate')} appends/s: "
+            f"p50 {vis.get('visible_p50_ms')} ms, p99 {vis.get('visible_p99_ms')} ms "
+            f"({vis.get('measured')} records, {vis.get('delta_commits')} Delta commits)",
+        ]
+    checks = targets(results)
+    if checks:
+        lines += ["", "## Targets (issue 6)", ""]
+        for what, met, figures in checks:
+            mark = "met" if met else "MISSED" if met is not None else "not measured"
+            lines.append(f"- {what}: **{mark}** ({figures})")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = [s for s in results["systems"] if s.get("points")]
+    fig, (thr, lat) = plt.subplots(1, 2, figsize=(13, 5))
+    width = 0.8 / max(1, len(systems))
+    for i, s in enumerate(systems):
+        values = []
+        for w in WORKLOADS:
+            point = _point(s, w)
+            key = "records_per_s" if w == WORKLOADS[3] else "ops_per_s"
+            values.append(point[key] if point else 0)
+        xs = [x + i * width for x in range(len(WORKLOADS))]
+        thr.bar(xs, values, width, label=s["name"])
+    thr.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(WORKLOADS))])
+    thr.set_xticklabels(["1 client", "16 clients", "256 clients", "16 × 100-rec\nbatches"])
+    thr.set_yscale("log")
+    thr.set_ylabel("records committed per second (log)")
+    thr.set_title("Throughput")
+    thr.legend(fontsize=8)
+    names = [s["name"] for s in systems]
+    p50 = [(_point(s, "1 client") or {}).get("p50_ms") or 0 for s in systems]
+    p99 = [(_point(s, "1 client") or {}).get("p99_ms") or 0 for s in systems]
+    ys = range(len(systems))
+    lat.barh([y + 0.2 for y in ys], p50, 0.4, label="p50")
+    lat.barh([y - 0.2 for y in ys], p99, 0.4, label="p99")
+    floor = results.get("floor")
+    if floor:
+        lat.axvline(floor["commit_floor_ms"], color="k", linestyle="--",
+                    label=f"commit floor {floor['commit_floor_ms']:.3f} ms")
+    lat.set_yticks(list(ys))
+    lat.set_yticklabels(names, fontsize=8)
+    lat.set_xscale("log")
+    lat.set_xlabel("ms (log)")
+    lat.set_title("Single-client commit latency")
+    lat.legend(fontsize=8)
+    meta = results["meta"]
+    fig.suptitle(f"{meta['date']} — {meta['machine']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

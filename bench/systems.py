@@ -1,0 +1,272 @@
+"""The systems the comparison bench starts on loopback, each as three local members.
+
+Every system offers the same two HTTP workloads to :mod:`bench.wrk`: a single 100-byte record
+per request, and 100 such records per request (one atomic batch: kraft-spark's ``records``
+list, an etcd txn of 100 puts, one PySyncObj command). Load always goes to the member that
+leads when the point starts, so no system pays for a forwarding hop.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from bench.wrk import HttpWorkload
+
+VALUE = "v" * 100
+BATCH = 100
+SINGLE_BODIES = 1000
+BATCH_BODIES = 16
+START_TIMEOUT_S = 60.0
+
+
+def _key(i: int) -> str:
+    return f"k{i:06d}"
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def http_json(url: str, method: str = "GET", body: Any = None,
+              timeout: float = 5.0) -> tuple[int, Any]:
+    """One request on a fresh connection; (status, parsed JSON body or None)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        conn.request(method, parts.path or "/", body=data,
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            return resp.status, json.loads(raw) if raw else None
+        except ValueError:
+            return resp.status, None
+    finally:
+        conn.close()
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = START_TIMEOUT_S) -> Any:
+    """Poll ``check`` until it returns something truthy; raise naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except (OSError, ValueError, KeyError, http.client.HTTPException) as exc:
+            last = exc
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s (last error: {last})")
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM,
+                 wait_s: float = 20) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+# --------------------------------------------------------------------------- kraft-spark
+
+
+def kraft_workloads(url: str) -> tuple[HttpWorkload, HttpWorkload]:
+    single = [json.dumps({"key": _key(i), "value": VALUE}).encode()
+              for i in range(SINGLE_BODIES)]
+    batch = [json.dumps({"records": [{"key": _key(b * BATCH + j), "value": VALUE}
+                                     for j in range(BATCH)]}).encode()
+             for b in range(BATCH_BODIES)]
+    return (HttpWorkload(url, "/v1/records", single),
+            HttpWorkload(url, "/v1/records", batch, records_per_request=BATCH))
+
+
+class KraftLocal:
+    """``kraft-spark local`` with its HTTP sidecar: 3 voter processes, default timeouts."""
+
+    name = "kraft-spark"
+
+    def __init__(self, data_dir: str, base_port: int, http_port: int) -> None:
+        cmd = [sys.executable, "-m", "kraft_spark", "local", "--voters", "3", "--data-dir",
+               data_dir, "--base-port", str(base_port), "--http-port", str(http_port)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        assert self.proc.stdout is not None
+        self.nodes = [json.loads(self.proc.stdout.readline()) for _ in range(3)]
+        self.url = json.loads(self.proc.stdout.readline())["http"]
+        wait_for("kraft-spark leader",
+                 lambda: http_json(self.url + "/v1/quorum")[1].get("leaderId", -1) >= 0)
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [n["endpoint"] for n in self.nodes]
+
+    def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        return kraft_workloads(self.url)
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+# --------------------------------------------------------------------------- etcd
+
+
+class EtcdCluster:
+    """Three etcd 3.4 members (Debian's etcd-server), default heartbeat/election timeouts."""
+
+    name = "etcd"
+
+    def __init__(self, data_dir: str, base_port: int) -> None:
+        self.client_urls = [f"http://127.0.0.1:{base_port + 2 * i}" for i in range(3)]
+        peer_urls = [f"http://127.0.0.1:{base_port + 2 * i + 1}" for i in range(3)]
+        cluster = ",".join(f"m{i}={u}" for i, u in enumerate(peer_urls))
+        self.procs: list[subprocess.Popen[Any]] = []
+        for i in range(3):
+            log = open(os.path.join(data_dir, f"etcd-m{i}.log"), "w")  # noqa: SIM115
+            try:
+                self.procs.append(subprocess.Popen(
+                    ["etcd", "--name", f"m{i}", "--data-dir", os.path.join(data_dir, f"m{i}"),
+                     "--listen-client-urls", self.client_urls[i],
+                     "--advertise-client-urls", self.client_urls[i],
+                     "--listen-peer-urls", peer_urls[i],
+                     "--initial-advertise-peer-urls", peer_urls[i],
+                     "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                     "--initial-cluster-token", "kraft-spark-bench", "--logger", "zap",
+                     "--log-level", "error"],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            finally:
+                log.close()
+        wait_for("etcd leader", lambda: self.leader_index() is not None)
+
+    def status(self, i: int) -> dict[str, Any]:
+        _, body = http_json(self.client_urls[i] + "/v3/maintenance/status", "POST", {},
+                            timeout=2)
+        result: dict[str, Any] = body
+        return result
+
+    def leader_index(self) -> int | None:
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is not None:
+                continue
+            try:
+                st = self.status(i)
+            except OSError:
+                continue
+            if st.get("leader") and st["leader"] == st["header"]["member_id"]:
+                return i
+        return None
+
+    def leader_url(self) -> str:
+        index = wait_for("etcd leader", self.leader_index)
+        return self.client_urls[int(index)]
+
+    def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        url = self.leader_url()
+        single = [json.dumps({"key": _b64(_key(i)), "value": _b64(VALUE)}).encode()
+                  for i in range(SINGLE_BODIES)]
+        batch = [json.dumps({"success": [
+            {"requestPut": {"key": _b64(_key(b * BATCH + j)), "value": _b64(VALUE)}}
+            for j in range(BATCH)]}).encode() for b in range(BATCH_BODIES)]
+        return (HttpWorkload(url, "/v3/kv/put", single),
+                HttpWorkload(url, "/v3/kv/txn", batch, records_per_request=BATCH))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            stop_process(proc)
+
+
+# --------------------------------------------------------------------------- PySyncObj
+
+
+class SyncObjCluster:
+    """Three PySyncObj nodes (``bench.pysyncobj_node``): journal file, no fsync."""
+
+    name = "PySyncObj"
+
+    def __init__(self, data_dir: str, base_port: int) -> None:
+        raft = [f"127.0.0.1:{base_port + 2 * i}" for i in range(3)]
+        self.http_urls = [f"http://127.0.0.1:{base_port + 2 * i + 1}" for i in range(3)]
+        self.procs: list[subprocess.Popen[Any]] = []
+        for i in range(3):
+            partners = [a for j, a in enumerate(raft) if j != i]
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "bench.pysyncobj_node", raft[i],
+                 str(base_port + 2 * i + 1), os.path.join(data_dir, f"n{i}"), *partners],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        self.raft = raft
+        wait_for("PySyncObj leader", lambda: self.leader_index() is not None)
+
+    def leader_index(self) -> int | None:
+        for i, url in enumerate(self.http_urls):
+            try:
+                _, st = http_json(url + "/status", timeout=2)
+            except OSError:
+                continue
+            if st and st["leader"] == st["self"]:
+                return i
+        return None
+
+    def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        url = self.http_urls[int(wait_for("PySyncObj leader", self.leader_index))]
+        single = [json.dumps({"key": _key(i), "value": VALUE}).encode()
+                  for i in range(SINGLE_BODIES)]
+        batch = [json.dumps({"records": [{"key": _key(b * BATCH + j), "value": VALUE}
+                                         for j in range(BATCH)]}).encode()
+                 for b in range(BATCH_BODIES)]
+        return (HttpWorkload(url, "/put", single),
+                HttpWorkload(url, "/batch", batch, records_per_request=BATCH))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            stop_process(proc)
+
+
+# --------------------------------------------------------------------------- Spark app
+
+
+class KraftApp:
+    """The full Spark application (``kraft-spark run``, local mode, 3 voters) and its
+    HTTP sidecar."""
+
+    name = "kraft-spark app"
+
+    def __init__(self, data_dir: str, http_port: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kraft_spark", "run", "--data-dir", data_dir,
+             "--http-port", str(http_port)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("kraft-spark run exited before it printed its endpoints")
+        self.url = json.loads(line)["http"]
+        wait_for("Spark application's first commit", self._first_commit, timeout_s=180)
+
+    def _first_commit(self) -> bool:
+        status, _ = http_json(self.url + "/v1/records", "POST", {"key": "warm", "value": 0},
+                              timeout=30)
+        return status == 200
+
+    def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        return kraft_workloads(self.url)
+
+    def stop(self) -> None:
+        # SIGTERM to the Python process only: pyspark's JVM must see a clean shutdown.
+        stop_process(self.proc, wait_s=180)

@@ -1,0 +1,155 @@
+"""The comparison bench's own parts: the wrk script and its output, the floor measurement and
+the report. (The figures themselves come from ``kraft-spark bench compare``, never from
+timed assertions here.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from bench.floor import fsync_latencies, loopback_round_trips, measure_floor, percentile
+from bench.report import markdown, targets
+from bench.wrk import HttpWorkload, lua_script, parse_wrk_output, run_wrk
+
+
+def test_lua_script_inlines_every_body_and_the_path() -> None:
+    bodies = [b'{"key":"a","value":"x]]y"}', b'{"key":"b","value":"]=]"}']
+    script = lua_script(HttpWorkload("http://127.0.0.1:1", "/v1/records", bodies))
+    assert 'wrk.method = "POST"' in script
+    assert '"/v1/records"' in script
+    # Long-bracket levels are chosen so a body containing "]]" or "]=]" cannot end its string.
+    assert '[==[{"key":"b","value":"]=]"}]==]' in script
+    assert '[=[{"key":"a","value":"x]]y"}]=]' in script
+    assert "WRKJSON" in script
+
+
+def test_lua_script_refuses_an_empty_workload() -> None:
+    with pytest.raises(ValueError, match="at least one body"):
+        lua_script(HttpWorkload("http://127.0.0.1:1", "/", []))
+
+
+def test_wrk_output_is_parsed_and_errors_are_not_counted_as_commits() -> None:
+    out = ("Running 10s test\nWRKJSON {\"requests\":1000,\"duration_us\":2000000,"
+           "\"status_errors\":10,\"connect_errors\":0,\"read_errors\":5,\"write_errors\":0,"
+           "\"timeouts\":5,\"p50_us\":1500,\"p99_us\":9000}\n")
+    result = parse_wrk_output(out, records_per_request=100)
+    assert result.errors == 20
+    assert result.ok_per_s == 490.0
+    assert result.records_per_s == 49000.0
+    assert (result.p50_ms, result.p99_ms) == (1.5, 9.0)
+
+
+def test_wrk_output_without_the_marker_is_an_error_that_shows_the_output() -> None:
+    with pytest.raises(RuntimeError, match="unable to connect"):
+        parse_wrk_output("unable to connect to 127.0.0.1:1", 1)
+
+
+class _Counting(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    bodies: ClassVar[list[bytes]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).bodies.append(body)
+        self.send_response(200 if self.path == "/ok" else 503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed "
+                    "(kraft-spark bench compare installs it)")
+def test_wrk_sends_the_bodies_and_counts_failed_answers() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        ok = run_wrk(HttpWorkload(url, "/ok", [b'{"n":1}', b'{"n":2}']), 2, 1.0, warmup_s=0)
+        failing = run_wrk(HttpWorkload(url, "/fail", [b'{"n":3}']), 1, 1.0, warmup_s=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert ok.requests > 0 and ok.errors == 0
+    assert failing.requests > 0 and failing.errors == failing.requests
+    assert failing.ok_per_s == 0
+    assert {b'{"n":1}', b'{"n":2}', b'{"n":3}'} <= set(_Counting.bodies)
+
+
+def test_floor_measures_real_fsyncs_and_round_trips(tmp_path: Path) -> None:
+    fsyncs = fsync_latencies(str(tmp_path), seconds=0.2, max_samples=50)
+    rtts = loopback_round_trips(seconds=0.2, max_samples=200)
+    assert 0 < len(fsyncs) <= 50 and fsyncs == sorted(fsyncs) and fsyncs[0] > 0
+    assert 0 < len(rtts) <= 200 and rtts[0] > 0
+    assert list(tmp_path.iterdir()) == []  # the probe file is removed
+    floor = measure_floor(str(tmp_path), seconds=0.1)
+    assert floor.commit_floor_ms == pytest.approx(floor.fsync_p50_ms + 2 * floor.rtt_p50_ms)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 51.0
+    assert percentile(values, 0.99) == 100.0
+    with pytest.raises(ValueError):
+        percentile([], 0.5)
+
+
+def _results(kraft_p50: float, kraft_16: float) -> dict[str, Any]:
+    def pt(ops: float, p50: float, records: float | None = None) -> dict[str, Any]:
+        return {"ops_per_s": ops, "records_per_s": records or ops, "p50_ms": p50,
+                "p99_ms": p50 * 3, "errors": 0}
+
+    return {
+        "meta": {"date": "2026-11-22 04:00 UTC", "machine": "2 cores", "command": "kraft-spark "
+                 "bench compare", "versions": {"etcd": "3.4.23"}, "seconds": 10, "warmup_s": 2},
+        "floor": {"fsync_p50_ms": 0.04, "fsync_p99_ms": 4.0, "rtt_p50_ms": 0.005,
+                  "rtt_p99_ms": 0.02, "commit_floor_ms": 0.05},
+        "systems": [
+            {"name": "kraft-spark HTTP", "failover_kill_ms": 900.0, "handoff_ms": 40.0,
+             "points": {"1 client": pt(500, kraft_p50), "16 clients": pt(kraft_16, 3),
+                        "256 clients": pt(9000, 30),
+                        "16 clients, 100-record batches": pt(2000, 9, 200000)}},
+            {"name": "kraft-spark native", "points": {"1 client": pt(900, 0.12)}},
+            {"name": "etcd HTTP", "failover_kill_ms": 1200.0,
+             "points": {"1 client": pt(2500, 0.3), "16 clients": pt(6000, 2),
+                        "256 clients": pt(9400, 25),
+                        "16 clients, 100-record batches": pt(300, 40, 30000)}},
+        ],
+        "visibility": {"visible_p50_ms": 1500.0, "visible_p99_ms": 4000.0, "rate": 100.0},
+    }
+
+
+def test_targets_compare_the_right_figures() -> None:
+    checks = {what: met for what, met, _ in targets(_results(kraft_p50=0.25, kraft_16=7000))}
+    assert checks["single-client p50 over HTTP ≤ etcd's"] is True
+    assert checks["single-client p50 ≤ 3 × commit floor"] is True  # native 0.12 ≤ 0.15
+    assert checks["HTTP single records, 1 client: ≥ etcd"] is False
+    assert checks["HTTP single records, 16 clients: ≥ etcd"] is True
+    assert checks["HTTP single records, 256 clients: ≥ etcd"] is False
+    assert checks["100-record batches ≥ 10 × etcd's best single-record rate"] is True
+    assert checks["kill -9 failover ≤ 2.5 s"] is True
+    assert checks["commit → visible in Delta p50 ≤ 2 s"] is True
+    slower = {w: m for w, m, _ in targets(_results(kraft_p50=0.5, kraft_16=100))}
+    assert slower["single-client p50 over HTTP ≤ etcd's"] is False
+    assert slower["HTTP single records, 16 clients: ≥ etcd"] is False
+
+
+def test_markdown_has_the_header_table_and_targets() -> None:
+    page = markdown(_results(kraft_p50=0.25, kraft_16=7000))
+    assert "Command: `kraft-spark bench compare`" in page
+    assert "commit floor (fsync + 2 round trips): 0.050 ms" in page
+    row = next(line for line in page.splitlines() if line.startswith("| etcd HTTP"))
+    assert row.split(" | ")[1:4] == ["0.30", "0.90", "2,500"]
+    assert "- kill -9 failover ≤ 2.5 s: **met** (900.0 ms)" in page
+    assert "HTTP single records, 1 client: ≥ etcd: **MISSED**" in page
+    json.dumps(_results(0.1, 1))  # the results are plain JSON
