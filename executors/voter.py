@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kraft_spark import aio
+
 log = logging.getLogger("kraft_spark.executor")
 
 
@@ -143,7 +145,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             "attempt": ctx.attemptNumber(),
             "disk_lost": disk_lost,
         }
-        result = asyncio.run(_serve(settings, config, hello))
+        result = aio.run(_serve(settings, config, hello))
         yield json.dumps(result)
 
     return run

@@ -26,6 +26,8 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kraft_spark import aio
+from kraft_spark.client.coalesce import AppendCoalescer
 from kraft_spark.client.errors import (
     ClientError,
     ClusterIdMismatchError,
@@ -97,7 +99,10 @@ class AsyncQuorumClient:
         retry_backoff_max_s: float = 0.5,
         ssl_context: ssl.SSLContext | None = None,
         client_id: str = "kraft-spark-client",
+        coalesce: bool = False,
     ) -> None:
+        """``coalesce``: concurrent appends share batches (see ``kraft_spark.client.coalesce``);
+        for servers that turn many requests into appends, such as the HTTP sidecar."""
         self._endpoints = parse_bootstrap(bootstrap)
         self.cluster_id = cluster_id or ""
         self._expected_cluster = cluster_id
@@ -115,6 +120,7 @@ class AsyncQuorumClient:
         self._hint: int = -1  # the leader id the last refusing node named
         self._rng = random.Random()
         self.leader_changes = 0  # how often the client had to look for the leader again
+        self._coalescer = AppendCoalescer(self._append_records) if coalesce else None
 
     # ------------------------------------------------------------------ connections
 
@@ -308,6 +314,12 @@ class AsyncQuorumClient:
             Record(key=r.key, value=r.value, timestamp_ms=now, headers=r.headers)
             for r in records
         )
+        if self._coalescer is not None:
+            return await self._coalescer.append(batch_records, timeout_s)
+        return await self._append_records(batch_records, timeout_s)
+
+    async def _append_records(self, batch_records: tuple[Record, ...],
+                              timeout_s: float) -> AppendResult:
         lane = self._free_lanes.pop() if self._free_lanes else _Lane(self._new_producer_id())
         try:
             result = await self._append_on_lane(lane, batch_records, timeout_s)
@@ -385,6 +397,8 @@ class AsyncQuorumClient:
         return result
 
     async def close(self) -> None:
+        if self._coalescer is not None:
+            await self._coalescer.close()
         for conn in self._conns.values():
             await conn.close()
         self._conns.clear()
@@ -408,7 +422,7 @@ class QuorumClient:
     """The blocking form: runs an ``AsyncQuorumClient`` on a private event-loop thread."""
 
     def __init__(self, bootstrap: Sequence[str] | str, **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = aio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="quorum-client", daemon=True
         )

@@ -12,13 +12,13 @@ tombstone (it deletes the key in the ``snapshot`` table).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from kraft_spark import aio
 from kraft_spark.errors import CommandError
 
 FILE_BATCH = 500  # records per append when reading --file
@@ -80,7 +80,7 @@ def _run(args: argparse.Namespace, make: Any) -> Any:
             await client.close()
 
     try:
-        return asyncio.run(main())
+        return aio.run(main())
     except ClientError as exc:
         raise CommandError(str(exc), exit_code=1) from exc
 

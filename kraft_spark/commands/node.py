@@ -13,6 +13,7 @@ import signal
 import sys
 from typing import Any
 
+from kraft_spark import aio
 from kraft_spark.errors import CommandError
 
 
@@ -60,7 +61,7 @@ def _run_node(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.config}: {exc}") from exc
     configure_logging()
     try:
-        asyncio.run(_serve(config, args.lock_timeout))
+        aio.run(_serve(config, args.lock_timeout))
     except (LogError, OSError) as exc:
         raise CommandError(str(exc), exit_code=1) from exc
     return 0

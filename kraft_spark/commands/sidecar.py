@@ -29,7 +29,8 @@ def start_sidecar(
     endpoints = list(bootstrap)
 
     def backend() -> AsyncQuorumClient:
-        return AsyncQuorumClient(endpoints, cluster_id=cluster_id, retry_budget_s=5.0)
+        return AsyncQuorumClient(endpoints, cluster_id=cluster_id, retry_budget_s=5.0,
+                                 coalesce=True)
 
     app = create_app(backend_factory=backend, token=token, metrics=registry)
     return serve_in_thread(app, host, port)
