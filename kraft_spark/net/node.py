@@ -13,6 +13,10 @@ Everything the core decides happens on the event loop thread; the shell only car
    disk;
 4. **high watermark**: listeners (the sidecar, the driver's materializer) are told.
 
+Failures: a request whose connection fails is reported with ``RaftCore.on_request_failed``,
+flagged ``refused`` only when the peer's host refused the connection (``ECONNREFUSED``), which
+lets followers of a killed leader campaign without waiting out the whole fetch timeout.
+
 Timers: after every input the shell re-arms one timer for ``Ready.next_deadline_ms``.
 The clock is wall-clock milliseconds (DescribeQuorum reports wall-clock timestamps); the core
 never lets its clock go backwards.
@@ -274,6 +278,8 @@ class RaftNode:
                 client_id=f"raft-node-{self.node_id}",
                 max_frame_bytes=self.config.max_frame_bytes,
                 reconnect_backoff_s=self.config.quorum.retry_backoff_ms / 1000,
+                # The core retries on its own schedule; it should hear of a refusal at once.
+                fail_fast_when_refused=True,
             )
             self._peers[out.dest] = conn
         api_key, version, body = request_to_wire(out.message)
@@ -283,8 +289,15 @@ class RaftNode:
             )
             response = response_from_wire(api_key, reply)
         except (TransportError, WireError) as exc:
-            # The core expires the request at its own deadline and retries as it sees fit.
-            log.debug("node %d: request to %d failed: %s", self.node_id, out.dest, exc)
+            # This request will never be answered; the core decides what to do about it (retry
+            # a Fetch soon; a refused connection means the peer's process is gone).
+            refused = isinstance(exc, TransportError) and exc.refused
+            log.debug("node %d: request to %d failed%s: %s", self.node_id, out.dest,
+                      " (refused)" if refused else "", exc)
+            if self._stopping or self._core is None:
+                return
+            self._core.on_request_failed(wall_ms(), out.request_id, refused=refused)
+            self._drain()
             return
         if self._stopping or self._core is None:
             return

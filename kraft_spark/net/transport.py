@@ -10,14 +10,19 @@ UNSUPPORTED_VERSION at v0 (as Kafka does) so clients can downgrade.
 Client: :class:`Connection` keeps one TCP connection with several requests in flight, matched
 by correlation id, each with its own timeout. When the connection drops, every pending request
 fails with :class:`TransportError` and the next request reconnects, no sooner than the backoff.
+A connection attempt that the peer's host actively refused (``ECONNREFUSED``: nothing listens on
+the port, so the peer process is gone) fails with ``TransportError.refused`` set; a timeout, a
+reset or any other error never sets it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
+import re
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -45,11 +50,37 @@ READ_CHUNK = 256 * 1024
 
 class TransportError(Exception):
     """The connection failed, closed, or a request timed out. ``sent`` tells whether the
-    request may have reached the peer (False: it certainly did not)."""
+    request may have reached the peer (False: it certainly did not). ``refused`` is True only
+    when connecting was actively refused (nothing listens at the endpoint); it implies
+    ``sent`` is False."""
 
-    def __init__(self, message: str, *, sent: bool = True) -> None:
+    def __init__(self, message: str, *, sent: bool = True, refused: bool = False) -> None:
         super().__init__(message)
-        self.sent = sent
+        self.sent = sent and not refused
+        self.refused = refused
+
+
+_ERRNO = re.compile(r"\[Errno (\d+)\]")
+
+
+def is_connection_refused(exc: BaseException) -> bool:
+    """True when a connect attempt was definitely refused (``ECONNREFUSED``).
+
+    With several addresses for one host name, Python 3.11's ``open_connection`` raises a plain
+    ``OSError("Multiple exceptions: ...")`` listing each attempt; that counts only when every
+    listed attempt was refused. Anything else (timeouts, unreachable hosts, TLS errors) is not a
+    refusal."""
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    if not isinstance(exc, OSError) or isinstance(exc, TimeoutError | ssl.SSLError):
+        return False
+    if exc.errno is not None:
+        return exc.errno == errno.ECONNREFUSED
+    text = str(exc)
+    if not text.startswith("Multiple exceptions:"):
+        return False
+    codes = _ERRNO.findall(text)
+    return bool(codes) and all(int(code) == errno.ECONNREFUSED for code in codes)
 
 
 def api_versions_body(error: int = 0) -> Body:
@@ -225,7 +256,13 @@ class Connection:
         connect_timeout_s: float = 2.0,
         reconnect_backoff_s: float = 0.05,
         reconnect_backoff_max_s: float = 1.0,
+        fail_fast_when_refused: bool = False,
     ) -> None:
+        """``fail_fast_when_refused``: while waiting out the reconnect backoff after a refused
+        attempt, fail new requests at once with ``refused`` instead of holding them until the
+        next attempt. For callers with their own retry policy (the Raft shell): the peer was
+        not listening a moment ago, and holding the request only delays what the caller learns.
+        Clients that loop over endpoints keep the default, which paces them."""
         self.host = host
         self.port = port
         self._ssl = ssl_context
@@ -241,6 +278,8 @@ class Connection:
         self._pending: dict[int, tuple[asyncio.Future[Body], int, int]] = {}
         self._corr = itertools.count(1)
         self._connecting: asyncio.Future[None] | None = None
+        self._last_refused = False  # the last connection attempt was refused
+        self._fail_fast_when_refused = fail_fast_when_refused
         self._closed = False
 
     @property
@@ -259,9 +298,18 @@ class Connection:
         if self._connecting is not None:
             await asyncio.shield(self._connecting)
             if self._writer is None:
-                raise TransportError(f"cannot connect to {self.endpoint}", sent=False)
+                raise TransportError(
+                    f"cannot connect to {self.endpoint}", sent=False, refused=self._last_refused
+                )
             return self._writer
         loop = asyncio.get_running_loop()
+        wait = self._next_attempt - loop.time()
+        if wait > 0 and self._last_refused and self._fail_fast_when_refused:
+            raise TransportError(
+                f"cannot connect to {self.endpoint}: refused; next attempt in {wait:.3f} s",
+                sent=False,
+                refused=True,
+            )
         self._connecting = loop.create_future()
         try:
             wait = self._next_attempt - loop.time()
@@ -279,10 +327,14 @@ class Connection:
                     self._backoff_max, max(self._backoff_min, self._backoff * 2)
                 )
                 self._next_attempt = loop.time() + self._backoff
+                self._last_refused = is_connection_refused(exc)
                 raise TransportError(
-                    f"cannot connect to {self.endpoint}: {exc}", sent=False
+                    f"cannot connect to {self.endpoint}: {exc}",
+                    sent=False,
+                    refused=self._last_refused,
                 ) from exc
             self._backoff = 0.0
+            self._last_refused = False
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read_loop(reader, writer))
             return writer

@@ -72,6 +72,14 @@ class CoreState:
         self.next_fetch_at = 0
         self.awaiting_flush = False
         self.leader_hw_seen: int | None = None
+        # True once our leader's host refused a connection in this epoch (and no Fetch has
+        # succeeded since): the early election deadline is drawn once per leader, not once per
+        # refusal, or repeated refusals would pull every follower's deadline towards zero.
+        self.leader_refused = False
+        # True once our leader told us it resigned in this epoch (EndQuorumEpoch): Fetch
+        # responses it sent before resigning, which may arrive after that news on another
+        # connection, must not push our succession deadline back by a whole fetch timeout.
+        self.leader_resigned = False
         # The first high watermark a catching-up voter heard from its current leader.
         self.catch_up_first_hw: int | None = None
         self.fetch_target_index = rng.randrange(max(len(self.voters), 1))
@@ -157,6 +165,8 @@ class CoreState:
         self.fetch_deadline = self.now + self.config.fetch_timeout_ms
         self.next_fetch_at = self.now
         self.leader_hw_seen = None
+        self.leader_refused = False
+        self.leader_resigned = False
         self.catch_up_first_hw = None
         if leader_id in self.voters:
             self.fetch_target_index = self.voters.index(leader_id)

@@ -1,12 +1,22 @@
 """RaftCore: the KIP-595 quorum protocol as a deterministic, sans-I/O state machine.
 
 The allowed role transitions are listed in ``kraft_spark.raft.state`` and enforced there. This
-class holds the node's state and drives it from four kinds of input, each taking ``now_ms``:
+class holds the node's state and drives it from five kinds of input, each taking ``now_ms``:
 
 * ``poll(now)``: timers (election, fetch, check-quorum, parked fetches, request deadlines);
 * ``handle_request(now, src, token, message)``: an inbound request, answered by ``token``;
 * ``handle_response(now, src, request_id, message)``: the answer to one of our requests;
+* ``on_request_failed(now, request_id, refused=...)``: the shell knows one of our requests will
+  never be answered (its connection failed), and whether the peer's host *refused* it;
 * ``on_log_flushed(now)``: the shell made the log durable.
+
+One deliberate deviation from SPEC §5 / KIP-595 lives behind ``on_request_failed``: when a
+voting follower's Fetch is refused (the kernel on the leader's host answered that nothing
+listens on the leader's port: the process is gone), it does not sit out ``fetch.timeout.ms``
+but campaigns after a random delay in [0, ``election.timeout.ms`` / 2] drawn from the injected
+RNG (``FollowerMixin.maybe_hasten_election``); and a candidate counts a refused Vote request as
+rejected (``ElectionMixin.on_vote_refused``). Both only move timers, which safety never relies
+on; a timeout, a reset or a slow leader never counts as a refusal.
 
 After each input the shell calls ``take_ready()`` and carries out the Ready in the order its
 module documents (persist, then send, flush, apply). The core touches nothing but the injected
@@ -158,6 +168,30 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
         elif isinstance(message, EndQuorumEpochResponse):
             self.observe_epoch(message.leader_epoch, message.leader_id)
 
+    def on_request_failed(self, now_ms: int, request_id: int, *, refused: bool) -> None:
+        """Request ``request_id`` will never be answered: the shell could not send it or its
+        connection failed before the answer came. ``refused`` is True only when connecting was
+        actively refused (``ECONNREFUSED``: nothing listens at that node's address, so its
+        process is not running); never for a timeout, a reset or an unreachable host.
+
+        A failed Fetch is retried after ``retry.backoff.ms`` instead of at its deadline (as
+        Kafka does after a disconnect); a refused one may bring the election forward (see the
+        module docstring). A refused Vote counts as rejected. Other requests keep waiting for
+        their deadline, so BeginQuorumEpoch and EndQuorumEpoch keep their retry pace. A request
+        we no longer wait for is ignored."""
+        self.now = max(self.now, now_ms)
+        pending = self.in_flight.get(request_id)
+        if pending is None:
+            return
+        if pending.kind == "fetch":
+            del self.in_flight[request_id]
+            self.on_request_expired(request_id, pending)
+            if refused:
+                self.maybe_hasten_election(pending)
+        elif pending.kind == "vote" and refused:
+            del self.in_flight[request_id]
+            self.on_vote_refused(pending)
+
     def on_log_flushed(self, now_ms: int) -> None:
         """The shell finished ``RaftLog.flush``: durable offsets may now be reported."""
         self.now = max(self.now, now_ms)
@@ -255,6 +289,7 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
             self.reply(token, self._eqe_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
         if req.leader_epoch < self.epoch:
+            self._maybe_late_succession(req)
             self.reply(token, self._eqe_response(ErrorCode.FENCED_LEADER_EPOCH))
             return
         if req.leader_epoch > self.epoch:
@@ -266,6 +301,21 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
         ):
             self.schedule_succession(req.preferred_successors)
         self.reply(token, self._eqe_response(ErrorCode.NONE))
+
+    def _maybe_late_succession(self, req: EndQuorumEpochRequest) -> None:
+        """An EndQuorumEpoch overtaken by the first successor's Vote: that Vote already moved
+        us to a later epoch, and we did not grant it (its log is behind ours: the leader ranked
+        successors by what it had seen us fetch, one round behind). No leader is known in our
+        epoch and nobody has our vote, so the resigned leader's ranking is still the best
+        guide to when we should campaign; without it we would wait a whole election timeout.
+        The request itself is still fenced; only our election timer moves (earlier)."""
+        if (
+            self.may_vote
+            and self.role is Role.UNATTACHED
+            and self.leader_id == NO_LEADER
+            and self.voted_id == NO_LEADER
+        ):
+            self.schedule_succession(req.preferred_successors)
 
     def _eqe_response(self, error: ErrorCode) -> EndQuorumEpochResponse:
         return EndQuorumEpochResponse(error, self.known_leader(), self.epoch)

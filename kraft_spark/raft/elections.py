@@ -84,6 +84,19 @@ class ElectionMixin(CoreState):
         elif self.now >= self.election_deadline:
             self._start_backoff()
 
+    def on_vote_refused(self, pending: InFlight) -> None:
+        """Our Vote request could not be delivered: the voter's host refused the connection, so
+        that voter is not running. The request is never retried in this epoch, so its grant
+        cannot arrive: count it as rejected. With a majority rejected the candidate backs off
+        now (random, growing) instead of sitting out its whole election timeout, which is what
+        breaks a split vote between the survivors of a crash quickly."""
+        if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
+            return
+        if pending.dest in self.votes_granted:
+            return
+        self.votes_rejected.add(pending.dest)
+        self._maybe_win()
+
     def handle_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
         if self.observe_epoch(resp.leader_epoch, resp.leader_id):
             return
@@ -154,6 +167,7 @@ class ElectionMixin(CoreState):
         else:
             delay = election_timeout_ms(self.rng, self.config.election_timeout_ms)
         if self.role is Role.FOLLOWER:
+            self.leader_resigned = True  # its older Fetch responses must not undo this
             self.fetch_deadline = min(self.fetch_deadline, self.now + delay)
             if delay == 0:
                 self.become_candidate()

@@ -12,6 +12,8 @@ A voter is in exactly one role per epoch::
     Leader(e)                 --graceful shutdown / check-quorum fails--> Resigned(e)
     Leader(e)                 --higher epoch-----------------> Unattached / Follower
     Follower(e, l)            --fetch timeout----------------> Candidate(e+1)
+                                (brought forward to a short random delay when l's host refuses
+                                connections: RaftCore.on_request_failed, a deviation from §5)
     Follower(e, l)            --higher epoch-----------------> Unattached / Follower
     Resigned(e)               --election timer---------------> Candidate(e+1)
     Resigned(e)               --higher epoch-----------------> Unattached / Follower

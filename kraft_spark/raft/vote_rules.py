@@ -57,6 +57,13 @@ def election_timeout_ms(rng: random.Random, base_ms: int) -> int:
     return rng.randrange(base_ms, 2 * base_ms)
 
 
+def leader_gone_delay_ms(rng: random.Random, election_timeout_ms: int) -> int:
+    """How long a follower whose leader's host refused a connection waits before campaigning:
+    uniform in [0, election timeout / 2]. Random, because every follower of that leader notices
+    the refusal at about the same moment and would otherwise split the vote."""
+    return rng.randint(0, election_timeout_ms // 2)
+
+
 def failed_election_backoff_ms(
     rng: random.Random, retries: int, retry_backoff_ms: int, max_backoff_ms: int
 ) -> int:

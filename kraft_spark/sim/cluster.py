@@ -3,6 +3,12 @@
 Virtual time is integer microseconds; the core sees milliseconds. Events are processed in
 (time, sequence) order, so a seed fixes the whole run. After every event the invariants that the
 event could affect are checked (``kraft_spark.sim.invariants``).
+
+Connections die with a process: when a node crashes or stops, the requests its peers still wait
+for from it fail (``on_request_failed(refused=False)``, a reset). A request sent to a node that is
+down (crashed or stopped, not paused or partitioned) is refused by the host, as on a real network
+where nothing listens on the port: the sender's core gets ``on_request_failed(refused=True)`` a
+round trip later. The network may lose either notice, like any packet.
 """
 
 from __future__ import annotations
@@ -161,7 +167,21 @@ class Cluster:
             node.wiped = True
         else:
             node.log = node.log.crashed(self.rng, torn)
+        self._reset_connections(node.node_id)
         self.check_durability()
+
+    def _reset_connections(self, dead: int) -> None:
+        """The process's connections die with it: every request a peer still waits for from it
+        fails (a reset, not a refusal) once the news crosses the link, after anything the dead
+        node had already sent on it (links are FIFO), unless the network loses it."""
+        for peer in self.nodes.values():
+            if peer.node_id == dead or not peer.alive or peer.core is None:
+                continue
+            waiting = sorted(rid for rid, p in peer.core.in_flight.items() if p.dest == dead)
+            for request_id in waiting:
+                for when in self.network.delivery_times(self.now, dead, peer.node_id)[:1]:
+                    self.at(when, self._failed, peer.node_id, peer.incarnation, dead,
+                            request_id, False)
 
     def graceful_stop(self, node: SimNode) -> None:
         """Shutdown: resign if leader, flush, stop (the shell's order)."""
@@ -194,6 +214,9 @@ class Cluster:
         if kind == "req":
             _, request_id, message, src_incarnation = payload
             core.handle_request(now_ms, src, (src, request_id, src_incarnation), message)
+        elif kind == "failed":
+            _, request_id, _, refused = payload
+            core.on_request_failed(now_ms, request_id, refused=refused)
         else:
             _, request_id, message = payload
             core.handle_response(now_ms, src, request_id, message)
@@ -295,8 +318,37 @@ class Cluster:
                 self.at(when, self._client_receive, -dest - 1, payload)
             return
         src_incarnation = self.nodes[src].incarnation
+        if payload[0] == "req" and not self.nodes[dest].alive:
+            # A new connection to a host where the process is not running: refused.
+            for when in self.network.delivery_times(self.now, src, dest):
+                self.at(when, self._bounce, dest, src, src_incarnation, payload)
+            return
         for when in self.network.delivery_times(self.now, src, dest):
             self.at(when, self._deliver, dest, dest_incarnation, src, src_incarnation, payload)
+
+    def _bounce(self, dest: int, src: int, src_incarnation: int, payload: Any) -> None:
+        """A request sent while ``dest`` was down reaches its host: if the process is back it
+        is served, otherwise the host's kernel answers that nothing listens (the shell's
+        ``on_request_failed(refused=True)``), unless the answer is lost on the way."""
+        if self.nodes[dest].alive:
+            self._deliver(dest, None, src, src_incarnation, payload)
+            return
+        for when in self.network.delivery_times(self.now, dest, src):
+            self.at(when, self._failed, src, src_incarnation, dest, payload[1], True)
+
+    def _failed(
+        self, node_id: int, incarnation: int, dest: int, request_id: int, refused: bool
+    ) -> None:
+        """Node ``node_id``'s shell learns that its request to ``dest`` will not be answered."""
+        node = self.nodes[node_id]
+        if not node.alive or node.incarnation != incarnation:
+            return
+        text = "connection refused" if refused else "connection reset"
+        payload = ("failed", request_id, text, refused)
+        if node.paused:
+            node.inbox.append((dest, payload))
+            return
+        self._handle(node, dest, payload)
 
     def check_durability(self) -> None:
         """The committed log is durably on a majority and no voter lacking it can be elected;

@@ -42,11 +42,14 @@ Commands (node ids are integers; ``ID`` may also be written ``node=ID``):
 ``propose ID value=V [timeout=MS]``
     A client sends node ID a Produce (acks=-1) of one record with value V (timeout 10000 ms).
     The answer, whenever the node gives it, prints as ``nID: client <- ProduceResp(...)``.
-``deliver [from=A] [to=B] [type=T] [count=N] [drop=true]``
+``deliver [from=A] [to=B] [type=T] [count=N] [drop=true] [refuse=true]``
     Deliver (or drop) the messages pending when the command starts, oldest first, that match
     the filters: sender, receiver, message type (``Vote``, ``VoteResp``, ``BeginQuorumEpoch``,
     ``BeginQuorumEpochResp``, ``EndQuorumEpoch``, ``EndQuorumEpochResp``, ``Fetch``,
     ``FetchResp``), at most N of them. Replies produced meanwhile wait for the next command.
+    With ``refuse=true`` a request to a node that is down is refused by its host (nothing
+    listens on its port) instead of silently lost: the sender's core hears
+    ``on_request_failed(refused=True)``, and its reaction prints under the message.
 ``pending``
     List the pending messages, oldest first.
 ``flush ID`` / ``flush``
@@ -565,7 +568,7 @@ class ScriptedCluster:
     def _line(self, env: Envelope) -> str:
         return f"n{env.src} -> n{env.dst} {describe(env.message)}"
 
-    def _deliver(self, env: Envelope, drop: bool) -> None:
+    def _deliver(self, env: Envelope, drop: bool, refuse: bool = False) -> None:
         src = self.nodes[env.src]
         src.outbox.remove(env)
         dst = self.nodes[env.dst]
@@ -575,6 +578,11 @@ class ScriptedCluster:
             reason = "dropped"
         elif env.blocked_at_send or self._blocked(env.src, env.dst):
             reason = "dropped: partitioned"
+        elif dst.core is None and refuse and env.is_request and src.core is not None:
+            self._print(f"{line} [refused: n{env.dst} is down]")
+            src.core.on_request_failed(src.clock, env.request_id, refused=True)
+            self._process(src, indent="  ")
+            return
         elif dst.core is None:
             reason = f"dropped: n{env.dst} is down"
         elif dst.incarnation != env.dst_incarnation:
@@ -613,10 +621,11 @@ class ScriptedCluster:
         chosen = self._select(args)
         count = args.int_opt("count", -1)
         drop = _bool(args.opt("drop", "false") or "false")
+        refuse = _bool(args.opt("refuse", "false") or "false")
         if count >= 0:
             chosen = chosen[:count]
         for env in chosen:
-            self._deliver(env, drop)
+            self._deliver(env, drop, refuse)
 
     def cmd_pending(self, args: Args) -> None:
         for env in self._pending():

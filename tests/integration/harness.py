@@ -63,12 +63,14 @@ class LocalQuorum:
     restarted: list[subprocess.Popen[bytes]] = field(default_factory=list)
     http: bool = False
     http_url: str = ""
+    # ``--set`` overrides; the fast test timings unless a test wants Kafka's defaults ({}).
+    settings: dict[str, str] = field(default_factory=lambda: dict(FAST_SETTINGS))
 
     def start(self) -> None:
         base = consecutive_free_ports(self.voters)
         cmd = [sys.executable, "-m", "kraft_spark", "local", "--voters", str(self.voters),
                "--data-dir", str(self.data_dir), "--base-port", str(base)]
-        for key, value in FAST_SETTINGS.items():
+        for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
         if self.http:
             cmd += ["--http-port", "0"]

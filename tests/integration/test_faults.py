@@ -63,6 +63,43 @@ def test_kill_leader_then_restart_it(tmp_path: Path) -> None:
         check_acknowledged(load.acked, [quorum.log_dir(i) for i in range(3)], hw)
 
 
+def test_kill_leader_with_default_timeouts_elects_without_the_fetch_timeout(
+    tmp_path: Path,
+) -> None:
+    """Kafka's default timings (fetch timeout 2 s, election timeout 1 s). The killed leader's
+    port refuses connections, so the followers campaign after a short random delay instead of
+    the whole fetch timeout; the figure is printed, the bound asserted is generous."""
+    with running(LocalQuorum(tmp_path, settings={})) as quorum:
+        load = LoadGenerator(quorum.bootstrap).start()
+        try:
+            load.wait_for_acks(100, 30)
+            client = QuorumClient(quorum.bootstrap)
+            old, epoch = leader_and_epoch(client)
+            killed_at = time.monotonic()
+            os.kill(quorum.pid(old), signal.SIGKILL)
+            recovered = load.first_ack_after(killed_at, epoch, 10)
+            _report("kill -9 leader (default timeouts) -> next commit", recovered - killed_at)
+            assert leader_id(client) != old
+            load.wait_for_acks(len(load.acked) + 50, 20)
+        finally:
+            load.stop()
+        survivors = [i for i in range(3) if i != old]
+        deadline = time.monotonic() + 20
+        while True:  # both survivors hold the high watermark (the dead voter cannot)
+            info = client.describe_quorum()
+            ends = {v.replica_id: v.log_end_offset for v in info.voters}
+            if all(ends.get(i, -1) >= info.high_watermark for i in survivors):
+                hw = info.high_watermark
+                break
+            assert time.monotonic() < deadline, f"survivors did not catch up: {info}"
+            time.sleep(0.1)
+        client.close()
+        check_acknowledged(load.acked, [quorum.log_dir(i) for i in survivors], hw)
+        # The followers heard the refusal (not only their fetch timeout) and said so.
+        logs = "".join((tmp_path / "logs" / f"node-{i}.log").read_text() for i in survivors)
+        assert f"leader {old} refused a connection: campaigning in" in logs
+
+
 def test_sigstop_leader_resigns_and_nothing_is_lost(tmp_path: Path) -> None:
     with running(LocalQuorum(tmp_path)) as quorum:
         load = LoadGenerator(quorum.bootstrap).start()
