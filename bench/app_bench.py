@@ -12,6 +12,7 @@ Measures, in one run:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -35,9 +36,14 @@ def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict
 
     with tempfile.TemporaryDirectory(prefix="kraft-app-bench-") as tmp:
         launched = time.time()
-        proc = subprocess.Popen([sys.executable, "-m", "kraft_spark", "run", "--data-dir", tmp,
-                                 "--http-port", str(http_port)], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        # KRAFT_SPARK_BENCH_LOG=<file>: keep the application's stderr (driver log, per-table
+        # commit times) there instead of discarding it.
+        log_path = os.environ.get("KRAFT_SPARK_BENCH_LOG") or os.devnull
+        with open(log_path, "w", encoding="utf-8") as stderr:  # the child keeps its own copy
+            proc = subprocess.Popen([sys.executable, "-m", "kraft_spark", "run", "--data-dir",
+                                     tmp, "--http-port", str(http_port)],
+                                    stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                    start_new_session=True)
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
         url = info["http"]

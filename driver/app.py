@@ -12,8 +12,17 @@ Threads of the driver process:
   ``stop`` at shutdown; a dropped channel makes voters stop, so no voter outlives the driver;
 * **observer**: a ``RaftNode`` that is not a voter (id 3000), on its own event loop, following
   the quorum; it is rebuilt whenever a new generation of voters reports new endpoints;
-* **materializer**: reads committed batches from the observer's log and writes them into the
-  Delta tables in micro-batches (``DeltaMaterializer``: exactly once, resumable);
+* **delta-warm-up**: right after Spark starts, in parallel with the voters' start-up, creates
+  the tables and reads their offsets (``DeltaMaterializer.prepare``: most of Delta's class
+  loading happens there); the materializer threads wait for it, and so does ``start()``
+  (``delta_warm_up_wait_s``), so the application reports itself running once a committed
+  record becomes visible in ``records`` within about a second;
+* **materializer** (``records``) and **materializer-full** (``quorum_events`` and ``snapshot``):
+  read committed batches from the observer's log and write them into the Delta tables in
+  micro-batches (``DeltaMaterializer``: exactly once, resumable). ``records`` is committed every
+  ``materialize_interval_s`` while there is something new (a commit takes ~0.1 s: no Spark job),
+  on its own thread, so the slower MERGE of ``snapshot`` never holds it up; the other two tables
+  follow every ``materialize_full_interval_s``, and that thread also checkpoints ``records``;
 * **sidecar**: uvicorn serving the HTTP API; its client bootstraps from the observer, which
   names the voters' current endpoints, so relaunched voters are found again.
 
@@ -56,9 +65,13 @@ class AppConfig:
     http_token: str | None = None
     voter_base_port: int = 9093
     observer_port: int = 0
+    # records is committed once per interval while there is something new (at most)
     materialize_interval_s: float = 0.5
-    # snapshot (MERGE) and quorum_events are committed at most this often; records every cycle
+    # snapshot (MERGE) and quorum_events are committed at most this often (on their own thread)
     materialize_full_interval_s: float = 5.0
+    # start() returns (and the application reports itself running) only once Delta is warm,
+    # waiting at most this long; 0: do not wait
+    delta_warm_up_wait_s: float = 120.0
     materialize_max_records: int = 50_000
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
@@ -164,6 +177,8 @@ class Application:
         self._hw_event = threading.Event()
         self._sidecar: Any = None
         self._job_done = threading.Event()
+        self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
+        self._delta_ready = threading.Event()
         self.first_commit_s: float | None = None
         self.started_at = time.monotonic()
 
@@ -183,6 +198,10 @@ class Application:
             extra_conf={"spark.dynamicAllocation.enabled": "false",
                         "spark.task.maxFailures": "1"},
         )
+        from kraft_spark.delta import DeltaMaterializer
+
+        self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id)
+        threading.Thread(target=self._warm_up_delta, name="delta-warm-up", daemon=True).start()
         self.control = ControlChannel(_driver_host(master))
         threading.Thread(target=self._observer_loop.run_forever, name="observer-loop",
                          daemon=True).start()
@@ -191,14 +210,20 @@ class Application:
         if not voters:
             raise RuntimeError("the voters did not start within 300 s; see the Spark log")
         self._follow(voters)
-        threading.Thread(target=self._materialize_loop, name="materializer",
-                         daemon=True).start()
+        from kraft_spark.delta.tables import QUORUM_EVENTS, RECORDS, SNAPSHOT
+
+        threading.Thread(target=self._materialize_loop, args=((RECORDS,), True),
+                         name="materializer", daemon=True).start()
+        threading.Thread(target=self._materialize_loop, args=((QUORUM_EVENTS, SNAPSHOT), False),
+                         name="materializer-full", daemon=True).start()
         from kraft_spark.commands.sidecar import start_sidecar
 
         observer = f"127.0.0.1:{self._observer.port}"
         self._sidecar = start_sidecar([observer], cfg.http_host, cfg.http_port,
                                       cluster_id=self.cluster_id, token=cfg.http_token,
                                       registry=self.registry)
+        if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
+            progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
     def _known_directory_ids(self) -> dict[int, str]:
         path = os.path.join(self.config.data_dir, "voter-directories.json")
@@ -331,19 +356,51 @@ class Application:
 
     # ---------------------------------------------------------------- materializer
 
-    def _materialize_loop(self) -> None:
-        from kraft_spark.delta import DeltaMaterializer
-        from kraft_spark.delta.tables import RECORDS, TABLES
+    def _warm_up_delta(self) -> None:
+        """While the voters start: create the tables and read their offsets (cold, that is
+        most of Delta's class loading: 3-7 s on 2 busy cores), so the first records commit
+        takes ~0.2 s instead of 5-10 s. Appends through Spark (a warehouse that is not a local
+        path) are rehearsed on scratch tables first: their first run costs another 6-9 s."""
+        started = time.monotonic()
+        try:
+            if not self._delta.direct_appends:
+                self._delta.warm_up()
+            offsets = self._delta.prepare()
+            progress(f"Delta ready in {time.monotonic() - started:.1f} s; tables at offsets "
+                     f"{offsets}")
+        except Exception:  # the materializer threads retry on their own
+            log.exception("Delta warm-up failed")
+        finally:
+            self._delta_ready.set()
+
+    def _materialize_loop(self, tables: tuple[str, ...], eager: bool) -> None:
+        """Commit ``tables`` from the observer's log: ``eager`` (records) once per
+        ``materialize_interval_s`` while something new is committed, else every
+        ``materialize_full_interval_s``. Returns once the voters have stopped and everything
+        committed is materialized."""
+        from kraft_spark.delta.tables import RECORDS
 
         cfg = self.config
-        last_full = 0.0
-        materializer = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id)
-        resume = materializer.resume_offset()
-        progress(f"materializing from offset {resume} into {cfg.warehouse}")
+        materializer = self._delta
+        self._delta_ready.wait()
+        resume = materializer.resume_offset(tables)
+        if eager:
+            progress(f"materializing from offset {resume} into {cfg.warehouse}")
+        last_cycle = 0.0
         while True:
             final = self._job_done.is_set()
-            self._hw_event.wait(cfg.materialize_interval_s)
-            self._hw_event.clear()
+            if eager:
+                self._hw_event.wait(cfg.materialize_interval_s)
+                # At most one records commit per interval: each commit is a Delta version and a
+                # data file, and a commit takes ~0.1 s, so back-to-back commits would make ten
+                # small files a second for little gain in visibility.
+                pause = last_cycle + cfg.materialize_interval_s - time.monotonic()
+                if pause > 0 and not final:
+                    self._job_done.wait(pause)
+                self._hw_event.clear()
+                last_cycle = time.monotonic()
+            elif not final:
+                self._job_done.wait(cfg.materialize_full_interval_s)
             try:
                 fut: Future[tuple[list[Any], int]] = asyncio.run_coroutine_threadsafe(
                     self._read_committed(resume, cfg.materialize_max_records),
@@ -351,28 +408,32 @@ class Application:
                 batches, hw = fut.result(60)
                 if batches:
                     hw_cover = max(b.next_offset for b in batches)
-                    full = final or time.monotonic() - last_full >= cfg.materialize_full_interval_s
-                    tables = TABLES if full else (RECORDS,)
-                    resume = materializer.write(batches, max(hw, hw_cover), tables)
-                    if full:
-                        last_full = time.monotonic()
+                    materializer.write(batches, max(hw, hw_cover), tables)
                     stats = materializer.last_commit_stats
                     if stats is not None:
-                        log.info("materialized up to %d (hw %d): rows %s, seconds %s, total %.2f",
-                                 stats.end_offset, stats.high_watermark, stats.rows,
-                                 {k: round(v, 2) for k, v in stats.seconds.items()},
-                                 stats.total_seconds)
-                records_at = materializer.table_offsets()[RECORDS]
-                self.app_metrics.materialization_lag_offsets.set(max(0, self._hw - records_at))
+                        log.info("materialized %s up to %d (hw %d): rows %s, seconds %s",
+                                 "/".join(tables), stats.end_offset, stats.high_watermark,
+                                 stats.rows, {k: round(v, 2) for k, v in stats.seconds.items()})
+                if not eager:
+                    # records' checkpoints, off the records thread (see TABLE_EXTRA_PROPERTIES)
+                    try:
+                        materializer.checkpoint(RECORDS)
+                    except Exception:
+                        log.warning("checkpoint of records failed", exc_info=True)
+                resume = materializer.resume_offset(tables)
+                if RECORDS in tables:
+                    lag = max(0, self._hw - materializer.table_offsets()[RECORDS])
+                    self.app_metrics.materialization_lag_offsets.set(lag)
             except Exception:
-                log.exception("materialization failed; retrying from the Delta tables")
+                log.exception("materialization of %s failed; retrying from the Delta tables",
+                              "/".join(tables))
                 time.sleep(1)
-                materializer = DeltaMaterializer(self.spark, cfg.warehouse,
-                                                 app_id=self.cluster_id)
-                resume = materializer.resume_offset()
+                with contextlib.suppress(Exception):
+                    resume = materializer.resume_offset(tables)
                 continue
             if final and resume >= self._hw:
-                progress(f"materialized everything committed (up to offset {resume})")
+                progress(f"materialized everything committed into {'/'.join(tables)} "
+                         f"(up to offset {resume})")
                 return
 
     # ---------------------------------------------------------------- shutdown
@@ -385,7 +446,8 @@ class Application:
         self._job_done.wait(60)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and any(
-            t.name == "materializer" and t.is_alive() for t in threading.enumerate()
+            t.name in ("materializer", "materializer-full") and t.is_alive()
+            for t in threading.enumerate()
         ):
             time.sleep(0.2)
         if self._sidecar is not None:
@@ -447,6 +509,7 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
         "kraft.http.host": ("http_host", str), "kraft.http.port": ("http_port", int),
         "kraft.http.token": ("http_token", str), "kraft.voter.base.port": ("voter_base_port", int),
         "kraft.materialize.interval.ms": ("materialize_interval_s", float),
+        "kraft.delta.warmup.wait.ms": ("delta_warm_up_wait_s", float),
     }
     for key, (attr, kind) in mapping.items():
         if props.get(key):

@@ -16,31 +16,60 @@ history (``userMetadata``; the log's ``txn`` state as a fallback), never from a 
   offsets. ``resume_offset()`` is the minimum; on the next ``write`` each table receives only the
   rows at or above its *own* offset, and a table already past the call's end is not touched.
   So no table ever gets a row twice or misses one, whatever the order or the crash point.
-- A table that has no rows in a call still gets a commit (an append of a zero-partition
-  DataFrame: a commit with the transaction and metadata and no data file), so every table's
-  offset advances with every call and ``resume_offset()`` never lags behind what was written.
-- If two writers race, or our cached offsets are stale, Delta itself skips a commit whose
-  ``txnVersion`` is not above the table's recorded one for the same ``txnAppId`` (appends through
-  the writer options, MERGE through the session confs ``spark.databricks.delta.write.txnAppId`` /
-  ``txnVersion``, set on a private session and unset afterwards).
+- A table that has no rows in a call still gets a commit (a commit with the transaction and
+  metadata and no data file), so every table's offset advances with every call and
+  ``resume_offset()`` never lags behind what was written.
+- If two writers race, or our cached offsets are stale, a commit whose ``txnVersion`` is not
+  above the table's recorded one for the same ``txnAppId`` is skipped (by Delta for the Spark
+  writes: appends through the writer options, MERGE through the session confs
+  ``spark.databricks.delta.write.txnAppId`` / ``txnVersion``, set on a private session and unset
+  afterwards; by ``_append_direct`` for direct appends), and a commit racing another one of the
+  same ``txnAppId`` fails with Delta's ConcurrentTransactionException.
 
-Cost: three Delta commits per call (after warm-up, on 2 cores: about 0.7-1 s per append and
-1-2.5 s per MERGE; the first commit of a JVM takes 10-15 s), and three Delta versions. Call it
-with what has accumulated over a second or more, not once per Raft batch.
+How the commits are made
+------------------------
+- ``records`` and ``quorum_events`` (appends), by default (``direct_appends``; the warehouse
+  is a local path): pyarrow writes the rows as one Parquet file, and Delta's own
+  ``OptimisticTransaction`` in the driver's JVM commits it, with the ``txn`` action and
+  ``userMetadata``; the recorded transaction version is read from the snapshot's checksum. No
+  Spark job: 0.05-0.2 s per commit on 2 cores next to the voters and the load (see
+  ``_append_direct``). Otherwise a Spark append (``txnAppId`` / ``txnVersion`` options) of an
+  Arrow-built local relation: Delta reconstructs the table's state to read the transaction
+  version, then a one-task write job: 0.4-0.6 s on 2 idle cores, 1-3 s on busy ones
+  (``spark.databricks.delta.snapshotPartitions=1`` in conf/spark-defaults.conf; Delta's default
+  of 50 partitions made it 2-3 s more).
+- ``snapshot``: a Spark MERGE (1-3 s on 2 cores), on a private session with one shuffle
+  partition.
+- The first commits of a JVM pay class loading and code generation: ``prepare()`` (table
+  creation) takes most of it for direct appends (3-7 s cold); ``warm_up()`` rehearses the Spark
+  appends (6-9 s cold) on scratch tables.
+- ``checkpoint()`` writes Delta checkpoints on demand: ``records`` checkpoints automatically only
+  every 100 commits (tables.py), the driver checkpoints it from its other thread.
 
-One materializer per warehouse, used from one thread: it caches the tables' offsets between
-calls (re-read after any failed call). Delta's transaction check only makes a *repeated* commit
-a no-op; a second writer grouping the log differently could still duplicate rows. ``app_id``
-should identify the cluster (its cluster id): a warehouse written by a different log must not be
-resumed.
+Threads: one materializer per warehouse. ``write`` calls for *disjoint* sets of tables may run
+concurrently from different threads (the driver commits ``records`` on its own thread, often,
+and ``quorum_events`` + ``snapshot`` on another, less often): each table's cached offset is
+only advanced by the call that committed it, and after a failed call only that call's tables
+are re-read from Delta. Two concurrent calls for the same table are not allowed. Delta's
+transaction check only makes a *repeated* commit a no-op; a second writer grouping the log
+differently could still duplicate rows. ``app_id`` should identify the cluster (its cluster
+id): a warehouse written by a different log must not be resumed.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs; used for a few arrays
+from pyspark.sql import types as T
 
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
@@ -48,6 +77,7 @@ from kraft_spark.delta.tables import (
     RECORDS,
     SCHEMAS,
     SNAPSHOT,
+    TABLE_EXTRA_PROPERTIES,
     TABLE_PROPERTIES,
     TABLES,
     CommitMetadata,
@@ -57,8 +87,11 @@ from kraft_spark.delta.tables import (
 from kraft_spark.raft.records import (
     CONTROL_TYPE_LEADER_CHANGE,
     Batch,
+    LeaderChange,
+    Record,
     control_type_of,
     decode_leader_change,
+    leader_change_batch,
 )
 
 if TYPE_CHECKING:
@@ -67,6 +100,9 @@ if TYPE_CHECKING:
 _TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+# Scratch tables of warm_up() live under the warehouse in a directory Spark and Delta readers
+# skip (a leading underscore); leftovers of a crashed warm-up are removed by the next one.
+WARM_UP_PREFIX = "_warm_up-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +120,8 @@ class TableCommit:
 class CommitStats:
     """What the last ``write`` call did, for metrics (materialization lag and throughput)."""
 
-    first_offset: int  # resume_offset() before the call
-    end_offset: int  # resume_offset() after the call
+    first_offset: int  # resume_offset(tables) before the call, over the call's tables
+    end_offset: int  # resume_offset(tables) after the call
     high_watermark: int
     rows: dict[str, int] = field(default_factory=dict)  # rows committed per table
     seconds: dict[str, float] = field(default_factory=dict)  # seconds per table commit
@@ -119,19 +155,31 @@ class DeltaMaterializer:
         *,
         app_id: str = DEFAULT_APP_ID,
         on_commit: Callable[[TableCommit], None] | None = None,
+        direct_appends: bool | None = None,
     ) -> None:
         self.spark = spark
         self.warehouse = warehouse
         self.app_id = app_id
         self.on_commit = on_commit
+        # Appends (records, quorum_events) without a Spark job: see _append_direct. Needs a
+        # warehouse on the driver's file system; default: on when the warehouse is a local path.
+        self.direct_appends = (
+            _is_local_path(warehouse) if direct_appends is None else direct_appends
+        )
         self.last_commit_stats: CommitStats | None = None
-        self._next: dict[str, int] | None = None  # per-table resume offsets, cached
+        # Per-table resume offsets, cached; a missing table is read from Delta when needed.
+        # Only the thread committing a table advances or drops its entry.
+        self._next: dict[str, int] = {}
+        self._lock = threading.Lock()
         self._created = False
         # MERGE takes its transaction from session confs: a private session keeps them away from
         # every other writer of the application.
         self._merge_session = spark.newSession()
         # The merge source is a local relation (deterministic): no need to materialize it.
         self._merge_session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+        # A few hundred keys at most per call: one task per stage is plenty (4 shuffle partitions
+        # and a local relation of defaultParallelism slices made 5 tasks of every stage).
+        self._merge_session.conf.set("spark.sql.shuffle.partitions", "1")
 
     # ------------------------------------------------------------------ progress
 
@@ -140,13 +188,21 @@ class DeltaMaterializer:
 
     def table_offsets(self) -> dict[str, int]:
         """Each table's resume offset (everything below it is in the table)."""
-        if self._next is None:
-            self._next = {table: self._read_next_offset(table) for table in TABLES}
-        return dict(self._next)
+        with self._lock:
+            known = dict(self._next)
+        missing = {t: self._read_next_offset(t) for t in TABLES if t not in known}
+        if missing:
+            with self._lock:
+                for table, offset in missing.items():
+                    self._next.setdefault(table, offset)
+                known = dict(self._next)
+        return known
 
-    def resume_offset(self) -> int:
-        """The next Raft offset to materialize: the minimum over the three tables."""
-        return min(self.table_offsets().values())
+    def resume_offset(self, tables: Collection[str] = TABLES) -> int:
+        """The next Raft offset to materialize into ``tables`` (default all three): the minimum
+        over them."""
+        offsets = self.table_offsets()
+        return min(offsets[t] for t in TABLES if t in tables)
 
     def _read_next_offset(self, table: str) -> int:
         return next_offset(self.spark, self.path(table), self.app_id)
@@ -160,12 +216,13 @@ class DeltaMaterializer:
         tables: Collection[str] = TABLES,
     ) -> int:
         """Materialize committed ``batches`` (all below ``high_watermark``) into ``tables``
-        (default all three); return the new resume offset (the minimum over the tables).
+        (default all three); return the new resume offset of the three tables (the minimum).
 
-        Writing ``records`` on its own, often, and the other tables less often keeps the
-        log visible in Delta quickly: each table resumes from its own offset.
+        Writing ``records`` on its own, often, and the other tables less often (from another
+        thread if wanted) keeps the log visible in Delta quickly: each table resumes from its own
+        offset.
 
-        The batches must be contiguous and reach back to ``resume_offset()`` or before it
+        The batches must be contiguous and reach back to ``resume_offset(tables)`` or before it
         (batches, or parts of them, that are already materialized are skipped, so re-sending
         the same batches after a crash is safe). Raises ValueError on a gap, on batches out of
         order, or on records at or above ``high_watermark``.
@@ -173,10 +230,13 @@ class DeltaMaterializer:
         started = time.monotonic()
         batches = list(batches)
         _check_batches(batches, high_watermark)
+        targets = [t for t in TABLES if t in tables]
+        if not targets:
+            return self.resume_offset()
         offsets = self.table_offsets()
-        resume = min(offsets.values())
+        resume = min(offsets[t] for t in targets)
         if not batches:
-            return resume
+            return min(offsets.values())
         if batches[0].base_offset > resume:
             raise ValueError(
                 f"gap: the first batch starts at offset {batches[0].base_offset} but "
@@ -184,14 +244,12 @@ class DeltaMaterializer:
             )
         end = batches[-1].next_offset
         if end <= resume:
-            return resume  # everything already materialized
+            return min(offsets.values())  # everything already materialized
         rows = _rows_from(batches, resume)
         counts: dict[str, int] = {}
         seconds: dict[str, float] = {}
         try:
-            for table in TABLES:
-                if table not in tables:
-                    continue
+            for table in targets:
                 first = offsets[table]
                 if first >= end:
                     continue  # this table was committed before a crash
@@ -202,41 +260,131 @@ class DeltaMaterializer:
                 counts[table] = count
                 seconds[table] = commit.seconds
                 offsets[table] = end
-                self._next = dict(offsets)
+                with self._lock:
+                    self._next[table] = end
                 if self.on_commit is not None:
                     self.on_commit(commit)
         except BaseException:
-            self._next = None  # re-read from the tables: a failed commit may have landed
+            # Re-read this call's tables from Delta: a failed commit may have landed.
+            with self._lock:
+                for table in targets:
+                    self._next.pop(table, None)
             raise
         self.last_commit_stats = CommitStats(
             first_offset=resume,
-            end_offset=min(offsets.values()),
+            end_offset=min(offsets[t] for t in targets),
             high_watermark=high_watermark,
             rows=counts,
             seconds=seconds,
             total_seconds=time.monotonic() - started,
         )
-        return self.last_commit_stats.end_offset
+        with self._lock:
+            return min(self._next.get(t, offsets[t]) for t in TABLES)
+
+    def checkpoint(self, table: str, min_commits: int = 10) -> int | None:
+        """Write a Delta checkpoint of ``table`` if ``min_commits`` or more commits were made
+        since its last one; return the version checkpointed (None if not due or no table).
+
+        The driver calls it for ``records`` from the thread that commits the other tables, so
+        the ``records`` thread never stalls on a checkpoint (see TABLE_EXTRA_PROPERTIES). Safe
+        while another thread commits to the table: a checkpoint is a file per version. Uses
+        Delta's JVM ``DeltaLog`` (not a public API; checked on delta-spark 4.4).
+        """
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = self.path(table)
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return None
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self.spark._jsparkSession, path
+        )
+        none = jvm.scala.Option.empty()
+        snapshot = delta_log.update(False, none, none)
+        version = int(snapshot.version())
+        last = int(snapshot.checkpointProvider().version())
+        if version < 0 or version - last < min_commits:
+            return None
+        delta_log.checkpoint(snapshot, none)
+        return version
+
+    # ------------------------------------------------------------------ start-up
+
+    def prepare(self) -> dict[str, int]:
+        """Create the tables if missing and read their offsets (start-up, before serving)."""
+        from delta.tables import DeltaTable
+
+        new = [t for t in TABLES if not DeltaTable.isDeltaTable(self.spark, self.path(t))]
+        self._create_tables()
+        with self._lock:
+            for table in new:
+                # Just created by us: nothing in it (no need to read its history).
+                self._next.setdefault(table, 0)
+        return self.table_offsets()
+
+    def warm_up(self, tables: Collection[str] = (RECORDS, QUORUM_EVENTS)) -> float:
+        """Pay the JVM's first-commit costs (class loading, code generation, Delta's log and
+        checksum paths) for commits to ``tables`` on scratch tables under the warehouse, then
+        delete them; the real tables are not touched. Returns the seconds spent.
+
+        Call it once per JVM before serving. Cold, on 2 busy cores: creating the three tables
+        2-3 s; a direct append 1-2 s (a Spark append 6-9 s); a MERGE 2-7 s. By default the
+        appends are rehearsed (what the latency of ``records`` depends on), not the MERGE of
+        ``snapshot``, which pays its own first time on the thread that commits it.
+        """
+        started = time.monotonic()
+        for stale in _stale_warm_ups(self.warehouse):
+            shutil.rmtree(stale, ignore_errors=True)
+        scratch = os.path.join(self.warehouse, f"{WARM_UP_PREFIX}{uuid.uuid4().hex[:12]}")
+        try:
+            rehearsal = DeltaMaterializer(
+                self.spark,
+                scratch,
+                app_id=f"{self.app_id}-warm-up",
+                direct_appends=self.direct_appends,
+            )
+            log = _warm_up_log()
+            # Two calls: the first creates the tables and commits to a new table, the second
+            # commits on top of a checksum (the steady state).
+            rehearsal.write(log[:2], log[1].next_offset, tables)
+            rehearsal.write(log[2:], log[-1].next_offset, tables)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return time.monotonic() - started
 
     def _commit(self, table: str, rows: _Rows, first: int, meta: CommitMetadata) -> int:
         self._create_tables()
         if table == RECORDS:
             data = [r for r in rows.records if r[0] >= first]
-            self._append(table, self._records_frame(data), meta)
+            if self.direct_appends:
+                self._append_direct(table, data, meta)
+            else:
+                self._append(table, self._records_frame(data), meta)
         elif table == QUORUM_EVENTS:
             data = [r for r in rows.events if r[0] >= first]
-            self._append(table, self._events_frame(data), meta)
+            if self.direct_appends:
+                self._append_direct(table, data, meta)
+            else:
+                self._append(table, self._events_frame(data), meta)
         else:
             data = [r for r in rows.latest.values() if r[2] >= first]
             if data:
                 self._merge_snapshot(data, meta)
+            elif self.direct_appends:
+                self._append_direct(table, [], meta)
             else:
                 self._append(table, None, meta)
         return len(data)
 
     def _create_tables(self) -> None:
-        if self._created:
-            return
+        with self._lock:
+            if self._created:
+                return
+            self._create_tables_locked()
+            self._created = True
+
+    def _create_tables_locked(self) -> None:
         from delta.tables import DeltaTable
 
         for table in TABLES:
@@ -245,17 +393,14 @@ class DeltaMaterializer:
                 .location(self.path(table))
                 .addColumns(SCHEMAS[table])
             )
-            for key, value in TABLE_PROPERTIES.items():
+            for key, value in {**TABLE_PROPERTIES, **TABLE_EXTRA_PROPERTIES.get(table, {})}.items():
                 builder = builder.property(key, value)
             builder.execute()
-        self._created = True
 
     def _append(self, table: str, frame: DataFrame | None, meta: CommitMetadata) -> None:
         if frame is None:
             # Zero partitions: Delta commits the transaction and metadata without a data file.
-            frame = self.spark.createDataFrame(
-                self.spark.sparkContext.emptyRDD(), SCHEMAS[table]
-            )
+            frame = self.spark.createDataFrame(self.spark.sparkContext.emptyRDD(), SCHEMAS[table])
         (
             frame.write.format("delta")
             .mode("append")
@@ -265,77 +410,72 @@ class DeltaMaterializer:
             .save(self.path(table))
         )
 
-    def _records_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
+    def _append_direct(self, table: str, data: list[tuple[Any, ...]], meta: CommitMetadata) -> None:
+        """The append of ``_append`` without a Spark job: the rows are written as one Parquet
+        file by pyarrow, and the commit (that file's ``add``, the ``txn`` action, ``userMetadata``)
+        goes through Delta's own ``OptimisticTransaction`` in the driver's JVM, so conflict
+        detection, the checksum and the other post-commit hooks are Delta's.
 
+        Why: a Spark append with ``txnAppId``/``txnVersion`` reconstructs the table's whole state
+        to read the transaction version (Delta 4.4 does not read it from the checksum), then runs
+        a write job: 0.4-0.6 s on 2 idle cores, 1-3 s on busy ones, and 10-15 s cold. Here the
+        transaction version comes from the read snapshot's checksum (``.crc``, which Delta keeps
+        with the transactions of every commit); only when that is missing does Delta's own
+        ``txnVersion`` run (the state reconstruction). The appId is registered as read by the
+        transaction either way, so a concurrent commit of the same appId makes ours fail with
+        Delta's ConcurrentTransactionException instead of duplicating rows. A commit whose
+        ``txnVersion`` is not above the recorded one is skipped, as Delta skips it.
+
+        Uses Delta's JVM classes (``DeltaLog``, ``OptimisticTransaction``, ``Action.fromJson``,
+        ``DeltaOperations.Write``): not a public API; checked on delta-spark 4.4.
+        """
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = self.path(table)
+        delta = jvm.org.apache.spark.sql.delta
+        delta_log = delta.DeltaLog.forTable(self.spark._jsparkSession, path)
+        txn = delta_log.startTransaction()
+        if _recorded_txn_version(txn, meta.app_id) >= meta.last_offset:
+            return  # already committed (by us before a crash, or by a racing writer)
+        now_ms = int(time.time() * 1000)
+        actions = jvm.java.util.ArrayList()
+        if data:
+            add = _write_parquet(path, SCHEMAS[table], data)
+            actions.add(delta.actions.Action.fromJson(json.dumps({"add": add})))
+        txn_action = {"appId": meta.app_id, "version": meta.last_offset, "lastUpdated": now_ms}
+        actions.add(delta.actions.Action.fromJson(json.dumps({"txn": txn_action})))
+        none = jvm.scala.Option.empty()
+        operation = getattr(delta, "DeltaOperations$Write")(
+            jvm.org.apache.spark.sql.SaveMode.Append,
+            none,
+            none,
+            jvm.scala.Some(meta.to_json()),
+            none,
+            none,
+            none,
+            none,
+            none,
+        )
+        txn.commit(jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions), operation)
+
+    def _records_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
         if not data:
             return None
-        raw = T.StructType(
-            [
-                T.StructField("offset", T.LongType(), False),
-                T.StructField("epoch", T.IntegerType(), False),
-                T.StructField("timestamp_ms", T.LongType(), False),
-                T.StructField("key", T.StringType(), True),
-                T.StructField("value", T.StringType(), True),
-                T.StructField("headers", T.MapType(T.StringType(), T.StringType(), True), False),
-            ]
-        )
-        frame = self.spark.createDataFrame(data, raw).coalesce(1)
-        return frame.select(
-            "offset",
-            "epoch",
-            F.timestamp_millis("timestamp_ms").alias("timestamp"),
-            "key",
-            "value",
-            "headers",
-        )
+        # Rows are (offset, epoch, timestamp_ms, key, value, headers): the table's columns.
+        return _arrow_frame(self.spark, SCHEMAS[RECORDS], data).coalesce(1)
 
     def _events_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-
         if not data:
             return None
-        ints = T.ArrayType(T.IntegerType(), False)
-        raw = T.StructType(
-            [
-                T.StructField("offset", T.LongType(), False),
-                T.StructField("epoch", T.IntegerType(), False),
-                T.StructField("leader_id", T.IntegerType(), False),
-                T.StructField("voters", ints, False),
-                T.StructField("granting_voters", ints, False),
-                T.StructField("timestamp_ms", T.LongType(), False),
-            ]
-        )
-        frame = self.spark.createDataFrame(data, raw).coalesce(1)
-        return frame.select(
-            "offset",
-            "epoch",
-            "leader_id",
-            "voters",
-            "granting_voters",
-            F.timestamp_millis("timestamp_ms").alias("timestamp"),
-        )
+        # (offset, epoch, leader_id, voters, granting_voters, timestamp_ms)
+        return _arrow_frame(self.spark, SCHEMAS[QUORUM_EVENTS], data).coalesce(1)
 
     def _merge_snapshot(self, data: list[tuple[Any, ...]], meta: CommitMetadata) -> None:
         from delta.tables import DeltaTable
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
 
         session = self._merge_session
-        raw = T.StructType(
-            [
-                T.StructField("key", T.StringType(), False),
-                T.StructField("value", T.StringType(), True),  # null: delete the key
-                T.StructField("offset", T.LongType(), False),
-                T.StructField("epoch", T.IntegerType(), False),
-                T.StructField("timestamp_ms", T.LongType(), False),
-            ]
-        )
-        source = session.createDataFrame(data, raw).select(
-            "key", "value", "offset", "epoch", F.timestamp_millis("timestamp_ms").alias("timestamp")
-        )
+        # (key, value, offset, epoch, timestamp_ms); a null value deletes the key.
+        source = _arrow_frame(session, _MERGE_SOURCE_SCHEMA, data).coalesce(1)
         target = DeltaTable.forPath(session, self.path(SNAPSHOT))
         session.conf.set(_TXN_APP_ID_CONF, meta.app_id)
         session.conf.set(_TXN_VERSION_CONF, str(meta.last_offset))
@@ -419,3 +559,181 @@ def _rows_from(batches: Sequence[Batch], start: int) -> _Rows:
             if key is not None:
                 rows.latest[key] = (key, value, offset, batch.epoch, record.timestamp_ms)
     return rows
+
+
+_MERGE_SOURCE_SCHEMA = T.StructType(
+    [
+        T.StructField("key", T.StringType(), False),
+        T.StructField("value", T.StringType(), True),  # null: delete the key
+        T.StructField("offset", T.LongType(), False),
+        T.StructField("epoch", T.IntegerType(), False),
+        T.StructField("timestamp", T.TimestampType(), False),
+    ]
+)
+
+
+def _arrow_type(spark_type: T.DataType) -> pa.DataType:
+    """The Arrow type our rows carry for a column of the tables' schemas (timestamps as epoch
+    milliseconds, maps as (key, value) pairs)."""
+    if isinstance(spark_type, T.LongType):
+        return pa.int64()
+    if isinstance(spark_type, T.IntegerType):
+        return pa.int32()
+    if isinstance(spark_type, T.StringType):
+        return pa.string()
+    if isinstance(spark_type, T.TimestampType):
+        return pa.timestamp("ms", tz="UTC")
+    if isinstance(spark_type, T.ArrayType):
+        return pa.list_(_arrow_type(spark_type.elementType))
+    if isinstance(spark_type, T.MapType):
+        return pa.map_(_arrow_type(spark_type.keyType), _arrow_type(spark_type.valueType))
+    raise TypeError(f"no Arrow type for {spark_type}")
+
+
+def _arrow_frame(
+    spark: SparkSession, schema: T.StructType, rows: list[tuple[Any, ...]]
+) -> DataFrame:
+    """A DataFrame of ``rows`` (tuples in the order of ``schema``) built from an Arrow table:
+    Spark makes a local relation of it in the JVM, no Python worker and no pickling."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
+    arrays = []
+    for field_, values in zip(schema.fields, columns, strict=True):
+        if isinstance(field_.dataType, T.MapType):
+            pairs = [None if v is None else list(v.items()) for v in values]
+            arrays.append(pa.array(pairs, type=_arrow_type(field_.dataType)))
+        else:
+            arrays.append(pa.array(values, type=_arrow_type(field_.dataType)))
+    table = pa.Table.from_arrays(arrays, names=schema.fieldNames())
+    return spark.createDataFrame(table, schema)
+
+
+def _is_local_path(path: str) -> bool:
+    """A path of the driver's own file system (no URI scheme, or file:)."""
+    return "://" not in path or path.startswith("file:")
+
+
+def _recorded_txn_version(txn: Any, app_id: str) -> int:
+    """The ``txnVersion`` recorded for ``app_id`` in the snapshot ``txn`` read (-1 if none), and
+    the appId registered as read by ``txn`` (conflict detection against concurrent commits)."""
+    checksum = txn.snapshot().checksumOpt()
+    if checksum.isDefined():
+        known = checksum.get().setTransactions()
+        if known.isDefined():
+            # Delta's txnVersion() would register the read itself; we skip its state
+            # reconstruction, so register it here (readTxn is protected in Scala, public in the
+            # bytecode).
+            txn.readTxn().addOne(app_id)
+            transactions = known.get()
+            version = -1
+            for i in range(transactions.size()):
+                action = transactions.apply(i)
+                if action.appId() == app_id:
+                    version = max(version, int(action.version()))
+            return version
+    return int(txn.txnVersion(app_id))
+
+
+def _write_parquet(
+    table_dir: str, schema: T.StructType, rows: list[tuple[Any, ...]]
+) -> dict[str, Any]:
+    """Write ``rows`` as one Parquet file in the table's directory; return its ``add`` action
+    (path, size, stats of the scalar columns)."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    columns = list(zip(*rows, strict=True))
+    arrays = []
+    fields = []
+    nulls: dict[str, int] = {}
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    for field_, values in zip(schema.fields, columns, strict=True):
+        kind = field_.dataType
+        if isinstance(kind, T.MapType):
+            pairs = [None if v is None else list(v.items()) for v in values]
+            arrays.append(pa.array(pairs, type=_arrow_type(kind)))
+        elif isinstance(kind, T.TimestampType):
+            arrays.append(pa.array(values, type=pa.int64()).cast(pa.timestamp("ms", tz="UTC")))
+        else:
+            arrays.append(pa.array(values, type=_arrow_type(kind)))
+        if isinstance(kind, T.ArrayType):
+            item = pa.field("element", _arrow_type(kind.elementType), kind.containsNull)
+            arrays[-1] = arrays[-1].cast(pa.list_(item))
+        fields.append(pa.field(field_.name, arrays[-1].type, field_.nullable))
+        if isinstance(kind, (T.LongType, T.IntegerType, T.TimestampType, T.StringType)):
+            present = [v for v in values if v is not None]
+            nulls[field_.name] = len(values) - len(present)
+            if present and not isinstance(kind, T.StringType):
+                # Strings have no min/max here (Delta truncates them; absent is "unknown").
+                low[field_.name], high[field_.name] = min(present), max(present)
+                if isinstance(kind, T.TimestampType):
+                    low[field_.name] = _stats_timestamp(low[field_.name])
+                    high[field_.name] = _stats_timestamp(high[field_.name])
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    # Spark's own timestamps in Parquet: INT64 microseconds, UTC-adjusted.
+    table = table.cast(
+        pa.schema(
+            [
+                pa.field(f.name, pa.timestamp("us", tz="UTC"), f.nullable)
+                if pa.types.is_timestamp(f.type)
+                else f
+                for f in table.schema
+            ]
+        )
+    )
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    target = os.path.join(table_dir, name)
+    pq.write_table(table, target, compression="snappy")
+    info = os.stat(target)
+    stats = {"numRecords": len(rows), "minValues": low, "maxValues": high, "nullCount": nulls}
+    return {
+        "path": name,
+        "partitionValues": {},
+        "size": info.st_size,
+        "modificationTime": int(info.st_mtime * 1000),
+        "dataChange": True,
+        "stats": json.dumps(stats, separators=(",", ":")),
+    }
+
+
+def _stats_timestamp(ms: int) -> str:
+    """A timestamp as Delta writes it in file statistics (UTC, milliseconds)."""
+    seconds, millis = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+def _warm_up_log() -> list[Batch]:
+    """A small log for warm_up(): leader changes, inserts, updates, deletes, headers, a null
+    key."""
+    now = int(time.time() * 1000)
+
+    def data(base: int, epoch: int, *changes: tuple[str | None, str | None]) -> Batch:
+        records = tuple(
+            Record(
+                key=None if key is None else key.encode(),
+                value=None if value is None else value.encode(),
+                timestamp_ms=now,
+                headers=(("warm-up", b"1"), ("none", None)),
+            )
+            for key, value in changes
+        )
+        return Batch(base_offset=base, epoch=epoch, records=records)
+
+    def leader(base: int, epoch: int) -> Batch:
+        change = LeaderChange(leader_id=0, voters=(0,), granting_voters=(0,))
+        return leader_change_batch(base, epoch, change, now)
+
+    return [
+        leader(0, 1),
+        data(1, 1, ("a", "1"), ("b", "1"), (None, "x")),
+        data(4, 1, ("a", "2"), ("b", None), ("c", "1")),
+        leader(7, 2),
+        data(8, 2, ("c", None), ("d", "1")),
+    ]
+
+
+def _stale_warm_ups(warehouse: str) -> list[str]:
+    try:
+        names = os.listdir(warehouse)
+    except OSError:
+        return []
+    return [os.path.join(warehouse, n) for n in names if n.startswith(WARM_UP_PREFIX)]
