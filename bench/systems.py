@@ -57,13 +57,14 @@ def http_json(url: str, method: str = "GET", body: Any = None,
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = START_TIMEOUT_S) -> Any:
-    """Poll ``check`` until it returns something truthy; raise naming ``what`` on timeout."""
+    """Poll ``check`` until it returns something other than None or False (a leader index of 0
+    counts as ready); raise naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout_s
     last: BaseException | None = None
     while time.monotonic() < deadline:
         try:
             result = check()
-            if result:
+            if result is not None and result is not False:
                 return result
         except (OSError, ValueError, KeyError, http.client.HTTPException) as exc:
             last = exc
