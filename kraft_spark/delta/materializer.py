@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -331,7 +332,9 @@ class DeltaMaterializer:
         Call it once per JVM before serving. Cold, on 2 busy cores: creating the three tables
         2-3 s; a direct append 1-2 s (a Spark append 6-9 s); a MERGE 2-7 s. By default the
         appends are rehearsed (what the latency of ``records`` depends on), not the MERGE of
-        ``snapshot``, which pays its own first time on the thread that commits it.
+        ``snapshot``, which pays its own first time on the thread that commits it. The scratch
+        tables are removed through the local file system: under a warehouse that is a URI they
+        stay (in ``_warm_up-*`` directories, which Spark and Delta readers skip).
         """
         started = time.monotonic()
         for stale in _stale_warm_ups(self.warehouse):
@@ -608,8 +611,9 @@ def _arrow_frame(
 
 
 def _is_local_path(path: str) -> bool:
-    """A path of the driver's own file system (no URI scheme, or file:)."""
-    return "://" not in path or path.startswith("file:")
+    """A plain path of the driver's own file system (no URI scheme: ``file:``, ``s3a:``, ``hdfs:``
+    ... go through Spark)."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is None
 
 
 def _recorded_txn_version(txn: Any, app_id: str) -> int:

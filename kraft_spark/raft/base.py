@@ -182,6 +182,16 @@ class CoreState:
             self.fetch_target_index = (self.fetch_target_index + 1) % max(len(self.voters), 1)
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
 
+    def _own_campaign_time(self) -> int:
+        """When this node would next campaign if nothing else happened."""
+        if self.role is Role.UNATTACHED or self.role is Role.RESIGNED:
+            return self.election_deadline
+        if self.role is Role.CANDIDATE:
+            return self.backoff_until if self.backoff_until is not None else self.election_deadline
+        if self.role is Role.FOLLOWER:
+            return self.fetch_deadline
+        return NEVER
+
     def observe_epoch(self, epoch: int, leader_id: int) -> bool:
         """React to an epoch and leader seen in any message. Returns True when our role changed
         because of it (the caller should then drop what it was doing)."""
@@ -189,7 +199,13 @@ class CoreState:
             if leader_id not in (NO_LEADER, self.node_id):
                 self.become_follower(epoch, leader_id)
             else:
+                # Learning of a later epoch without its leader never postpones our own
+                # candidacy (as for a Vote request): a successor's turn after EndQuorumEpoch,
+                # or an election brought forward because the leader's host refused us, stands.
+                campaign_at = self._own_campaign_time()
                 self.become_unattached(epoch)
+                if self.may_vote:
+                    self.election_deadline = min(self.election_deadline, campaign_at)
             return True
         if (
             epoch == self.epoch

@@ -18,6 +18,12 @@ RNG (``FollowerMixin.maybe_hasten_election``); and a candidate counts a refused 
 rejected (``ElectionMixin.on_vote_refused``). Both only move timers, which safety never relies
 on; a timeout, a reset or a slow leader never counts as a refusal.
 
+The graceful handoff (SPEC §5) does not depend on message order either: a follower's successor
+turn from EndQuorumEpoch is not pushed back by Fetch responses the leader sent before resigning
+(``leader_resigned``), survives learning of the successor's newer epoch from any message
+(``observe_epoch``), and still applies when the first successor's Vote overtakes the
+EndQuorumEpoch (``_maybe_late_succession``).
+
 After each input the shell calls ``take_ready()`` and carries out the Ready in the order its
 module documents (persist, then send, flush, apply). The core touches nothing but the injected
 ``RaftLog`` (writes are buffered there until the shell flushes) and the injected ``random.Random``.

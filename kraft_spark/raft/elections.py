@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kraft_spark.raft.base import NEVER, CoreState, InFlight
+from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
 from kraft_spark.raft.quorum import majority
 from kraft_spark.raft.state import Role
@@ -139,16 +139,6 @@ class ElectionMixin(CoreState):
                     self.rng, self.config.election_timeout_ms
                 )
         self.reply(token, self._vote_response(ErrorCode.NONE, decision.granted))
-
-    def _own_campaign_time(self) -> int:
-        """When this node would next campaign if nothing else happened."""
-        if self.role is Role.UNATTACHED or self.role is Role.RESIGNED:
-            return self.election_deadline
-        if self.role is Role.CANDIDATE:
-            return self.backoff_until if self.backoff_until is not None else self.election_deadline
-        if self.role is Role.FOLLOWER:
-            return self.fetch_deadline
-        return NEVER
 
     def _vote_response(self, error: ErrorCode, granted: bool) -> VoteResponse:
         return VoteResponse(error, self.known_leader(), self.epoch, granted)

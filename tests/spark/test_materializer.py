@@ -7,6 +7,8 @@ offset equals replaying the log up to that offset.
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,14 @@ from kraft_spark.delta import (
     snapshot,
     snapshot_version,
 )
-from kraft_spark.delta.tables import latest_version, table_path, txn_version_from_log
+from kraft_spark.delta import materializer as materializer_module
+from kraft_spark.delta.materializer import WARM_UP_PREFIX
+from kraft_spark.delta.tables import (
+    DEFAULT_APP_ID,
+    latest_version,
+    table_path,
+    txn_version_from_log,
+)
 from kraft_spark.raft.records import Batch
 from tests.spark import logdata
 
@@ -316,3 +325,183 @@ def test_a_stale_writer_is_skipped_by_the_delta_transaction(spark: Any, tmp_path
     assert stale.last_commit_stats.rows == {RECORDS: 4, QUORUM_EVENTS: 1, SNAPSHOT: 3}
     assert versions(spark, tmp_path) == before
     assert_tables_equal_log(spark, tmp_path, batches)
+
+
+# ---------------------------------------------------------------------------- direct appends
+
+
+def test_appends_through_spark_equal_direct_appends(spark: Any, tmp_path: Path) -> None:
+    """The Spark path (a warehouse that is not local) writes the same tables, and a warehouse
+    can switch between the two paths across restarts."""
+    batches = logdata.log()
+    via_spark = DeltaMaterializer(spark, str(tmp_path), direct_appends=False)
+    assert not via_spark.direct_appends
+    assert via_spark.write(batches[:2], 5) == 5
+    direct = DeltaMaterializer(spark, str(tmp_path))
+    assert direct.direct_appends
+    assert not DeltaMaterializer(spark, tmp_path.as_uri()).direct_appends  # URIs: Spark
+    assert direct.write(batches[:4], 12) == 9
+    assert DeltaMaterializer(spark, str(tmp_path), direct_appends=False).write(batches, 16) == 16
+    assert_tables_equal_log(spark, tmp_path, batches)
+    for table in TABLES:
+        metas = commits_of(spark, tmp_path, table)
+        assert [(m.first_offset, m.last_offset) for m in metas] == [(0, 4), (5, 8), (9, 15)]
+
+
+def test_direct_append_files_and_statistics(spark: Any, tmp_path: Path) -> None:
+    """Parquet as Spark writes it (INT64 UTC microseconds, required columns), file statistics
+    that data skipping may trust, WRITE commits with the transaction and userMetadata."""
+    import pyarrow.parquet as pq
+
+    batches = logdata.log()
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer.write(batches[:4], 12)
+    materializer.write(batches[4:], 16)
+    files = sorted((tmp_path / RECORDS).glob("*.parquet"))
+    assert len(files) == 2
+    schema = pq.read_schema(files[0])
+    assert str(schema.field("timestamp").type) == "timestamp[us, tz=UTC]"
+    assert not schema.field("offset").nullable and schema.field("key").nullable
+    log_dir = tmp_path / RECORDS / "_delta_log"
+    actions = [json.loads(line) for line in (log_dir / f"{2:020d}.json").read_text().splitlines()]
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["operation"] == "WRITE" and info["isBlindAppend"] is True
+    assert CommitMetadata.parse(info["userMetadata"]) == CommitMetadata(DEFAULT_APP_ID, 9, 15, 16)
+    assert next(a["txn"] for a in actions if "txn" in a)["version"] == 15
+    stats = json.loads(next(a["add"] for a in actions if "add" in a)["stats"])
+    assert stats["numRecords"] == 7
+    assert (stats["minValues"]["offset"], stats["maxValues"]["offset"]) == (9, 15)
+    assert stats["minValues"]["timestamp"] == "2023-11-14T22:13:20.090Z"
+    assert stats["nullCount"]["value"] == 3
+    # Filters that data skipping answers from those statistics.
+    records = spark.read.format("delta").load(table_path(tmp_path, RECORDS))
+    assert records.where("offset >= 12").count() == 4
+    assert records.where("offset < 9").count() == 7
+    assert records.where("timestamp > timestamp_millis(1700000000100)").count() == 5
+    assert records.where("value IS NULL").count() == 4
+
+
+def _clear_delta_log_cache(spark: Any) -> None:
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def test_direct_append_without_checksums_asks_delta(spark: Any, tmp_path: Path) -> None:
+    """The transaction version comes from the checksum (.crc) when there is one; without it
+    Delta's own txnVersion (a state reconstruction) decides, with the same result."""
+    batches = logdata.log()
+    assert DeltaMaterializer(spark, str(tmp_path)).write(batches[:2], 5) == 5
+    for crc in tmp_path.glob("*/_delta_log/*.crc"):
+        crc.unlink()
+    _clear_delta_log_cache(spark)
+    before = versions(spark, tmp_path)
+    stale = DeltaMaterializer(spark, str(tmp_path))
+    stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first writer committed
+    assert stale.write(batches[:2], 5) == 5
+    assert versions(spark, tmp_path) == before
+    assert stale.write(batches, 16) == 16
+    assert_tables_equal_log(spark, tmp_path, batches)
+
+
+def test_a_racing_writer_makes_a_direct_append_fail_not_duplicate(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer commits the same appId between our read of the transaction version and
+    our commit: Delta's conflict detection (the appId registered as read) rejects our commit."""
+    batches = logdata.log()
+    ours = DeltaMaterializer(spark, str(tmp_path))
+    other = DeltaMaterializer(spark, str(tmp_path))
+    assert ours.write(batches[:2], 5) == 5
+    other.table_offsets()
+    read_version = materializer_module._recorded_txn_version
+    raced: list[int] = []
+
+    def racing(txn: Any, app_id: str) -> int:
+        version = read_version(txn, app_id)
+        if not raced:
+            raced.append(version)
+            other.write(batches[:4], 9, (RECORDS,))  # commits offsets 5..8 first
+        return version
+
+    monkeypatch.setattr(materializer_module, "_recorded_txn_version", racing)
+    with pytest.raises(Exception, match=r"(?i)concurrent"):
+        ours.write(batches[:4], 9, (RECORDS,))
+    monkeypatch.undo()
+    assert raced == [4]
+    assert read_records(spark, tmp_path) == logdata.record_rows(batches[:4])
+    # The failed call's table is re-read from Delta: the next call goes on from there.
+    assert ours.table_offsets()[RECORDS] == 9
+    assert ours.write(batches, 16) == 16
+    assert_tables_equal_log(spark, tmp_path, batches)
+
+
+# ---------------------------------------------------------------------------- threads, start-up
+
+
+def test_disjoint_tables_from_two_threads(spark: Any, tmp_path: Path) -> None:
+    """records committed call by call on one thread while quorum_events and snapshot follow
+    on another (the driver's layout), on one materializer."""
+    batches = logdata.log()
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer.prepare()
+    errors: list[BaseException] = []
+
+    def run(tables: tuple[str, ...], step: int) -> None:
+        try:
+            done = 0
+            while done < len(batches):
+                done = min(len(batches), done + step)
+                part = batches[:done]
+                start = materializer.resume_offset(tables)
+                sent = [b for b in part if b.next_offset > start]
+                materializer.write(sent, part[-1].next_offset, tables)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=((RECORDS,), 1)),
+        threading.Thread(target=run, args=((QUORUM_EVENTS, SNAPSHOT), 3)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not errors, errors
+    assert materializer.table_offsets() == dict.fromkeys(TABLES, 16)
+    assert_tables_equal_log(spark, tmp_path, batches)
+    assert len(commits_of(spark, tmp_path, RECORDS)) == len(batches)
+    assert DeltaMaterializer(spark, str(tmp_path)).table_offsets() == dict.fromkeys(TABLES, 16)
+
+
+def test_prepare_and_warm_up(spark: Any, tmp_path: Path) -> None:
+    """warm_up() works on scratch tables and leaves nothing behind (a crashed one's leftovers
+    included); prepare() creates the tables, then reads the offsets back."""
+    leftover = tmp_path / f"{WARM_UP_PREFIX}crashed"
+    (leftover / "records").mkdir(parents=True)
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    assert materializer.warm_up() > 0
+    assert list(tmp_path.iterdir()) == []
+    assert materializer.prepare() == dict.fromkeys(TABLES, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(TABLES)
+    assert versions(spark, tmp_path) == dict.fromkeys(TABLES, 0)
+    batches = logdata.log()
+    assert materializer.write(batches[:2], 5) == 5
+    assert DeltaMaterializer(spark, str(tmp_path)).prepare() == dict.fromkeys(TABLES, 5)
+
+
+def test_checkpoint_when_due(spark: Any, tmp_path: Path) -> None:
+    batches = logdata.log()
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    assert materializer.checkpoint(RECORDS) is None  # no table yet
+    for i in range(1, len(batches) + 1):
+        materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
+    # Versions 0 (creation) .. 7; no checkpoint yet (the automatic one is every 100 commits).
+    log_dir = tmp_path / RECORDS / "_delta_log"
+    assert not list(log_dir.glob("*.checkpoint.parquet"))
+    assert materializer.checkpoint(RECORDS, min_commits=10) is None
+    assert materializer.checkpoint(RECORDS, min_commits=5) == 7
+    assert (log_dir / f"{7:020d}.checkpoint.parquet").is_file()
+    assert materializer.checkpoint(RECORDS, min_commits=1) is None  # nothing since
+    _clear_delta_log_cache(spark)
+    assert read_records(spark, tmp_path) == logdata.record_rows(batches)
+    assert DeltaMaterializer(spark, str(tmp_path)).table_offsets()[RECORDS] == 16

@@ -99,3 +99,18 @@ def test_a_fetch_answered_before_the_resignation_does_not_undo_the_succession() 
     assert core.high_watermark == 1  # the response itself is still used
     core.poll(T0 + 1 + delay)
     assert core.role is Role.CANDIDATE and core.epoch == 2
+
+
+def test_a_later_epoch_seen_in_a_response_keeps_the_successor_time() -> None:
+    """The resigned leader already moved to epoch 2 (the first successor's Vote reached it)
+    and answers our Fetch with that epoch and no leader: we become Unattached(2), and still
+    campaign at our successor time rather than after a fresh election timeout."""
+    core = follower_of_1_with_one_record()
+    fetch_id = core.fetch_in_flight
+    assert fetch_id is not None
+    assert end_quorum_epoch(core, T0 + 1).error == ErrorCode.NONE
+    delay = successor_backoff_ms(1, CONFIG.retry_backoff_ms, CONFIG.election_backoff_max_ms)
+    stale = FetchResponse(ErrorCode.FENCED_LEADER_EPOCH, -1, 2, 0)
+    core.handle_response(T0 + 2, 1, fetch_id, stale)
+    assert core.role is Role.UNATTACHED and core.epoch == 2
+    assert core.election_deadline == T0 + 1 + delay
