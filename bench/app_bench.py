@@ -22,6 +22,8 @@ import time
 import urllib.request
 from typing import Any
 
+from bench.floor import percentile
+
 
 def _post(url: str, body: Any) -> dict[str, Any]:
     req = urllib.request.Request(f"{url}/v1/records", json.dumps(body).encode(),
@@ -93,7 +95,7 @@ def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict
     delays.sort()
 
     def pct(p: float) -> float:
-        return float(round(delays[min(len(delays) - 1, int(p * len(delays)))] * 1000, 1))
+        return float(round(percentile(delays, p) * 1000, 1))
 
     return {
         "launch_to_first_commit_s": round(first_commit_s, 2),

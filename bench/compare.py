@@ -26,7 +26,6 @@ import os
 import platform
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -96,26 +95,6 @@ def native_points(bootstrap: list[str], seconds: float, log: Log) -> dict[str, A
     return points
 
 
-def kraft_failovers(tmp: str, base_port: int, log: Log) -> tuple[float, float]:
-    from bench.native import native_failover, start_local, stop_local
-
-    figures: list[float] = []
-    for sig, label in ((signal.SIGKILL, "kill -9 of the leader"),
-                       (signal.SIGTERM, "graceful leader stop")):
-        data = tempfile.mkdtemp(prefix="failover-", dir=tmp)
-        proc, nodes = start_local(data, base_port, [])
-        try:
-            log(f"  kraft-spark: {label} under load")
-            pids = {n["node_id"]: n["pid"] for n in nodes}
-            taken = asyncio.run(native_failover([n["endpoint"] for n in nodes], pids, sig,
-                                                label))
-            figures.append(round(taken * 1000, 1))
-            log(f"    {figures[-1]} ms")
-        finally:
-            stop_local(proc, nodes)
-    return figures[0], figures[1]
-
-
 def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_port: int,
                 out_dir: str, visibility_s: float, command: str, log: Log) -> dict[str, Any]:
     from bench.failover import etcd_failover_ms
@@ -152,7 +131,9 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
                                                                        seconds, log)})
             finally:
                 kraft.stop()
-            kill_ms, handoff_ms = kraft_failovers(tmp, base_port + 50, log)
+            from bench.native import failovers_ms
+
+            kill_ms, handoff_ms = asyncio.run(failovers_ms(base_port + 50, log))
             for s in results["systems"]:
                 if s["name"].startswith("kraft-spark"):
                     s["failover_kill_ms"], s["handoff_ms"] = kill_ms, handoff_ms

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.native import start_local, stop_local
 from bench.wrk import HttpWorkload
 
 VALUE = "v" * 100
@@ -89,12 +90,19 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM,
 # --------------------------------------------------------------------------- kraft-spark
 
 
-def kraft_workloads(url: str) -> tuple[HttpWorkload, HttpWorkload]:
+def record_bodies() -> tuple[list[bytes], list[bytes]]:
+    """``{"key", "value"}`` bodies and ``{"records": [...]}`` batch bodies: the shape both
+    kraft-spark's sidecar and the PySyncObj front take."""
     single = [json.dumps({"key": _key(i), "value": VALUE}).encode()
               for i in range(SINGLE_BODIES)]
     batch = [json.dumps({"records": [{"key": _key(b * BATCH + j), "value": VALUE}
                                      for j in range(BATCH)]}).encode()
              for b in range(BATCH_BODIES)]
+    return single, batch
+
+
+def kraft_workloads(url: str) -> tuple[HttpWorkload, HttpWorkload]:
+    single, batch = record_bodies()
     return (HttpWorkload(url, "/v1/records", single),
             HttpWorkload(url, "/v1/records", batch, records_per_request=BATCH))
 
@@ -105,12 +113,9 @@ class KraftLocal:
     name = "kraft-spark"
 
     def __init__(self, data_dir: str, base_port: int, http_port: int) -> None:
-        cmd = [sys.executable, "-m", "kraft_spark", "local", "--voters", "3", "--data-dir",
-               data_dir, "--base-port", str(base_port), "--http-port", str(http_port)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        self.proc, self.nodes = start_local(data_dir, base_port, ["--http-port", str(http_port)])
         assert self.proc.stdout is not None
-        self.nodes = [json.loads(self.proc.stdout.readline()) for _ in range(3)]
+        # After the three node lines, `local --http-port` prints the sidecar's line.
         self.url = json.loads(self.proc.stdout.readline())["http"]
         wait_for("kraft-spark leader",
                  lambda: http_json(self.url + "/v1/quorum")[1].get("leaderId", -1) >= 0)
@@ -123,7 +128,7 @@ class KraftLocal:
         return kraft_workloads(self.url)
 
     def stop(self) -> None:
-        stop_process(self.proc)
+        stop_local(self.proc, self.nodes)
 
 
 # --------------------------------------------------------------------------- etcd
@@ -226,11 +231,7 @@ class SyncObjCluster:
 
     def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
         url = self.http_urls[int(wait_for("PySyncObj leader", self.leader_index))]
-        single = [json.dumps({"key": _key(i), "value": VALUE}).encode()
-                  for i in range(SINGLE_BODIES)]
-        batch = [json.dumps({"records": [{"key": _key(b * BATCH + j), "value": VALUE}
-                                         for j in range(BATCH)]}).encode()
-                 for b in range(BATCH_BODIES)]
+        single, batch = record_bodies()
         return (HttpWorkload(url, "/put", single),
                 HttpWorkload(url, "/batch", batch, records_per_request=BATCH))
 
