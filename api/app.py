@@ -68,7 +68,13 @@ from kraft_spark.client.errors import (
     NoLeaderError,
     RecordTooLargeError,
 )
-from kraft_spark.client.types import AppendResult, CommittedRecord, NewRecord, QuorumInfo
+from kraft_spark.client.types import (
+    AppendResult,
+    CommittedRecord,
+    NewRecord,
+    QuorumInfo,
+    payload_bytes,
+)
 from kraft_spark.metrics import CONTENT_TYPE, HttpMetrics, Registry
 from kraft_spark.quorum_report import replication_rows, status_summary
 
@@ -316,10 +322,7 @@ def _to_new_records(records: Sequence[RecordIn]) -> list[NewRecord]:
 
 
 def _record_size(record: NewRecord) -> int:
-    size = len(record.key or b"") + len(record.value or b"")
-    for name, value in record.headers:
-        size += len(name.encode("utf-8")) + len(value or b"")
-    return size
+    return payload_bytes(record.key, record.value, record.headers)
 
 
 def _fingerprint(records: Sequence[NewRecord]) -> bytes:

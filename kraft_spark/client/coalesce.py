@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kraft_spark.client.errors import ClientError, InvalidRecordError, RecordTooLargeError
-from kraft_spark.client.types import AppendResult
+from kraft_spark.client.types import AppendResult, payload_bytes
 from kraft_spark.raft.records import Record
 
 SendBatch = Callable[[tuple[Record, ...], float], Awaitable[AppendResult]]
@@ -39,10 +39,8 @@ DEFAULT_MAX_BATCH_RECORDS = 5000
 
 
 def record_bytes(record: Record) -> int:
-    size = len(record.key or b"") + len(record.value or b"") + 16
-    for name, value in record.headers:
-        size += len(name) + len(value or b"")
-    return size
+    """The record's payload plus ~16 bytes of per-record framing in a batch."""
+    return payload_bytes(record.key, record.value, record.headers) + 16
 
 
 @dataclass

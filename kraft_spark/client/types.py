@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 Header = tuple[str, bytes | None]
 
 
+def payload_bytes(key: bytes | None, value: bytes | None, headers: tuple[Header, ...]) -> int:
+    """Key + value + header names (UTF-8) and values: what a record carries, before framing."""
+    size = len(key or b"") + len(value or b"")
+    for name, header_value in headers:
+        size += len(name.encode("utf-8")) + len(header_value or b"")
+    return size
+
+
 @dataclass(frozen=True, slots=True)
 class NewRecord:
     """A record to append."""
