@@ -166,14 +166,22 @@ def backend() -> InMemoryTestBackend:
     return InMemoryTestBackend()
 
 
+# Every HTTP-layer test runs against both ways into POST /v1/records: the fast ASGI path (the
+# default) and FastAPI's route; they must answer alike.
+@pytest.fixture(params=[True, False], ids=["fast-append", "fastapi-append"])
+def fast_append(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
 @pytest.fixture
-def serve(backend: InMemoryTestBackend) -> Iterator[Serve]:
+def serve(backend: InMemoryTestBackend, fast_append: bool) -> Iterator[Serve]:
     """Start the app (``create_app(backend, **kwargs)``) on a free port; stopped at teardown."""
     handles: list[ServerHandle] = []
 
     def start(**kwargs: Any) -> Client:
         if "backend_factory" not in kwargs:
             kwargs["backend"] = backend
+        kwargs.setdefault("fast_append", fast_append)
         handle = serve_in_thread(create_app(**kwargs))
         handles.append(handle)
         return Client(handle.port)
@@ -187,11 +195,11 @@ def serve(backend: InMemoryTestBackend) -> Iterator[Serve]:
             handle.stop()
 
 
-@pytest.fixture(scope="module")
-def shared() -> Iterator[tuple[Client, InMemoryTestBackend]]:
+@pytest.fixture(scope="module", params=[True, False], ids=["fast-append", "fastapi-append"])
+def shared(request: pytest.FixtureRequest) -> Iterator[tuple[Client, InMemoryTestBackend]]:
     """One server for the many bad-input cases (none of which may append anything)."""
     backend = InMemoryTestBackend()
-    handle = serve_in_thread(create_app(backend))
+    handle = serve_in_thread(create_app(backend, fast_append=bool(request.param)))
     try:
         yield Client(handle.port), backend
     finally:
@@ -798,3 +806,47 @@ def test_stop_cancels_keyed_appends_still_waiting_for_their_commit(
     finally:
         backend.hold.set()
         handle.stop()
+
+
+def test_fast_append_answers_exactly_as_the_fastapi_route() -> None:
+    """The fast path and FastAPI's route give the same status, body and headers for the same
+    sequence of requests (each app against its own fresh backend)."""
+    requests: list[tuple[bytes, dict[str, str]]] = [
+        (b'{"key": "a", "value": {"n": 1}}', {}),
+        (b'{"records": [{"key": "b", "value": 1}, {"key": "c", "value": null}]}', {}),
+        (b'{"key": "a", "value": 2}', {"Idempotency-Key": "k1"}),
+        (b'{"key": "a", "value": 2}', {"Idempotency-Key": "k1"}),  # a replay
+        (b'{"key": "a", "value": 3}', {"Idempotency-Key": "k1"}),  # same key, other body
+        (b'{"key": "a", "value": 2}', {"Idempotency-Key": ""}),
+        (b'{"key": "a", "value": 2}', {"Idempotency-Key": "x" * 256}),
+        (b'{"key": "a", "value": ', {}),
+        (b"[1, 2]", {}),
+        (b"", {}),
+        (b'{"key": "a", "value": 1, "extra": true}', {}),
+        (b'{"key": "", "value": 1}', {}),
+        (b'{"records": []}', {}),
+        (b'{"key": "a", "value": NaN}', {}),
+        (b'{"key": "a", "value": 1}', {"Content-Type": "text/plain"}),
+        (b'{"key": "a", "value": "' + b"x" * 2000 + b'"}', {}),
+    ]
+    answers: dict[bool, list[tuple[int, dict[str, str], Any]]] = {}
+    for fast in (True, False):
+        handle = serve_in_thread(
+            create_app(InMemoryTestBackend(), fast_append=fast, max_body_bytes=1500)
+        )
+        try:
+            client = Client(handle.port)
+            answers[fast] = []
+            for body, headers in requests:
+                reply = client.post_raw(body, headers)
+                kept = {k: v for k, v in reply.headers.items()
+                        if k in ("content-type", "idempotent-replayed", "retry-after")}
+                answers[fast].append((reply.status, kept, reply.json()))
+        finally:
+            handle.stop()
+    statuses = [a[0] for a in answers[True]]
+    assert statuses == [200, 200, 200, 200, 422, 422, 422, 400, 422, 400, 422, 422, 422, 400,
+                        415, 413]
+    assert answers[True][3][1].get("idempotent-replayed") == "true"
+    for index, (fast, slow) in enumerate(zip(answers[True], answers[False], strict=True)):
+        assert fast == slow, f"request {index}: {requests[index]!r}"
