@@ -848,5 +848,5 @@ def test_fast_append_answers_exactly_as_the_fastapi_route() -> None:
     assert statuses == [200, 200, 200, 200, 422, 422, 422, 400, 422, 400, 422, 422, 422, 400,
                         415, 413]
     assert answers[True][3][1].get("idempotent-replayed") == "true"
-    for index, (fast, slow) in enumerate(zip(answers[True], answers[False], strict=True)):
-        assert fast == slow, f"request {index}: {requests[index]!r}"
+    for index, (quick, routed) in enumerate(zip(answers[True], answers[False], strict=True)):
+        assert quick == routed, f"request {index}: {requests[index]!r}"
