@@ -14,6 +14,8 @@ PROPERTY_NAMES: dict[str, str] = {
     "controller.quorum.retry.backoff.ms": "retry_backoff_ms",
     "controller.quorum.append.linger.ms": "append_linger_ms",
     "controller.quorum.fetch.max.wait.ms": "fetch_max_wait_ms",
+    # Not a Kafka setting (hence the prefix): see QuorumConfig.hw_wakeup_delay_ms.
+    "kraft.quorum.hw.wakeup.delay.ms": "hw_wakeup_delay_ms",
 }
 
 
@@ -32,6 +34,12 @@ class QuorumConfig:
     retry_backoff_ms: int = 20
     append_linger_ms: int = 2
     fetch_max_wait_ms: int = 500
+    # A leader holds a parked Fetch that has no new data but could learn a newer high watermark
+    # for up to this long: an append arriving meanwhile answers it with the data and the new
+    # high watermark in one response. Answering at once (0, what Kafka does) costs every commit
+    # a second round of empty Fetch responses and requests, which under sequential appends
+    # lands on the next append's critical path.
+    hw_wakeup_delay_ms: int = 5
     fetch_max_bytes: int = 8 * 1024 * 1024
     max_batch_bytes: int = 1024 * 1024
     # Observers not seen for this long drop out of DescribeQuorum (KIP-595: 5 minutes).

@@ -61,6 +61,9 @@ class LeaderState:
     # the current one is answered at once instead of parked (followers and the observer learn
     # commits without waiting MaxWaitMs).
     hw_sent: dict[int, int] = field(default_factory=dict)
+    # When parked Fetches are answered only to tell a newer high watermark (see
+    # QuorumConfig.hw_wakeup_delay_ms); NEVER while every parked replica has heard it.
+    hw_wakeup_at: int = NEVER
 
 
 class LeaderMixin(CoreState):
@@ -171,6 +174,9 @@ class LeaderMixin(CoreState):
         if now >= ls.flush_due_at:
             ls.flush_due_at = NEVER
             self.request_flush()
+        if now >= ls.hw_wakeup_at:
+            ls.hw_wakeup_at = NEVER
+            self._answer_parked(hw_moved=True)
         if any(p.deadline <= now for p in ls.parked):
             due = [p for p in ls.parked if p.deadline <= now]
             ls.parked = [p for p in ls.parked if p.deadline > now]
@@ -197,6 +203,7 @@ class LeaderMixin(CoreState):
         deadlines = [
             ls.progress.check_quorum_deadline(ls.started_ms, self.config.check_quorum_timeout_ms),
             ls.flush_due_at,
+            ls.hw_wakeup_at,
         ]
         if ls.unendorsed:
             deadlines.append(ls.next_begin_epoch_at)
@@ -217,7 +224,15 @@ class LeaderMixin(CoreState):
         self.high_watermark = candidate
         self.hw_changed_to = candidate
         self._answer_committed_waiters()
-        self._answer_parked(hw_moved=True)
+        self._schedule_hw_wakeup(ls)
+
+    def _schedule_hw_wakeup(self, ls: LeaderState) -> None:
+        """Tell parked replicas the new high watermark now, or within hw_wakeup_delay_ms."""
+        delay = self.config.hw_wakeup_delay_ms
+        if delay == 0:
+            self._answer_parked(hw_moved=True)
+        elif ls.hw_wakeup_at == NEVER:
+            ls.hw_wakeup_at = self.now + delay
 
     # ------------------------------------------------------------------ Fetch
 
@@ -269,10 +284,13 @@ class LeaderMixin(CoreState):
                 ls.unendorsed.discard(req.replica_id)
                 self.maybe_advance_high_watermark()
         hw_known = ls.hw_sent.get(req.replica_id, -1) >= self.high_watermark
-        if self._has_data_for(req) or req.max_wait_ms <= 0 or not hw_known:
+        tell_hw_now = not hw_known and self.config.hw_wakeup_delay_ms == 0
+        if self._has_data_for(req) or req.max_wait_ms <= 0 or tell_hw_now:
             self._complete_fetch(token, req)
         else:
             ls.parked.append(ParkedFetch(token, req, self.now + req.max_wait_ms))
+            if not hw_known:
+                self._schedule_hw_wakeup(ls)
 
     def _has_data_for(self, req: FetchRequest) -> bool:
         limit = (
@@ -301,12 +319,16 @@ class LeaderMixin(CoreState):
         if ls is None or not ls.parked:
             return
         keep: list[ParkedFetch] = []
+        hw = self.high_watermark
         for parked in ls.parked:
-            if hw_moved or self._has_data_for(parked.request):
+            stale = hw_moved and ls.hw_sent.get(parked.request.replica_id, -1) < hw
+            if stale or self._has_data_for(parked.request):
                 self._complete_fetch(parked.token, parked.request)
             else:
                 keep.append(parked)
         ls.parked = keep
+        if not any(ls.hw_sent.get(p.request.replica_id, -1) < hw for p in keep):
+            ls.hw_wakeup_at = NEVER
 
     # ------------------------------------------------------------------ Produce
 
