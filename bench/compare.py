@@ -36,7 +36,8 @@ from typing import Any
 from bench.floor import measure_floor
 from bench.wrk import HttpWorkload, WrkResult, run_wrk
 
-SYSTEMS = ("kraft-http", "kraft-native", "etcd", "pysyncobj", "kraft-app")
+LEADER_HTTP = "kraft-spark HTTP in the leader"
+SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "pysyncobj", "kraft-app")
 CONNECTIONS = (1, 16, 256)
 BATCH_CONNECTIONS = 16
 Log = Callable[[str], None]
@@ -117,14 +118,18 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
         results["floor"] = {**asdict(floor), "commit_floor_ms": round(floor.commit_floor_ms, 3)}
         log(f"  {results['floor']}")
 
-        if "kraft-http" in systems or "kraft-native" in systems:
-            log("starting kraft-spark local (3 voters) with its HTTP sidecar")
+        if {"kraft-http", "kraft-leader-http", "kraft-native"} & set(systems):
+            log("starting kraft-spark local (3 voters) with its HTTP sidecar and the HTTP API "
+                "embedded in each node")
             kraft = KraftLocal(tempfile.mkdtemp(prefix="kraft-", dir=tmp), base_port,
                                base_port + 10)
             try:
                 if "kraft-http" in systems:
                     results["systems"].append({"name": "kraft-spark HTTP", "points": http_points(
                         "kraft-spark HTTP", kraft.workloads(), seconds, warmup_s, log)})
+                if "kraft-leader-http" in systems:
+                    results["systems"].append({"name": LEADER_HTTP, "points": http_points(
+                        LEADER_HTTP, kraft.leader_workloads(), seconds, warmup_s, log)})
                 if "kraft-native" in systems:
                     results["systems"].append({"name": "kraft-spark native",
                                                "points": native_points(kraft.bootstrap,

@@ -108,24 +108,38 @@ def kraft_workloads(url: str) -> tuple[HttpWorkload, HttpWorkload]:
 
 
 class KraftLocal:
-    """``kraft-spark local`` with its HTTP sidecar: 3 voter processes, default timeouts."""
+    """``kraft-spark local``: 3 voter processes, default timeouts, with the HTTP sidecar in the
+    ``local`` process and the HTTP API embedded in every node (``--node-http-base-port``)."""
 
     name = "kraft-spark"
 
     def __init__(self, data_dir: str, base_port: int, http_port: int) -> None:
-        self.proc, self.nodes = start_local(data_dir, base_port, ["--http-port", str(http_port)])
+        self.proc, self.nodes = start_local(
+            data_dir, base_port,
+            ["--http-port", str(http_port), "--node-http-base-port", str(http_port + 1)],
+        )
         assert self.proc.stdout is not None
         # After the three node lines, `local --http-port` prints the sidecar's line.
         self.url = json.loads(self.proc.stdout.readline())["http"]
-        wait_for("kraft-spark leader",
-                 lambda: http_json(self.url + "/v1/quorum")[1].get("leaderId", -1) >= 0)
+        self.leader_id: int = wait_for("kraft-spark leader", self._leader_id)
+
+    def _leader_id(self) -> int | None:
+        leader: int = http_json(self.url + "/v1/quorum")[1].get("leaderId", -1)
+        return leader if leader >= 0 else None
 
     @property
     def bootstrap(self) -> list[str]:
         return [n["endpoint"] for n in self.nodes]
 
     def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        """Through the sidecar (a separate process hop to the leader)."""
         return kraft_workloads(self.url)
+
+    def leader_workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        """Straight to the HTTP API embedded in the leader (as etcd's gateway, load goes to the
+        leader)."""
+        url = next(n["http"] for n in self.nodes if n["node_id"] == self.leader_id)
+        return kraft_workloads(url)
 
     def stop(self) -> None:
         stop_local(self.proc, self.nodes)

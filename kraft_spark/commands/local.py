@@ -5,6 +5,11 @@ First start: creates the cluster id (kept in ``DATA_DIR/cluster.id``) and format
 with ``kraft-spark node`` (its log in ``DATA_DIR/logs/node-<id>.log``), waits until it listens,
 and prints one JSON line per node. It restarts nothing by itself; on SIGINT/SIGTERM it stops
 the nodes gracefully (the leader resigns with EndQuorumEpoch) and exits 0.
+
+Two ways to serve the HTTP API: ``--http-port`` runs the sidecar in this process, in front of
+the quorum (it reaches the leader over TCP); ``--node-http-base-port B`` makes node i serve it
+itself on ``B + i`` (``kraft.http.listener``: an append to the leader goes straight into its
+core, other nodes forward to the leader), and each node's JSON line gains ``"http"``.
 """
 
 from __future__ import annotations
@@ -41,8 +46,11 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--http-port", type=int, default=None,
                         help="also serve the HTTP API on this port (0: any free port)")
+    parser.add_argument("--node-http-base-port", type=int, default=None, metavar="B",
+                        help="node i also serves the HTTP API itself on port B + i")
     parser.add_argument("--http-token", default=None,
-                        help="require Authorization: Bearer TOKEN on the HTTP API")
+                        help="require Authorization: Bearer TOKEN on the HTTP API (the sidecar's "
+                        "and the nodes')")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
@@ -84,6 +92,10 @@ def _wait_listening(host: str, port: int, proc: subprocess.Popen[bytes], log_pat
                        f"see {log_path}", exit_code=1)
 
 
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def _run_local(args: argparse.Namespace) -> int:
     from kraft_spark.log.errors import LogError
     from kraft_spark.log.meta import format_log_dir
@@ -96,6 +108,19 @@ def _run_local(args: argparse.Namespace) -> int:
     os.makedirs(os.path.join(data_dir, "logs"), exist_ok=True)
     cluster_id = cluster_id_for(data_dir)
     ports = [args.base_port + i for i in range(args.voters)]
+    http_ports: list[int | None] = [None] * args.voters
+    if args.node_http_base_port is not None:
+        base = args.node_http_base_port
+        if not 1 <= base <= 65536 - args.voters:
+            raise CommandError(
+                f"--node-http-base-port {base} leaves no room for {args.voters} ports"
+            )
+        http_ports = [base + i for i in range(args.voters)]
+        if set(http_ports) & set(ports):
+            raise CommandError(
+                f"--node-http-base-port {base}: ports {http_ports[0]}-{http_ports[-1]} overlap "
+                f"the quorum's {ports[0]}-{ports[-1]} (--base-port): choose another"
+            )
     voters = ",".join(f"{i}@{args.host}:{p}" for i, p in enumerate(ports))
     extra = []
     for item in args.set:
@@ -122,10 +147,17 @@ def _run_local(args: argparse.Namespace) -> int:
             except (LogError, ValueError) as exc:
                 raise CommandError(str(exc)) from exc
             conf = os.path.join(data_dir, f"node-{node_id}.properties")
+            http_port = http_ports[node_id]
+            node_http = []
+            if http_port is not None:
+                node_http.append(f"kraft.http.listener={args.host}:{http_port}")
+                if args.http_token:
+                    node_http.append(f"kraft.http.token={args.http_token}")
             with open(conf, "w", encoding="utf-8") as fh:
                 fh.write(
                     f"node.id={node_id}\nlog.dirs={log_dir}\nlisteners={args.host}:{port}\n"
-                    f"controller.quorum.voters={voters}\n" + "".join(e + "\n" for e in extra)
+                    f"controller.quorum.voters={voters}\n"
+                    + "".join(e + "\n" for e in node_http + extra)
                 )
             log_path = os.path.join(data_dir, "logs", f"node-{node_id}.log")
             with open(log_path, "ab") as out:
@@ -136,8 +168,13 @@ def _run_local(args: argparse.Namespace) -> int:
                 )
             procs.append(proc)
             _wait_listening(args.host, port, proc, log_path)
-            print(json.dumps({"node_id": node_id, "endpoint": f"{args.host}:{port}",
-                              "pid": proc.pid, "log_dir": log_dir}), flush=True)
+            line: dict[str, Any] = {"node_id": node_id, "endpoint": f"{args.host}:{port}",
+                                    "pid": proc.pid, "log_dir": log_dir}
+            if http_port is not None:
+                # The node binds its HTTP port after its quorum port.
+                _wait_listening(args.host, http_port, proc, log_path)
+                line["http"] = f"http://{_url_host(args.host)}:{http_port}"
+            print(json.dumps(line), flush=True)
         if args.http_port is not None:
             from kraft_spark.commands.sidecar import start_sidecar
 

@@ -1,7 +1,9 @@
 """``kraft-spark node --config FILE``: run one voter or observer until SIGINT/SIGTERM.
 
-On a signal a leader resigns (EndQuorumEpoch to the others), the log is flushed and the
-directory lock released, and the process exits 0.
+On a signal the embedded HTTP API (``kraft.http.listener``, if set) stops first, letting its
+requests in flight finish briefly; then a leader resigns (EndQuorumEpoch to the others), the log
+is flushed and the directory lock released, and the process exits 0. The HTTP server runs on
+this process's event loop without signal handlers of its own: SIGINT/SIGTERM are the node's.
 """
 
 from __future__ import annotations

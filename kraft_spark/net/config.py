@@ -14,6 +14,14 @@ for the application):
   set, every connection (peers and clients) uses mutual TLS and a peer without a certificate
   signed by the CA is refused;
 * ``metrics.port``: serve Prometheus text on ``http://<listener host>:<port>/metrics``;
+* ``kraft.http.listener``: ``host:port`` (0: any free port) on which the node also serves the
+  HTTP API (``api.app``: append, read, describe) on its own event loop; a leader appends HTTP
+  requests straight into its core, another node forwards them to the leader. Absent: no HTTP;
+* ``kraft.http.token``: with ``kraft.http.listener``, every HTTP call except ``/healthz``
+  needs ``Authorization: Bearer <token>`` (ignored without a listener);
+* ``kraft.log.flush.inline.max.ms``: fsync on the event loop itself (no hand-off to the disk
+  thread) while this disk's recent fsyncs average at most this long (default 2; 0: always on the
+  disk thread);
 * ``node.disk.lost``: ``true`` when the directory was wiped after this voter may have voted
   (SPEC §10); it then catches up before voting.
 """
@@ -134,6 +142,10 @@ class NodeConfig:
     tls: TlsConfig | None = None
     metrics_port: int | None = None
     disk_lost: bool = False
+    # (host, port) of the embedded HTTP API; None: no HTTP.
+    http_listener: tuple[str, int] | None = None
+    http_token: str | None = None
+    inline_flush_max_ms: float = 2.0
 
     @property
     def is_voter(self) -> bool:
@@ -160,6 +172,19 @@ class NodeConfig:
             raise ConfigError("listeners is required for an observer (host:port to bind)")
         max_frame = int(props.get("socket.request.max.bytes", DEFAULT_MAX_FRAME_BYTES))
         metrics = props.get("metrics.port", "").strip()
+        http = props.get("kraft.http.listener", "").strip()
+        http_listener = parse_endpoint(http, "kraft.http.listener") if http else None
+        # Only with a listener: the key is shared with the Spark application's sidecar setting.
+        http_token = (props.get("kraft.http.token", "").strip() or None) if http_listener else None
+        inline = props.get("kraft.log.flush.inline.max.ms", "2").strip()
+        try:
+            inline_flush_max_ms = float(inline)
+        except ValueError:
+            raise ConfigError(
+                f"kraft.log.flush.inline.max.ms must be a number of milliseconds, got {inline!r}"
+            ) from None
+        if inline_flush_max_ms < 0:
+            raise ConfigError("kraft.log.flush.inline.max.ms must be ≥ 0 (0: never inline)")
         return cls(
             node_id=node_id,
             log_dir=required("log.dirs").split(",")[0].strip(),
@@ -171,4 +196,7 @@ class NodeConfig:
             tls=TlsConfig.from_properties(props),
             metrics_port=int(metrics) if metrics else None,
             disk_lost=props.get("node.disk.lost", "false").strip().lower() == "true",
+            http_listener=http_listener,
+            http_token=http_token,
+            inline_flush_max_ms=inline_flush_max_ms,
         )

@@ -7,11 +7,22 @@ Everything the core decides happens on the event loop thread; the shell only car
    is on disk, so no message that depends on a vote or an epoch leaves before the vote does;
 2. **send and reply**: requests go to peers through one pipelined connection each, replies go
    back on the connection the request came from;
-3. **flush the log** with group commit: one flush runs at a time on the worker thread
+3. **flush the log** with group commit: one flush runs at a time
    (``SegmentedLog.begin_flush`` / ``sync_flush`` / ``end_flush``); appends that arrive during it
-   wait for the next one, so N concurrent appends cost one fsync, and the loop never blocks on
-   disk;
+   wait for the next one, so N concurrent appends cost one fsync. While the disk is fast (recent
+   fsyncs average at most ``kraft.log.flush.inline.max.ms``, 2 ms by default) the fsync runs
+   inline on the loop, after this Ready's messages went out: handing it to the worker thread
+   and back costs two loop wake-ups, about as much as a fast fsync itself. Once fsyncs get
+   slow they move to the worker thread, so a slow disk never holds the loop for long;
 4. **high watermark**: listeners (the sidecar, the driver's materializer) are told.
+
+Local requests: ``submit_local`` hands the core a client request (Produce, a client Fetch,
+DescribeQuorum) from this process, as if it came from a connection; its answer resolves an
+asyncio future instead of being written to a socket (the reply's token is a ``_LocalToken``).
+The embedded HTTP API (``kraft.http.listener``, ``kraft_spark.net.node_http``) uses it so an
+append to the leader goes straight into its core. ``stop`` stops that HTTP server first (its
+requests in flight finish briefly), and fails local requests still unanswered at the end with
+``NodeStoppedError``.
 
 Failures: a request whose connection fails is reported with ``RaftCore.on_request_failed``,
 flagged ``refused`` only when the peer's host refused the connection (``ECONNREFUSED``), which
@@ -32,7 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.log.segmented_log import SegmentedLog
@@ -52,15 +63,28 @@ from kraft_spark.protocol import RequestHeader
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import (
     BeginQuorumEpochRequest,
+    DescribeQuorumRequest,
     EndQuorumEpochRequest,
     FetchRequest,
+    ProduceRequest,
     Request,
+    Response,
     VoteRequest,
 )
 from kraft_spark.raft.ready import Outbound, Ready
 from kraft_spark.raft.state import PersistedState, Role
 
+if TYPE_CHECKING:
+    from kraft_spark.net.node_http import NodeHttpServer
+
 log = logging.getLogger(__name__)
+
+LocalRequest = ProduceRequest | FetchRequest | DescribeQuorumRequest
+
+
+class NodeStoppedError(Exception):
+    """The node stopped (or failed) before it answered a local request; a Produce among them
+    may still have been appended."""
 
 
 def wall_ms() -> int:
@@ -77,6 +101,15 @@ class _Token:
         self.api_key = header.api_key
         self.api_version = header.api_version
         self.correlation_id = header.correlation_id
+
+
+class _LocalToken:
+    """Where to send the answer to one request made in this process: an asyncio future."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[Response]) -> None:
+        self.future = future
 
 
 class RaftNode:
@@ -96,6 +129,7 @@ class RaftNode:
         self._persisting = False
         self._flushing = False
         self._flush_wanted = False
+        self._flush_avg_s = 0.0  # recent fsync duration (see _flushed_in)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = -1
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -109,6 +143,9 @@ class RaftNode:
             {"node_id": n, "host": host, "port": port}
             for n, (host, port) in sorted(config.voters.items())
         ]
+        self._local: set[_LocalToken] = set()
+        self._http: NodeHttpServer | None = None
+        self._http_stop: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ life cycle
 
@@ -125,6 +162,26 @@ class RaftNode:
     @property
     def port(self) -> int:
         return self._server.port if self._server is not None else self.config.port
+
+    @property
+    def http(self) -> NodeHttpServer | None:
+        """The embedded HTTP API (``kraft.http.listener``) while it serves, else None."""
+        return self._http
+
+    @property
+    def http_url(self) -> str | None:
+        """``http://host:port`` of the embedded HTTP API while it serves, else None."""
+        return self._http.url if self._http is not None else None
+
+    @property
+    def is_leader(self) -> bool:
+        """This node leads (and is running): a Produce handed to ``submit_local`` now is
+        appended to its log, or refused for its content, never for want of leadership."""
+        core = self._core
+        return (
+            core is not None and not self._stopping and self._failed is None
+            and core.role is Role.LEADER
+        )
 
     async def start(self) -> None:
         """Open (and recover) the log, start the core and the listener."""
@@ -171,6 +228,16 @@ class RaftNode:
             self.cluster_id, self._log.end_offset(),
         )
         self._drain()
+        if cfg.http_listener is not None:
+            from kraft_spark.net.node_http import start_node_http
+
+            host, port = cfg.http_listener
+            try:
+                self._http = await start_node_http(self, host, port, token=cfg.http_token)
+            except BaseException:
+                await self.stop(graceful=False)
+                raise
+            log.info("node %d: HTTP API on %s", cfg.node_id, self._http.url)
 
     async def wait_closed(self) -> None:
         """Return when the node stops (raises if it failed)."""
@@ -184,6 +251,11 @@ class RaftNode:
             if self._done is not None:
                 await asyncio.shield(self._done)
             return
+        if self._http is not None and await self._stop_http():
+            # Another stop (a fatal error's) went ahead while the HTTP server stopped.
+            if self._done is not None:
+                await asyncio.shield(self._done)
+            return
         core = self._core
         if graceful and core is not None and self._failed is None and core.role is Role.LEADER:
             core.resign(wall_ms())
@@ -194,9 +266,11 @@ class RaftNode:
             self._timer.cancel()
         if self._server is not None:
             await self._server.close()
-        for task in list(self._tasks):
+        # Not the task running this stop (the fatal-stop task is one of ours).
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for conn in self._peers.values():
             await conn.close()
         if self._log is not None:
@@ -204,8 +278,20 @@ class RaftNode:
             with contextlib.suppress(Exception):
                 await asyncio.get_running_loop().run_in_executor(self._worker, the_log.close)
         self._worker.shutdown(wait=True)
+        self._abort_local("the node stopped")
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
+
+    async def _stop_http(self) -> bool:
+        """Stop the HTTP server first, while the core still runs: no new requests, those in
+        flight finish. A second stop meanwhile waits for the same one. True when the node
+        started stopping meanwhile."""
+        assert self._http is not None
+        if self._http_stop is None:
+            self._http_stop = asyncio.ensure_future(self._http.stop())
+        await asyncio.shield(self._http_stop)
+        self._http = None
+        return self._stopping
 
     async def _settle(self, timeout_s: float) -> None:
         """Wait until the resignation's EndQuorumEpoch requests were answered or gave up."""
@@ -226,6 +312,7 @@ class RaftNode:
             return
         self._failed = exc
         log.critical("node %d: fatal: %s; stopping", self.node_id, exc)
+        self._abort_local(f"the node failed: {exc}")
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
         self._spawn(self.stop(graceful=False), "fatal-stop")
@@ -255,6 +342,28 @@ class RaftNode:
         self.stats.on_request(message)
         self._core.handle_request(wall_ms(), _source(message), _Token(conn, header), message)
         self._drain()
+
+    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]:
+        """Hand ``message`` to the core as a client request from this process; the future
+        resolves with the core's answer (when a Produce commits, times out or loses its
+        leader), or fails with ``NodeStoppedError`` if the node stops first. Cancelling the
+        future only stops waiting: a Produce already handed over stays in the log."""
+        core = self._core
+        if core is None or self._stopping or self._failed is not None:
+            raise NodeStoppedError(f"node {self.node_id} is not running")
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        token = _LocalToken(future)
+        self._local.add(token)
+        self.stats.on_request(message)
+        core.handle_request(wall_ms(), -1, token, message)
+        self._drain()
+        return future
+
+    def _abort_local(self, reason: str) -> None:
+        pending, self._local = self._local, set()
+        for token in pending:
+            if not token.future.done():
+                token.future.set_exception(NodeStoppedError(f"node {self.node_id}: {reason}"))
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -348,6 +457,11 @@ class RaftNode:
             self._spawn(self._send(out), f"send:{type(out.message).__name__[:-7]}")
         for reply in ready.replies:
             token = reply.token
+            if isinstance(token, _LocalToken):
+                self._local.discard(token)
+                if not token.future.done():  # else the caller stopped waiting
+                    token.future.set_result(reply.message)
+                continue
             assert isinstance(token, _Token)
             try:
                 body = response_to_wire(reply.message, self.cluster_id, self._endpoints)
@@ -355,10 +469,6 @@ class RaftNode:
             except Exception:
                 log.exception("node %d: cannot answer %s", self.node_id, reply.message)
                 token.conn.close()
-        if ready.flush_log:
-            self._flush_wanted = True
-            if not self._flushing:
-                self._spawn(self._run_flushes(), "flush")
         if ready.high_watermark is not None:
             self.high_watermark = ready.high_watermark
             self.stats.on_high_watermark(ready.high_watermark)
@@ -367,9 +477,45 @@ class RaftNode:
                     listener(ready.high_watermark)
                 except Exception:
                     log.exception("node %d: commit listener failed", self.node_id)
+        # Last: an inline flush carries out the next Readies (nested) before returning, so
+        # everything of this one must be done first (a nested Ready may move the HW further).
+        if ready.flush_log:
+            self._flush_wanted = True
+            if not self._flushing:
+                if self._flush_avg_s * 1000 <= self.config.inline_flush_max_ms:
+                    self._flush_inline()
+                else:
+                    self._spawn(self._run_flushes(), "flush")
+
+    def _flush_inline(self) -> None:
+        """Group commit on the loop: fsync here, then tell the core (which may want more)."""
+        self._flushing = True
+        try:
+            while self._flush_wanted and not self._stopping:
+                if self._flush_avg_s * 1000 > self.config.inline_flush_max_ms:
+                    self._spawn(self._run_flushes(), "flush")  # the disk got slow
+                    return
+                self._flush_wanted = False
+                the_log = self.log
+                try:
+                    ticket = the_log.begin_flush()
+                    if ticket is not None:
+                        started = time.perf_counter()
+                        the_log.sync_flush(ticket)
+                        the_log.end_flush(ticket)
+                        self._flushed_in(time.perf_counter() - started)
+                except Exception as exc:
+                    self._fail(exc)
+                    return
+                if self._core is not None and not self._stopping:
+                    self._core.on_log_flushed(wall_ms())
+                    self._drain()
+        finally:
+            self._flushing = False
 
     async def _run_flushes(self) -> None:
-        """Group commit: one flush at a time; whatever arrived meanwhile rides the next."""
+        """Group commit on the worker thread: one flush at a time; whatever arrived meanwhile
+        rides the next."""
         self._flushing = True
         loop = asyncio.get_running_loop()
         try:
@@ -382,7 +528,7 @@ class RaftNode:
                         started = time.perf_counter()
                         await loop.run_in_executor(self._worker, the_log.sync_flush, ticket)
                         the_log.end_flush(ticket)
-                        self.stats.on_flush(time.perf_counter() - started)
+                        self._flushed_in(time.perf_counter() - started)
                 except Exception as exc:
                     self._fail(exc)
                     return
@@ -391,6 +537,12 @@ class RaftNode:
                     self._drain()
         finally:
             self._flushing = False
+
+    def _flushed_in(self, seconds: float) -> None:
+        self.stats.on_flush(seconds)
+        # Moving average over roughly the last five flushes: one slow fsync moves the next
+        # ones to the worker thread; a run of fast ones brings them back.
+        self._flush_avg_s += (seconds - self._flush_avg_s) * 0.2
 
     def _arm_timer(self, deadline_ms: int) -> None:
         if self._stopping:
@@ -435,4 +587,4 @@ def _source(message: Request) -> int:
     return -1
 
 
-__all__ = ["VERSIONS", "RaftNode", "wall_ms"]
+__all__ = ["VERSIONS", "LocalRequest", "NodeStoppedError", "RaftNode", "wall_ms"]

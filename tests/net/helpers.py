@@ -31,7 +31,8 @@ def free_ports(n: int) -> list[int]:
 
 
 def make_nodes(
-    tmp: Path, count: int = 3, *, tls: TlsConfig | None = None, quorum: QuorumConfig = FAST
+    tmp: Path, count: int = 3, *, tls: TlsConfig | None = None, quorum: QuorumConfig = FAST,
+    inline_flush_max_ms: float = 2.0,
 ) -> list[RaftNode]:
     ports = free_ports(count)
     voters = {i: ("127.0.0.1", p) for i, p in enumerate(ports)}
@@ -40,7 +41,7 @@ def make_nodes(
         log_dir = str(tmp / f"node-{i}")
         format_log_dir(log_dir, cluster_id=CLUSTER, node_id=i, ignore_formatted=True)
         nodes.append(RaftNode(NodeConfig(i, log_dir, "127.0.0.1", ports[i], voters, quorum,
-                                         tls=tls)))
+                                         tls=tls, inline_flush_max_ms=inline_flush_max_ms)))
     return nodes
 
 

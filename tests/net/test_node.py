@@ -58,7 +58,11 @@ def test_append_read_describe(tmp_path: Path) -> None:
     asyncio.run(run_quorum(tmp_path, body))
 
 
-def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline_flush_max_ms", [2.0, 0.0], ids=["inline-fsync", "disk-thread"])
+def test_concurrent_appends_share_fsyncs(tmp_path: Path, inline_flush_max_ms: float) -> None:
+    """Group commit holds whether fsyncs run on the loop (a fast disk) or on the worker thread
+    (``kraft.log.flush.inline.max.ms=0``, or a slow disk)."""
+
     async def body(nodes: list[RaftNode]) -> None:
         client = AsyncQuorumClient(bootstrap(nodes))
         try:
@@ -75,7 +79,7 @@ def test_concurrent_appends_share_fsyncs(tmp_path: Path) -> None:
         finally:
             await client.close()
 
-    asyncio.run(run_quorum(tmp_path, body))
+    asyncio.run(run_quorum(tmp_path, body, inline_flush_max_ms=inline_flush_max_ms))
 
 
 def test_graceful_stop_hands_over_and_restart_catches_up(tmp_path: Path) -> None:

@@ -1,0 +1,150 @@
+"""The HTTP API embedded in a node (``kraft.http.listener``): ``api.app`` served by uvicorn on
+the node's own event loop, like etcd where every member serves clients.
+
+Same process, same loop: a request to the leader reaches its ``RaftCore`` through
+``RaftNode.submit_local`` with no process hop (``kraft_spark.net.node_backend``). uvicorn's
+``Server.serve()`` is not used: it installs SIGINT/SIGTERM handlers of its own, which would fight
+the node's (``kraft-spark node`` stops gracefully on those). This module drives the server's
+``startup`` / ``shutdown`` steps itself and runs its once-a-tick housekeeping (the Date header)
+as a task; the node stops the server before anything else in ``RaftNode.stop``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from typing import TYPE_CHECKING, Final
+
+import uvicorn
+
+from api.app import create_app
+from kraft_spark.net.node_backend import NodeBackend
+
+if TYPE_CHECKING:
+    from kraft_spark.net.node import RaftNode
+
+log = logging.getLogger(__name__)
+
+# How long requests in flight may take to finish when the node stops (then they are cancelled).
+GRACEFUL_SHUTDOWN_S: Final = 2
+# Beyond that: connections closed, the app's shutdown run; this bounds the whole stop.
+SHUTDOWN_MARGIN_S: Final = 3.0
+
+
+def bind_tcp(host: str, port: int) -> socket.socket:
+    """A listening socket created with ``IPPROTO_TCP`` (not 0): asyncio sets TCP_NODELAY on
+    the connections it accepts only then (Nagle + delayed ACKs would add ~40 ms a response)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise OSError(
+            exc.errno, f"kraft.http.listener: cannot listen on {host}:{port} ({exc.strerror}): "
+            "choose another port"
+        ) from exc
+    return sock
+
+
+class NodeHttpServer:
+    """A uvicorn server on the running loop; ``await stop()`` once."""
+
+    def __init__(self, server: uvicorn.Server, sock: socket.socket, backend: NodeBackend,
+                 host: str, port: int) -> None:
+        self._server = server
+        self._sock = sock
+        self.backend = backend
+        self.host = host
+        self.port = port
+        self._ticker: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def _start(self) -> None:
+        server = self._server
+        # What Server.serve() does besides capturing signals.
+        server.config.load()
+        server.lifespan = server.config.lifespan_class(server.config)
+        try:
+            await server.startup(sockets=[self._sock])
+        except SystemExit:  # uvicorn's way of saying the app's startup failed
+            self._sock.close()
+            raise RuntimeError(
+                f"the HTTP API on {self.url} failed to start (the app's startup raised): see "
+                "the log"
+            ) from None
+        self._ticker = asyncio.get_running_loop().create_task(
+            server.main_loop(), name=f"http-tick-{self.port}"
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, let requests in flight finish (up to ``GRACEFUL_SHUTDOWN_S``), run
+        the app's shutdown, close the backend. Bounded in time; never raises."""
+        server = self._server
+        server.should_exit = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        try:
+            await asyncio.wait_for(
+                server.shutdown(sockets=[self._sock]), GRACEFUL_SHUTDOWN_S + SHUTDOWN_MARGIN_S
+            )
+        except TimeoutError:
+            log.warning("the HTTP API on %s did not shut down in time; closing it", self.url)
+            server.force_exit = True
+        except Exception:
+            log.exception("the HTTP API on %s failed to shut down cleanly", self.url)
+        finally:
+            self._sock.close()
+            for srv in getattr(server, "servers", []):
+                srv.close()
+            for connection in list(server.server_state.connections):
+                connection.shutdown()
+        try:
+            await asyncio.wait_for(self.backend.close(), SHUTDOWN_MARGIN_S)
+        except Exception:
+            log.exception("closing the HTTP API's backend failed")
+
+
+async def start_node_http(
+    node: RaftNode, host: str, port: int, *, token: str | None = None
+) -> NodeHttpServer:
+    """Serve ``api.app`` for ``node`` on ``host:port`` (0: any free port) on the running loop;
+    returns once it accepts connections."""
+    sock = bind_tcp(host, port)
+    bound_port = int(sock.getsockname()[1])
+    backend = NodeBackend(node)
+    app = create_app(backend, token=token)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=bound_port,
+        http="httptools",
+        ws="none",
+        lifespan="on",
+        log_config=None,  # the node's logging configuration stays as it is
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    handle = NodeHttpServer(uvicorn.Server(config), sock, backend, host, bound_port)
+    try:
+        await handle._start()
+    except BaseException:
+        sock.close()
+        await backend.close()
+        raise
+    return handle
+
+
+__all__ = ["GRACEFUL_SHUTDOWN_S", "NodeHttpServer", "bind_tcp", "start_node_http"]

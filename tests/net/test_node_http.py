@@ -1,0 +1,318 @@
+"""The HTTP API embedded in each node (``kraft.http.listener``): real nodes on one event loop
+with their HTTP servers on loopback, spoken to over real sockets; and ``kraft-spark local
+--node-http-base-port`` as a child process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kraft_spark.net.node import RaftNode
+from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports
+
+from .helpers import leader_of, make_nodes, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def http(
+    url: str, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+    timeout_s: float = 30.0,
+) -> tuple[int, Any]:
+    """One HTTP/1.1 request on its own connection, without blocking the loop the nodes run on;
+    (status, parsed JSON body)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        response = await asyncio.wait_for(reader.read(), timeout_s)  # until the server closes
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    head, _, payload = response.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, json.loads(payload) if payload else None
+
+
+def http_nodes(tmp: Path, count: int = 3) -> list[RaftNode]:
+    """``make_nodes``' quorum, each node also serving HTTP on a free loopback port."""
+    return [
+        RaftNode(replace(n.config, http_listener=("127.0.0.1", 0)))
+        for n in make_nodes(tmp, count)
+    ]
+
+
+async def run_http_quorum(
+    tmp: Path, body: Callable[[list[RaftNode]], Awaitable[None]]
+) -> None:
+    nodes = http_nodes(tmp)
+    try:
+        for node in nodes:
+            await node.start()
+        await wait_for(lambda: leader_of(nodes) is not None, 10, "a leader")
+        await body(nodes)
+    finally:
+        for node in nodes:
+            await node.stop(graceful=False)
+
+
+def url_of(node: RaftNode) -> str:
+    assert node.http_url is not None
+    return node.http_url
+
+
+def the_leader(nodes: list[RaftNode]) -> RaftNode:
+    leader = leader_of(nodes)
+    assert leader is not None
+    return leader
+
+
+def backend_of(node: RaftNode) -> Any:
+    assert node.http is not None
+    return node.http.backend
+
+
+# --------------------------------------------------------------------------- in-process quorum
+
+
+def test_append_to_leader_and_follower_read_and_describe(tmp_path: Path) -> None:
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = the_leader(nodes)
+        follower = next(n for n in nodes if n is not leader)
+
+        status, first = await http(url_of(leader), "POST", "/v1/records",
+                                   {"key": "a", "value": {"n": 1}})
+        assert status == 200, first
+        status, second = await http(url_of(follower), "POST", "/v1/records", {"records": [
+            {"key": "b", "value": "text", "headers": {"h": "v"}},
+            {"key": "a", "value": None},
+        ]})
+        assert status == 200, second
+        # Contiguous: nothing else was appended in between, and the batch is atomic.
+        assert second["base_offset"] == first["last_offset"] + 1
+        assert second["last_offset"] == second["base_offset"] + 1
+        assert first["epoch"] == second["epoch"] == leader.core.epoch
+        # The leader's append went into its own core; the follower's was forwarded.
+        assert backend_of(leader).local_batches >= 1
+        assert backend_of(leader).forwarded_batches == 0
+        assert backend_of(follower).forwarded_batches >= 1
+        assert backend_of(follower).local_batches == 0
+
+        expected = [("a", {"n": 1}), ("b", "text"), ("a", None)]
+        for node in nodes:  # any node reads the committed records (a follower forwards)
+            status, page = await http(url_of(node), "GET", "/v1/records?from_offset=0&limit=10")
+            assert status == 200, page
+            assert [(r["key"], r["value"]) for r in page["records"]] == expected
+            assert [r["offset"] for r in page["records"]] == [
+                first["base_offset"], second["base_offset"], second["last_offset"]]
+            assert page["records"][1]["headers"] == {"h": "v"}
+            assert page["next_offset"] == second["last_offset"] + 1
+        status, tail = await http(url_of(leader), "GET",
+                                  f"/v1/records?from_offset={second['last_offset']}&limit=10")
+        assert status == 200 and [r["key"] for r in tail["records"]] == ["a"]
+        status, empty = await http(url_of(leader), "GET", "/v1/records?from_offset=1000")
+        assert status == 200 and empty == {"records": [], "next_offset": 1000}
+
+        for node in nodes:
+            status, quorum = await http(url_of(node), "GET", "/v1/quorum")
+            assert status == 200, quorum
+            assert quorum["clusterId"] == "test-cluster"
+            assert quorum["leaderId"] == leader.node_id
+            assert quorum["leaderEpoch"] == leader.core.epoch
+            assert quorum["currentVoters"] == [0, 1, 2]
+            assert quorum["highWatermark"] >= second["last_offset"] + 1
+            status, rows = await http(url_of(node), "GET", "/v1/quorum/replication")
+            assert status == 200 and rows[0]["status"] == "Leader"
+            assert (await http(url_of(node), "GET", "/readyz"))[0] == 200
+            assert (await http(url_of(node), "GET", "/healthz"))[0] == 200
+
+        # Bad input is refused by the app, as by the sidecar, and appends nothing.
+        for node in (leader, follower):
+            status, error = await http(url_of(node), "POST", "/v1/records", raw=b"{not json")
+            assert status == 400 and "not valid JSON" in error["error"]
+            status, error = await http(url_of(node), "POST", "/v1/records", {"key": 5, "value": 1})
+            assert status == 422, error
+        assert leader.high_watermark == second["last_offset"] + 1
+
+    asyncio.run(run_http_quorum(tmp_path, body))
+
+
+def test_concurrent_appends_to_leader_get_distinct_contiguous_offsets(tmp_path: Path) -> None:
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = the_leader(nodes)
+        count = 50
+        results = await asyncio.gather(*(
+            http(url_of(leader), "POST", "/v1/records", {"key": f"k{i}", "value": i})
+            for i in range(count)
+        ))
+        assert all(status == 200 for status, _ in results), results
+        offsets = [answer["base_offset"] for _, answer in results]
+        assert all(answer["last_offset"] == answer["base_offset"] for _, answer in results)
+        assert sorted(offsets) == list(range(min(offsets), min(offsets) + count))
+        backend = backend_of(leader)
+        assert backend.coalescer.appends_sent == count
+        assert backend.coalescer.batches_sent <= count
+        assert backend.forwarded_batches == 0
+
+        status, page = await http(url_of(leader), "GET",
+                                  f"/v1/records?from_offset={min(offsets)}&limit={count}")
+        assert status == 200
+        by_offset = {r["offset"]: (r["key"], r["value"]) for r in page["records"]}
+        assert by_offset == {
+            answer["base_offset"]: (f"k{i}", i) for i, (_, answer) in enumerate(results)
+        }
+
+    asyncio.run(run_http_quorum(tmp_path, body))
+
+
+def test_survivor_commits_after_the_leader_stops(tmp_path: Path) -> None:
+    async def body(nodes: list[RaftNode]) -> None:
+        old = the_leader(nodes)
+        old_url = url_of(old)
+        status, before = await http(old_url, "POST", "/v1/records", {"key": "before", "value": 1})
+        assert status == 200, before
+
+        await old.stop(graceful=False)  # no handover: the others must notice and elect
+        assert old.http_url is None
+        with pytest.raises(OSError):
+            await http(old_url, "GET", "/healthz")  # its HTTP server is gone with it
+        survivors = [n for n in nodes if n is not old]
+        target = survivors[0]
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:  # 503 while no leader is known; the append is sent at most once
+            status, after = await http(url_of(target), "POST", "/v1/records",
+                                       {"key": "after", "value": 2})
+            if status == 200:
+                break
+            assert status == 503, after
+            assert loop.time() < deadline, "no new leader within 30 s"
+            await asyncio.sleep(0.1)
+        new = the_leader(survivors)
+        assert after["epoch"] > before["epoch"] and after["epoch"] == new.core.epoch
+        assert after["base_offset"] > before["last_offset"]
+
+        for node in survivors:
+            status, page = await http(url_of(node), "GET", "/v1/records?from_offset=0")
+            assert status == 200, page
+            assert [(r["key"], r["offset"]) for r in page["records"]] == [
+                ("before", before["base_offset"]), ("after", after["base_offset"])]
+            status, quorum = await http(url_of(node), "GET", "/v1/quorum")
+            assert status == 200 and quorum["leaderId"] == new.node_id
+
+    asyncio.run(run_http_quorum(tmp_path, body))
+
+
+def test_stop_lets_an_append_in_flight_finish(tmp_path: Path) -> None:
+    """Stopping the leader stops its HTTP server first: an append already accepted still gets
+    its answer (committed), and the node stops promptly."""
+
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = the_leader(nodes)
+        pending = asyncio.ensure_future(
+            http(url_of(leader), "POST", "/v1/records", {"key": "last", "value": 1})
+        )
+        await wait_for(lambda: backend_of(leader).coalescer.appends_sent >= 1, 5,
+                       "the append to reach the backend")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await leader.stop(graceful=True)
+        assert loop.time() - started < 10
+        status, answer = await pending
+        assert status == 200, answer
+
+    asyncio.run(run_http_quorum(tmp_path, body))
+
+
+# --------------------------------------------------------------------------- kraft-spark local
+
+
+def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=JSON_HEADERS)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.mark.integration
+def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
+    base = consecutive_free_ports(3)
+    http_base = consecutive_free_ports(3)
+    while abs(http_base - base) < 3:
+        http_base = consecutive_free_ports(3)
+    cmd = [sys.executable, "-m", "kraft_spark", "local", "--voters", "3",
+           "--data-dir", str(tmp_path), "--base-port", str(base),
+           "--node-http-base-port", str(http_base)]
+    for key, value in FAST_SETTINGS.items():
+        cmd += ["--set", f"{key}={value}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    lines: list[dict[str, Any]] = []
+    try:
+        assert proc.stdout is not None
+        lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        assert [line["http"] for line in lines] == [
+            f"http://127.0.0.1:{http_base + i}" for i in range(3)]
+        assert "kraft.http.listener=127.0.0.1:" in (tmp_path / "node-1.properties").read_text()
+
+        results = []
+        for i, line in enumerate(lines):  # every node takes appends, leader or not
+            deadline = 30
+            while True:
+                status, answer = call(f"{line['http']}/v1/records", "POST",
+                                      {"key": f"n{i}", "value": i})
+                if status != 503 or deadline <= 0:
+                    break
+                deadline -= 1
+                time.sleep(0.2)
+            assert status == 200, answer
+            results.append(answer)
+        offsets = [r["base_offset"] for r in results]
+        assert offsets == sorted(offsets) and len(set(offsets)) == 3
+        status, page = call(f"{lines[2]['http']}/v1/records?from_offset=0")
+        assert status == 200
+        assert [r["key"] for r in page["records"]] == ["n0", "n1", "n2"]
+        status, quorum = call(f"{lines[0]['http']}/v1/quorum")
+        assert status == 200 and quorum["currentVoters"] == [0, 1, 2]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert code == 0
+    for line in lines:  # `local` stopped its nodes
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(line["pid"]), 0)

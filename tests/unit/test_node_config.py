@@ -1,0 +1,48 @@
+"""``NodeConfig.from_properties``: the node-level keys beyond Kafka's quorum timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from kraft_spark.net.config import NodeConfig
+from kraft_spark.raft.config import ConfigError
+
+BASE = {
+    "node.id": "1",
+    "log.dirs": "/tmp/unused",
+    "controller.quorum.voters": "0@127.0.0.1:9093,1@127.0.0.1:9094,2@127.0.0.1:9095",
+}
+
+
+def test_defaults() -> None:
+    config = NodeConfig.from_properties(BASE)
+    assert (config.host, config.port) == ("127.0.0.1", 9094)
+    assert config.inline_flush_max_ms == 2.0
+    assert config.http_listener is None and config.http_token is None
+    assert config.quorum.hw_wakeup_delay_ms == 5
+
+
+def test_inline_flush_and_hw_wakeup_settings() -> None:
+    config = NodeConfig.from_properties({
+        **BASE, "kraft.log.flush.inline.max.ms": "0.5", "kraft.quorum.hw.wakeup.delay.ms": "0",
+    })
+    assert config.inline_flush_max_ms == 0.5
+    assert config.quorum.hw_wakeup_delay_ms == 0
+
+
+@pytest.mark.parametrize("value, fragment", [("fast", "number of milliseconds"),
+                                             ("-1", "must be ≥ 0")])
+def test_a_bad_inline_flush_setting_names_the_key(value: str, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=r"kraft\.log\.flush\.inline\.max\.ms") as caught:
+        NodeConfig.from_properties({**BASE, "kraft.log.flush.inline.max.ms": value})
+    assert fragment in str(caught.value)
+
+
+def test_http_listener_and_its_token() -> None:
+    config = NodeConfig.from_properties({
+        **BASE, "kraft.http.listener": "127.0.0.1:0", "kraft.http.token": "s3cret",
+    })
+    assert config.http_listener == ("127.0.0.1", 0)
+    assert config.http_token == "s3cret"
+    # Without a listener the token is the Spark application's sidecar setting: not ours.
+    assert NodeConfig.from_properties({**BASE, "kraft.http.token": "x"}).http_token is None
