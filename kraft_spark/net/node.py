@@ -46,7 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from kraft_spark.log.fs import RealFileSystem
-from kraft_spark.log.segmented_log import SegmentedLog
+from kraft_spark.log.segmented_log import FlushTicket, SegmentedLog
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.stats import NodeStats
 from kraft_spark.net.transport import Connection, FrameServer, ServerConnection, TransportError
@@ -482,61 +482,67 @@ class RaftNode:
         if ready.flush_log:
             self._flush_wanted = True
             if not self._flushing:
-                if self._flush_avg_s * 1000 <= self.config.inline_flush_max_ms:
-                    self._flush_inline()
-                else:
-                    self._spawn(self._run_flushes(), "flush")
+                self._flush_inline()
+
+    def _disk_is_fast(self) -> bool:
+        return self._flush_avg_s * 1000 <= self.config.inline_flush_max_ms
 
     def _flush_inline(self) -> None:
-        """Group commit on the loop: fsync here, then tell the core (which may want more)."""
+        """Group commit on the loop while the disk is fast: fsync here, then tell the core
+        (which may want more); once it is slow, the worker thread takes over."""
         self._flushing = True
         try:
-            while self._flush_wanted and not self._stopping:
-                if self._flush_avg_s * 1000 > self.config.inline_flush_max_ms:
-                    self._spawn(self._run_flushes(), "flush")  # the disk got slow
-                    return
+            while self._flush_wanted and not self._stopping and self._disk_is_fast():
                 self._flush_wanted = False
-                the_log = self.log
                 try:
-                    ticket = the_log.begin_flush()
+                    ticket, started = self.log.begin_flush(), time.perf_counter()
                     if ticket is not None:
-                        started = time.perf_counter()
-                        the_log.sync_flush(ticket)
-                        the_log.end_flush(ticket)
-                        self._flushed_in(time.perf_counter() - started)
+                        self.log.sync_flush(ticket)
                 except Exception as exc:
                     self._fail(exc)
                     return
-                if self._core is not None and not self._stopping:
-                    self._core.on_log_flushed(wall_ms())
-                    self._drain()
+                if not self._flush_done(ticket, started):
+                    return
         finally:
             self._flushing = False
+        if self._flush_wanted and not self._stopping:
+            # Flagged now, not when the task starts: one flusher at a time (the log has one
+            # ticket in flight), even if another Ready asks for a flush before it runs.
+            self._flushing = True
+            self._spawn(self._run_flushes(), "flush")
 
     async def _run_flushes(self) -> None:
         """Group commit on the worker thread: one flush at a time; whatever arrived meanwhile
-        rides the next."""
-        self._flushing = True
+        rides the next. The caller set ``_flushing``."""
         loop = asyncio.get_running_loop()
         try:
             while self._flush_wanted and not self._stopping:
                 self._flush_wanted = False
-                the_log = self.log
                 try:
-                    ticket = the_log.begin_flush()
+                    ticket, started = self.log.begin_flush(), time.perf_counter()
                     if ticket is not None:
-                        started = time.perf_counter()
-                        await loop.run_in_executor(self._worker, the_log.sync_flush, ticket)
-                        the_log.end_flush(ticket)
-                        self._flushed_in(time.perf_counter() - started)
+                        await loop.run_in_executor(self._worker, self.log.sync_flush, ticket)
                 except Exception as exc:
                     self._fail(exc)
                     return
-                if self._core is not None and not self._stopping:
-                    self._core.on_log_flushed(wall_ms())
-                    self._drain()
+                if not self._flush_done(ticket, started):
+                    return
         finally:
             self._flushing = False
+
+    def _flush_done(self, ticket: FlushTicket | None, started: float) -> bool:
+        """After a flush's fsync: end it, then tell the core. False: the node failed."""
+        if ticket is not None:
+            try:
+                self.log.end_flush(ticket)
+            except Exception as exc:
+                self._fail(exc)
+                return False
+            self._flushed_in(time.perf_counter() - started)
+        if self._core is not None and not self._stopping:
+            self._core.on_log_flushed(wall_ms())
+            self._drain()
+        return True
 
     def _flushed_in(self, seconds: float) -> None:
         self.stats.on_flush(seconds)
