@@ -22,7 +22,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -46,7 +46,7 @@ from kraft_spark.client.types import (
 from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.net.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
-from kraft_spark.raft.records import Record
+from kraft_spark.raft.records import Batch, Record
 
 T = TypeVar("T")
 
@@ -281,22 +281,9 @@ class AsyncQuorumClient:
             if error:
                 raise ClientError(f"Fetch failed: {_error_text(error)}")
             self._leader = endpoint
-            hw = part["high_watermark"]
-            out: list[CommittedRecord] = []
-            for batch in decode_record_set(part["records"]):
-                if batch.is_control:
-                    continue
-                for i, rec in enumerate(batch.records):
-                    offset = batch.base_offset + i
-                    if offset < from_offset or offset >= hw or len(out) >= limit:
-                        continue
-                    out.append(
-                        CommittedRecord(
-                            offset, batch.epoch, rec.timestamp_ms, rec.key, rec.value,
-                            rec.headers,
-                        )
-                    )
-            return out
+            return committed_records(
+                decode_record_set(part["records"]), part["high_watermark"], from_offset, limit
+            )
 
         records: list[CommittedRecord] = await self._retry("read", attempt)
         return records
@@ -402,6 +389,27 @@ class AsyncQuorumClient:
         for conn in self._conns.values():
             await conn.close()
         self._conns.clear()
+
+
+def committed_records(
+    batches: Iterable[Batch], high_watermark: int, from_offset: int, limit: int
+) -> list[CommittedRecord]:
+    """The data records (no control records) of a Fetch answer from ``from_offset`` below the
+    high watermark, at most ``limit`` of them."""
+    out: list[CommittedRecord] = []
+    for batch in batches:
+        if batch.is_control:
+            continue
+        for i, rec in enumerate(batch.records):
+            offset = batch.base_offset + i
+            if offset < from_offset or offset >= high_watermark:
+                continue
+            if len(out) >= limit:
+                return out
+            out.append(CommittedRecord(
+                offset, batch.epoch, rec.timestamp_ms, rec.key, rec.value, rec.headers
+            ))
+    return out
 
 
 def _replica(r: dict[str, Any]) -> ReplicaInfo:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from kraft_spark.client.client import AsyncQuorumClient
+from kraft_spark.client.client import AsyncQuorumClient, committed_records
 from kraft_spark.client.coalesce import AppendCoalescer
 from kraft_spark.client.errors import (
     ClientError,
@@ -106,24 +106,6 @@ def _replica(state: ReplicaState) -> ReplicaInfo:
         state.replica_id, state.log_end_offset, state.last_fetch_timestamp,
         state.last_caught_up_timestamp,
     )
-
-
-def _committed(response: FetchResponse, from_offset: int, limit: int) -> list[CommittedRecord]:
-    """The committed data records of a client Fetch's answer, as the client reads them."""
-    out: list[CommittedRecord] = []
-    for batch in response.batches:
-        if batch.is_control:
-            continue
-        for i, rec in enumerate(batch.records):
-            offset = batch.base_offset + i
-            if offset < from_offset or offset >= response.high_watermark:
-                continue
-            if len(out) >= limit:
-                return out
-            out.append(CommittedRecord(
-                offset, batch.epoch, rec.timestamp_ms, rec.key, rec.value, rec.headers
-            ))
-    return out
 
 
 class NodeBackend:
@@ -240,7 +222,9 @@ class NodeBackend:
         ))
         if isinstance(response, FetchResponse):
             if response.error == ErrorCode.NONE:
-                return _committed(response, from_offset, limit)
+                return committed_records(
+                    response.batches, response.high_watermark, from_offset, limit
+                )
             if response.error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 return []
         return await self._forwarder().read(from_offset, limit)
