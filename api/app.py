@@ -47,7 +47,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, Protocol
 
@@ -297,28 +297,88 @@ def _parse_json(body: bytes) -> Any:
         ) from None
 
 
+# Compact JSON for stored values; one encoder for all (json.dumps with options builds a new
+# encoder per call, a measurable share of a 100-record batch).
+_VALUE_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def _encode_value(value: Any, index: int) -> bytes | None:
     if value is None:
         return None
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        return _VALUE_JSON.encode(value).encode("utf-8")
     except ValueError:
         raise ApiError(
             422, f"records[{index}].value holds a number JSON cannot represent (too large)"
         ) from None
 
 
-def _to_new_records(records: Sequence[RecordIn]) -> list[NewRecord]:
+RecordFields = tuple[str, Any, dict[str, str]]  # key, value, headers: a validated record
+
+
+def _to_new_records(records: Iterable[RecordFields]) -> list[NewRecord]:
     out = []
-    for index, record in enumerate(records):
+    for index, (key, value, headers) in enumerate(records):
+        if headers and not all(_is_utf8(name) and _is_utf8(v) for name, v in headers.items()):
+            # The models let these through (they check a str key, not dict entries, as text).
+            raise ApiError(
+                422, f"records[{index}].headers: a header name or value is not valid Unicode "
+                "text (a lone surrogate escape such as \\ud800): fix the header"
+            )
         out.append(
             NewRecord(
-                key=record.key.encode("utf-8"),
-                value=_encode_value(record.value, index),
-                headers=tuple((name, v.encode("utf-8")) for name, v in record.headers.items()),
+                key=key.encode("utf-8"),
+                value=_encode_value(value, index),
+                headers=tuple((name, v.encode("utf-8")) for name, v in headers.items())
+                if headers else (),
             )
         )
     return out
+
+
+def _plain_record(item: Any) -> bool:
+    """True when ``item`` is an object RecordIn accepts: a non-empty string ``key``, a
+    ``value``, optional string-to-string ``headers``, nothing else. JSON gives exact types,
+    so ``type(...) is`` is the strict check."""
+    if type(item) is not dict or "value" not in item:
+        return False
+    key = item.get("key")
+    if type(key) is not str or not key or not _is_utf8(key):
+        return False
+    if len(item) == 2:
+        return True
+    headers = item.get("headers")
+    return (len(item) == 3 and type(headers) is dict
+            and all(type(v) is str for v in headers.values()))
+
+
+def _is_utf8(text: str) -> bool:
+    """False for strings UTF-8 cannot encode (lone surrogates, which JSON's \\ud800 escapes
+    can produce): pydantic refuses those as strings, so the fast check must too."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain_fields(parsed: dict[str, Any]) -> list[RecordFields] | None:
+    """The records of a body that is plainly valid, checked by hand, or None: then the
+    pydantic models validate it and say what is wrong. Same acceptance as BatchIn/RecordIn
+    (tests hold the two to it); the models cost about 2 µs per record, the sidecar's largest
+    share of a 100-record batch."""
+    if "records" in parsed:
+        items = parsed["records"]
+        if (len(parsed) != 1 or type(items) is not list
+                or not 1 <= len(items) <= MAX_RECORDS_PER_REQUEST):
+            return None
+    else:
+        items = [parsed]
+    if not all(_plain_record(item) for item in items):
+        return None
+    return [(item["key"], item["value"], item.get("headers") or {}) for item in items]
 
 
 def _record_size(record: NewRecord) -> int:
@@ -658,16 +718,9 @@ class _AppendEndpoint:
                 422, f"the request body must be a JSON object, not {_JSON_TYPES[type(parsed)]}. "
                 + _RECORD_SHAPE,
             )
-        try:
-            items = (
-                BatchIn.model_validate(parsed).records
-                if "records" in parsed
-                else [RecordIn.model_validate(parsed)]
-            )
-        except ValidationError as exc:
-            raise ApiError(
-                422, f"invalid request body: {_describe_errors(exc.errors())}. {_RECORD_SHAPE}"
-            ) from None
+        items = _plain_fields(parsed)
+        if items is None:
+            items = [(r.key, r.value, r.headers) for r in self._validated(parsed)]
         if len(items) > self.max_records:
             raise ApiError(
                 422, f"the batch holds {len(items)} records, over the limit of "
@@ -684,6 +737,19 @@ class _AppendEndpoint:
                     "reference",
                 )
         return records
+
+    @staticmethod
+    def _validated(parsed: dict[str, Any]) -> list[RecordIn]:
+        try:
+            return (
+                BatchIn.model_validate(parsed).records
+                if "records" in parsed
+                else [RecordIn.model_validate(parsed)]
+            )
+        except ValidationError as exc:
+            raise ApiError(
+                422, f"invalid request body: {_describe_errors(exc.errors())}. {_RECORD_SHAPE}"
+            ) from None
 
     async def append(self, body: bytes, key: str | None) -> tuple[AppendResult, bool]:
         """Append the body's records; (result, whether it replays an earlier request's)."""

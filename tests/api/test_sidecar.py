@@ -316,6 +316,9 @@ def test_read_returns_committed_records_and_next_offset(
          "records[1].x: unknown field"),
         (b'{"records": [{"key": "a", "value": 1}], "key": "k"}', 422, "key: unknown field"),
         (b'{"key": "k", "value": 1e999}', 422, "too large"),
+        (b'{"key": "\\ud800", "value": 1}', 422, "key"),
+        (b'{"key": "k", "value": 1, "headers": {"h": "\\udcff"}}', 422, "header name or value"),
+        (b'{"key": "k", "value": 1, "headers": {"\\ud800": "v"}}', 422, "header name or value"),
     ],
 )
 def test_bad_bodies_are_refused_and_nothing_is_appended(
