@@ -393,10 +393,13 @@ class LeaderMixin(CoreState):
             ProduceWaiter(token, batch.base_offset, batch.last_offset, self.epoch, deadline)
         )
         if ls.flush_due_at == NEVER:
-            ls.flush_due_at = self.now + self.config.append_linger_ms
-            if self.config.append_linger_ms == 0:
-                ls.flush_due_at = NEVER
+            # The linger lets concurrent appends share one fsync. An append that is the only
+            # one awaiting commit has nobody to share with: flush at once, so a lone writer's
+            # commit can count the leader's own disk instead of waiting for both followers.
+            if self.config.append_linger_ms == 0 or len(ls.waiters) == 1:
                 self.request_flush()
+            else:
+                ls.flush_due_at = self.now + self.config.append_linger_ms
         self._answer_parked(hw_moved=False)
 
     def _answer_committed_waiters(self) -> None:
