@@ -811,6 +811,36 @@ def test_stop_cancels_keyed_appends_still_waiting_for_their_commit(
         handle.stop()
 
 
+def test_fast_append_goes_around_fastapi_middleware_stack(backend: InMemoryTestBackend) -> None:
+    """Appends take the front door (metrics and auth, then the fast path); every other request
+    goes through FastAPI's own stack."""
+    app = create_app(backend, token="t0ken")
+    handle = serve_in_thread(app)
+    try:
+        stack = app.middleware_stack  # built at startup (the lifespan goes through it)
+        assert stack is not None
+        through_stack: list[str] = []
+
+        async def counting(scope: Any, receive: Any, send: Any) -> None:
+            through_stack.append(str(scope.get("path")))
+            await stack(scope, receive, send)
+
+        app.middleware_stack = counting
+        client = Client(handle.port)
+        assert client.post({"key": "k", "value": 1}).status == 401  # auth still applies
+        client.auth = {"Authorization": "Bearer t0ken"}
+        assert client.post({"key": "k", "value": 1}).status == 200
+        assert through_stack == []
+        assert client.get("/v1/records").status == 200
+        assert through_stack == ["/v1/records"]
+        metrics = client.get("/metrics").body.decode()
+        assert 'method="POST",route="/v1/records",status="200"' in metrics
+        # Auth answers before the route is known, as it always did.
+        assert 'method="POST",route="unmatched",status="401"' in metrics
+    finally:
+        handle.stop()
+
+
 def test_fast_append_answers_exactly_as_the_fastapi_route() -> None:
     """The fast path and FastAPI's route give the same status, body and headers for the same
     sequence of requests (each app against its own fresh backend)."""

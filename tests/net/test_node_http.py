@@ -253,9 +253,11 @@ def test_stop_lets_an_append_in_flight_finish(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- kraft-spark local
 
 
-def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
+def call(url: str, method: str = "GET", body: Any = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=JSON_HEADERS)
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={**JSON_HEADERS, **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -287,9 +289,13 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
         for i, line in enumerate(lines):  # every node takes appends, leader or not
             deadline = 30
             while True:
+                # No leader yet (503), or an election under a loaded machine's short timeouts
+                # cut an append short (504): retry under an idempotency key, which never
+                # appends twice.
                 status, answer = call(f"{line['http']}/v1/records", "POST",
-                                      {"key": f"n{i}", "value": i})
-                if status != 503 or deadline <= 0:
+                                      {"key": f"n{i}", "value": i},
+                                      {"Idempotency-Key": f"local-test-n{i}"})
+                if status not in (503, 504) or deadline <= 0:
                     break
                 deadline -= 1
                 time.sleep(0.2)
