@@ -70,20 +70,30 @@ class ServerHandle:
         self.stop()
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_tcp(host: str, port: int) -> socket.socket:
+    """A listening socket for uvicorn; ``OSError`` when it cannot listen (nothing left open).
+
+    proto must be IPPROTO_TCP (not 0, as socket.create_server leaves it): asyncio sets
+    TCP_NODELAY on accepted connections only then; without it Nagle's algorithm and delayed
+    ACKs add ~40 ms to every response."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto must be IPPROTO_TCP (not 0, as socket.create_server leaves it): asyncio sets
-    # TCP_NODELAY on accepted connections only then; without it Nagle's algorithm and delayed ACKs
-    # add ~40 ms to every response.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(2048)
-    except OSError as exc:
+        sock.setblocking(False)
+    except OSError:
         sock.close()
-        raise RuntimeError(f"cannot listen on {host}:{port} ({exc}): choose another port") from exc
+        raise
     return sock
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        return bind_tcp(host, port)
+    except OSError as exc:
+        raise RuntimeError(f"cannot listen on {host}:{port} ({exc}): choose another port") from exc
 
 
 def serve_in_thread(

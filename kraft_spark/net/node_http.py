@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 import uvicorn
 
 from api.app import create_app
+from api.server import bind_tcp as bind_listener
 from kraft_spark.net.node_backend import NodeBackend
 
 if TYPE_CHECKING:
@@ -34,22 +35,14 @@ SHUTDOWN_MARGIN_S: Final = 3.0
 
 
 def bind_tcp(host: str, port: int) -> socket.socket:
-    """A listening socket created with ``IPPROTO_TCP`` (not 0): asyncio sets TCP_NODELAY on
-    the connections it accepts only then (Nagle + delayed ACKs would add ~40 ms a response)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    """The sidecar's listener (``api.server.bind_tcp``), its error naming the node's setting."""
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-        sock.setblocking(False)
+        return bind_listener(host, port)
     except OSError as exc:
-        sock.close()
         raise OSError(
             exc.errno, f"kraft.http.listener: cannot listen on {host}:{port} ({exc.strerror}): "
             "choose another port"
         ) from exc
-    return sock
 
 
 class NodeHttpServer:

@@ -62,7 +62,13 @@ def leader_of(nodes: list[RaftNode]) -> RaftNode | None:
 async def run_quorum(
     tmp: Path, body: Callable[[list[RaftNode]], Awaitable[None]], **kwargs: object
 ) -> None:
-    nodes = make_nodes(tmp, **kwargs)  # type: ignore[arg-type]
+    await run_nodes(make_nodes(tmp, **kwargs), body)  # type: ignore[arg-type]
+
+
+async def run_nodes(
+    nodes: list[RaftNode], body: Callable[[list[RaftNode]], Awaitable[None]]
+) -> None:
+    """Start ``nodes``, wait for a leader, run ``body``; stop them all (not gracefully)."""
     try:
         for node in nodes:
             await node.start()

@@ -24,7 +24,7 @@ import pytest
 from kraft_spark.net.node import RaftNode
 from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports
 
-from .helpers import leader_of, make_nodes, wait_for
+from .helpers import leader_of, make_nodes, run_nodes, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,15 +70,7 @@ def http_nodes(tmp: Path, count: int = 3) -> list[RaftNode]:
 async def run_http_quorum(
     tmp: Path, body: Callable[[list[RaftNode]], Awaitable[None]]
 ) -> None:
-    nodes = http_nodes(tmp)
-    try:
-        for node in nodes:
-            await node.start()
-        await wait_for(lambda: leader_of(nodes) is not None, 10, "a leader")
-        await body(nodes)
-    finally:
-        for node in nodes:
-            await node.stop(graceful=False)
+    await run_nodes(http_nodes(tmp), body)
 
 
 def url_of(node: RaftNode) -> str:

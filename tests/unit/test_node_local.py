@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,7 +30,7 @@ from kraft_spark.raft.messages import (
     ProduceResponse,
 )
 from kraft_spark.raft.records import Record
-from tests.net.helpers import FAST, leader_of, make_nodes, wait_for
+from tests.net.helpers import FAST, leader_of, run_quorum
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,20 +59,6 @@ def test_produce_result_maps_the_core_answer_like_the_client() -> None:
 
 
 # --------------------------------------------------------------------------- real nodes
-
-
-async def _run(
-    tmp: Path, count: int, body: Callable[[list[RaftNode]], Awaitable[None]], **config: Any
-) -> None:
-    nodes = [RaftNode(replace(n.config, **config)) for n in make_nodes(tmp, count)]
-    try:
-        for node in nodes:
-            await node.start()
-        await wait_for(lambda: leader_of(nodes) is not None, 10, "a leader")
-        await body(nodes)
-    finally:
-        for node in nodes:
-            await node.stop(graceful=False)
 
 
 def _leader(nodes: list[RaftNode]) -> RaftNode:
@@ -107,7 +91,7 @@ def test_submit_local_answers_produce_fetch_and_describe(tmp_path: Path) -> None
         # Local and remote tokens mix: nothing is left waiting.
         assert not node._local
 
-    asyncio.run(_run(tmp_path, 1, body))
+    asyncio.run(run_quorum(tmp_path, body, count=1))
 
 
 def test_backend_coalesces_appends_of_one_iteration_into_one_batch(tmp_path: Path) -> None:
@@ -133,7 +117,7 @@ def test_backend_coalesces_appends_of_one_iteration_into_one_batch(tmp_path: Pat
         finally:
             await backend.close()
 
-    asyncio.run(_run(tmp_path, 1, body))
+    asyncio.run(run_quorum(tmp_path, body, count=1))
 
 
 def test_backend_refused_shared_batch_is_split_and_only_the_culprit_fails(
@@ -154,7 +138,7 @@ def test_backend_refused_shared_batch_is_split_and_only_the_culprit_fails(
         finally:
             await backend.close()
 
-    asyncio.run(_run(tmp_path, 1, body, quorum=replace(FAST, max_batch_bytes=1000)))
+    asyncio.run(run_quorum(tmp_path, body, count=1, quorum=replace(FAST, max_batch_bytes=1000)))
 
 
 def test_leadership_lost_after_handover_is_a_commit_timeout_never_a_retry(
@@ -177,7 +161,7 @@ def test_leadership_lost_after_handover_is_a_commit_timeout_never_a_retry(
         finally:
             await backend.close()
 
-    asyncio.run(_run(tmp_path, 3, body))
+    asyncio.run(run_quorum(tmp_path, body))
 
 
 def test_commit_not_confirmed_in_time_is_a_commit_timeout(tmp_path: Path) -> None:
@@ -194,7 +178,7 @@ def test_commit_not_confirmed_in_time_is_a_commit_timeout(tmp_path: Path) -> Non
         finally:
             await backend.close()
 
-    asyncio.run(_run(tmp_path, 3, body))
+    asyncio.run(run_quorum(tmp_path, body))
 
 
 def test_stop_fails_local_requests_still_waiting(tmp_path: Path) -> None:
@@ -211,7 +195,7 @@ def test_stop_fails_local_requests_still_waiting(tmp_path: Path) -> None:
             leader.submit_local(DescribeQuorumRequest())
         assert not leader.is_leader
 
-    asyncio.run(_run(tmp_path, 3, body))
+    asyncio.run(run_quorum(tmp_path, body))
 
 
 def test_a_follower_backend_forwards_and_reads_through_the_leader(tmp_path: Path) -> None:
@@ -230,4 +214,4 @@ def test_a_follower_backend_forwards_and_reads_through_the_leader(tmp_path: Path
         finally:
             await backend.close()
 
-    asyncio.run(_run(tmp_path, 3, body))
+    asyncio.run(run_quorum(tmp_path, body))
