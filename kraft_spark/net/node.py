@@ -48,6 +48,13 @@ from typing import TYPE_CHECKING, Any
 from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.log.segmented_log import FlushTicket, SegmentedLog
 from kraft_spark.net.config import NodeConfig
+from kraft_spark.net.fast_wire import (
+    FETCH_VERSION,
+    decode_fetch_request,
+    decode_fetch_response,
+    encode_fetch_request,
+    encode_fetch_response,
+)
 from kraft_spark.net.stats import NodeStats
 from kraft_spark.net.transport import Connection, FrameServer, ServerConnection, TransportError
 from kraft_spark.net.wire import (
@@ -59,13 +66,20 @@ from kraft_spark.net.wire import (
     response_from_wire,
     response_to_wire,
 )
-from kraft_spark.protocol import RequestHeader
+from kraft_spark.protocol import (
+    ApiKey,
+    RequestHeader,
+    decode_request,
+    decode_response,
+    encode_request,
+)
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import (
     BeginQuorumEpochRequest,
     DescribeQuorumRequest,
     EndQuorumEpochRequest,
     FetchRequest,
+    FetchResponse,
     ProduceRequest,
     Request,
     Response,
@@ -146,6 +160,7 @@ class RaftNode:
         self._local: set[_LocalToken] = set()
         self._http: NodeHttpServer | None = None
         self._http_stop: asyncio.Future[None] | None = None
+        self._resigning = 0  # EndQuorumEpoch requests in flight (a graceful stop waits)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -220,6 +235,7 @@ class RaftNode:
             ssl_context=tls.server_context() if tls else None,
             max_frame_bytes=cfg.max_frame_bytes,
             name=f"node {cfg.node_id}",
+            decode=self._decode_request,
         )
         await self._server.start()
         log.info(
@@ -297,8 +313,7 @@ class RaftNode:
         """Wait until the resignation's EndQuorumEpoch requests were answered or gave up."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            pending = [t for t in self._tasks if t.get_name().startswith("send:EndQuorumEpoch")]
-            if not pending and not self._backlog and not self._persisting:
+            if not self._resigning and not self._backlog and not self._persisting:
                 return
             await asyncio.sleep(0.01)
 
@@ -324,12 +339,23 @@ class RaftNode:
 
     # ------------------------------------------------------------------ inputs
 
+    def _decode_request(self, payload: bytes) -> tuple[RequestHeader, Any]:
+        """A follower's Fetch straight to the core's message (the hand-written codec); any
+        other request, or unusual bytes, to the generic body dict."""
+        fast = decode_fetch_request(payload, self.cluster_id)
+        if fast is not None:
+            return fast
+        return decode_request(payload)
+
     def _on_request(self, conn: ServerConnection, header: RequestHeader, body: Any) -> None:
         if self._stopping or self._core is None:
             conn.close()
             return
         try:
-            message = request_from_wire(header.api_key, body, self.cluster_id)
+            message = (
+                body if type(body) is FetchRequest
+                else request_from_wire(header.api_key, body, self.cluster_id)
+            )
         except WireError as exc:
             log.info("node %d: refusing a request from %s: %s", self.node_id, conn.peer, exc)
             conn.respond(
@@ -373,11 +399,11 @@ class RaftNode:
         self._core.poll(wall_ms())
         self._drain()
 
-    async def _send(self, out: Outbound) -> None:
-        endpoint = self.config.voters.get(out.dest)
+    def _peer(self, node_id: int) -> Connection | None:
+        endpoint = self.config.voters.get(node_id)
         if endpoint is None:
-            return
-        conn = self._peers.get(out.dest)
+            return None
+        conn = self._peers.get(node_id)
         if conn is None:
             tls = self.config.tls
             conn = Connection(
@@ -390,26 +416,65 @@ class RaftNode:
                 # The core retries on its own schedule; it should hear of a refusal at once.
                 fail_fast_when_refused=True,
             )
-            self._peers[out.dest] = conn
-        api_key, version, body = request_to_wire(out.message)
-        try:
-            reply = await conn.request(
-                api_key, version, body, self.config.quorum.request_timeout_ms / 1000
-            )
-            response = response_from_wire(api_key, reply)
-        except (TransportError, WireError) as exc:
+            self._peers[node_id] = conn
+        return conn
+
+    def _send(self, out: Outbound) -> None:
+        """Send one request of the core; its answer (or failure) comes back to
+        ``_on_response`` as a callback, with no task in between."""
+        conn = self._peer(out.dest)
+        if conn is None:
+            return
+        message = out.message
+        encode: Callable[[int, str], bytes]
+        decode: Callable[[bytes], Response]
+        if type(message) is FetchRequest:
+            # The commit path: hand-written codecs (the generic ones when the bytes are unusual).
+            api_key = FETCH
+
+            def encode(corr: int, client_id: str) -> bytes:
+                return encode_fetch_request(message, corr, client_id)
+
+            decode = _decode_fetch_response
+        else:
+            api_key, version, body = request_to_wire(message)
+
+            def encode(corr: int, client_id: str) -> bytes:
+                return encode_request(api_key, version, corr, client_id, body)
+
+            def decode(payload: bytes) -> Response:
+                return response_from_wire(api_key, decode_response(api_key, version, payload)[1])
+
+        if type(message) is EndQuorumEpochRequest:
+            self._resigning += 1
+        conn.start_request(
+            api_key,
+            encode,
+            decode,
+            self.config.quorum.request_timeout_ms / 1000,
+            lambda response, error: self._on_response(out, response, error),
+        )
+
+    def _on_response(
+        self, out: Outbound, response: Response | None, error: BaseException | None
+    ) -> None:
+        if type(out.message) is EndQuorumEpochRequest:
+            self._resigning -= 1
+        if self._stopping or self._core is None:
+            return
+        if error is not None:
+            if not isinstance(error, TransportError | WireError):
+                log.error("node %d: request to %d failed unexpectedly: %r", self.node_id,
+                          out.dest, error)
             # This request will never be answered; the core decides what to do about it (retry
             # a Fetch soon; a refused connection means the peer's process is gone).
-            refused = isinstance(exc, TransportError) and exc.refused
+            refused = isinstance(error, TransportError) and error.refused
             log.debug("node %d: request to %d failed%s: %s", self.node_id, out.dest,
-                      " (refused)" if refused else "", exc)
-            if self._stopping or self._core is None:
-                return
+                      " (refused)" if refused else "", error)
             self._core.on_request_failed(wall_ms(), out.request_id, refused=refused)
             self._drain()
             return
-        if self._stopping or self._core is None:
-            return
+        assert response is not None
         self._core.handle_response(wall_ms(), out.dest, out.request_id, response)
         self._drain()
 
@@ -454,7 +519,7 @@ class RaftNode:
 
     def _dispatch(self, ready: Ready) -> None:
         for out in ready.sends:
-            self._spawn(self._send(out), f"send:{type(out.message).__name__[:-7]}")
+            self._send(out)
         for reply in ready.replies:
             token = reply.token
             if isinstance(token, _LocalToken):
@@ -464,6 +529,11 @@ class RaftNode:
                 continue
             assert isinstance(token, _Token)
             try:
+                if type(reply.message) is FetchResponse and token.api_version == FETCH_VERSION:
+                    token.conn.send_frame(
+                        encode_fetch_response(reply.message, token.correlation_id)
+                    )
+                    continue
                 body = response_to_wire(reply.message, self.cluster_id, self._endpoints)
                 token.conn.respond(token.api_key, token.api_version, token.correlation_id, body)
             except Exception:
@@ -581,6 +651,16 @@ class RaftNode:
             "log_end_offset": self.log.end_offset(),
             "flushed_offset": self.log.flushed_offset(),
         }
+
+
+FETCH = int(ApiKey.FETCH)
+
+
+def _decode_fetch_response(payload: bytes) -> Response:
+    fast = decode_fetch_response(payload)
+    if fast is not None:
+        return fast
+    return response_from_wire(FETCH, decode_response(FETCH, FETCH_VERSION, payload)[1])
 
 
 def _source(message: Request) -> int:

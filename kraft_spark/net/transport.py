@@ -25,7 +25,7 @@ import logging
 import re
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kraft_spark.protocol import (
     ApiKey,
@@ -107,8 +107,13 @@ class ServerConnection:
         """Send a response (dropped silently if the connection is gone)."""
         if self.closed:
             return
-        data = encode_response(api_key, api_version, correlation_id, body)
-        self._writer.write(data)
+        self.send_frame(encode_response(api_key, api_version, correlation_id, body))
+
+    def send_frame(self, frame: bytes) -> None:
+        """Send an already encoded response frame (dropped silently if the connection is
+        gone)."""
+        if not self.closed:
+            self._writer.write(frame)
 
     def close(self) -> None:
         if not self.closed:
@@ -116,7 +121,8 @@ class ServerConnection:
             self._writer.close()
 
 
-Handler = Callable[[ServerConnection, RequestHeader, Body], None]
+Handler = Callable[[ServerConnection, RequestHeader, Any], None]
+RequestDecoder = Callable[[bytes], tuple[RequestHeader, Any]]
 
 
 class FrameServer:
@@ -131,10 +137,14 @@ class FrameServer:
         ssl_context: ssl.SSLContext | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         name: str = "server",
+        decode: RequestDecoder = decode_request,
     ) -> None:
+        """``decode`` turns a request payload into its header and what ``handler`` gets as
+        the body; it raises as ``decode_request`` does (whose dict bodies it defaults to)."""
         self.host = host
         self._port = port
         self._handler = handler
+        self._decode = decode
         self._ssl = ssl_context
         self._max_frame_bytes = max_frame_bytes
         self._name = name
@@ -210,7 +220,7 @@ class FrameServer:
 
     def _dispatch(self, conn: ServerConnection, payload: bytes) -> bool:
         try:
-            header, body = decode_request(payload)
+            header, body = self._decode(payload)
         except UnsupportedVersionError as exc:
             if exc.api_key == ApiKey.API_VERSIONS and exc.correlation_id is not None:
                 conn.respond(
@@ -240,6 +250,24 @@ class FrameServer:
 
 
 # ============================================================================ client side
+
+T = TypeVar("T")
+Encode = Callable[[int, str], bytes]  # (correlation id, client id) -> the whole frame
+
+
+class _Pending:
+    """A request sent and not yet answered."""
+
+    __slots__ = ("api_key", "decode", "done", "timeout_s", "timer")
+
+    def __init__(self, api_key: int, decode: Callable[[bytes], Any],
+                 done: Callable[[Any, BaseException | None], None],
+                 timer: asyncio.TimerHandle, timeout_s: float) -> None:
+        self.api_key = api_key
+        self.decode = decode
+        self.done = done
+        self.timer = timer
+        self.timeout_s = timeout_s
 
 
 class Connection:
@@ -275,7 +303,8 @@ class Connection:
         self._next_attempt = 0.0
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, tuple[asyncio.Future[Body], int, int]] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._connect_tasks: set[asyncio.Task[None]] = set()
         self._corr = itertools.count(1)
         self._connecting: asyncio.Future[None] | None = None
         self._last_refused = False  # the last connection attempt was refused
@@ -343,26 +372,105 @@ class Connection:
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
+    def start_request(
+        self,
+        api_key: int,
+        encode: Encode,
+        decode: Callable[[bytes], T],
+        timeout_s: float,
+        done: Callable[[T | None, BaseException | None], None],
+    ) -> None:
+        """Send one request without a task of its own: ``encode(correlation_id, client_id)``
+        makes the frame, ``decode(payload)`` reads the response, and ``done(result, None)`` or
+        ``done(None, error)`` is called exactly once, from the loop: a ``TransportError`` when
+        the request cannot be sent, times out, or its connection drops; whatever ``decode``
+        raises otherwise (its ``ProtocolError`` becomes a ``TransportError``). Raises only what
+        ``encode`` raises, before anything is sent.
+
+        On a live connection this costs no loop iteration before the write and none between
+        the response and ``done`` (``request`` pays a task switch on each side); a connection
+        being made first is awaited in a task."""
+        writer = self._writer
+        if writer is None or writer.is_closing() or self._closed:
+            task = asyncio.get_running_loop().create_task(
+                self._connect_then_send(api_key, encode, decode, timeout_s, done)
+            )
+            self._connect_tasks.add(task)
+            task.add_done_callback(self._connect_tasks.discard)
+            return
+        self._write(writer, api_key=api_key, encode=encode, decode=decode,
+                        timeout_s=timeout_s, done=done)
+
+    async def _connect_then_send(
+        self,
+        api_key: int,
+        encode: Encode,
+        decode: Callable[[bytes], T],
+        timeout_s: float,
+        done: Callable[[T | None, BaseException | None], None],
+    ) -> None:
+        try:
+            writer = await self._ensure_connected()
+        except TransportError as exc:
+            _call(done, None, exc)
+            return
+        except asyncio.CancelledError:
+            _call(done, None, TransportError(f"connection to {self.endpoint} is closed",
+                                             sent=False))
+            raise
+        try:
+            self._write(writer, api_key=api_key, encode=encode, decode=decode,
+                        timeout_s=timeout_s, done=done)
+        except Exception as exc:  # the encoder's error: nothing was sent
+            _call(done, None, exc)
+
+    def _write(
+        self,
+        writer: asyncio.StreamWriter,
+        *,
+        api_key: int,
+        encode: Encode,
+        decode: Callable[[bytes], Any],
+        timeout_s: float,
+        done: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        corr = next(self._corr) & 0x7FFFFFFF
+        data = encode(corr, self._client_id)
+        timer = asyncio.get_running_loop().call_later(timeout_s, self._timed_out, corr)
+        self._pending[corr] = _Pending(api_key, decode, done, timer, timeout_s)
+        writer.write(data)
+
+    def _timed_out(self, corr: int) -> None:
+        pending = self._pending.pop(corr, None)
+        if pending is not None:
+            _call(pending.done, None, TransportError(
+                f"request {_api_name(pending.api_key)} to {self.endpoint} timed out after "
+                f"{pending.timeout_s:.1f} s"
+            ))
+
     async def request(
         self, api_key: int, api_version: int, body: Body, timeout_s: float
     ) -> Body:
         """Send one request and wait for its response body; raises :class:`TransportError`."""
-        writer = await self._ensure_connected()
-        corr = next(self._corr) & 0x7FFFFFFF
-        data = encode_request(api_key, api_version, corr, self._client_id, body)
         fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
-        self._pending[corr] = (fut, api_key, api_version)
-        try:
-            writer.write(data)
-            try:
-                return await asyncio.wait_for(fut, timeout_s)
-            except TimeoutError as exc:
-                raise TransportError(
-                    f"request {ApiKey(api_key).name} to {self.endpoint} timed out after "
-                    f"{timeout_s:.1f} s"
-                ) from exc
-        finally:
-            self._pending.pop(corr, None)
+
+        def encode(corr: int, client_id: str) -> bytes:
+            return encode_request(api_key, api_version, corr, client_id, body)
+
+        def decode(payload: bytes) -> Body:
+            return decode_response(api_key, api_version, payload)[1]
+
+        def done(result: Body | None, error: BaseException | None) -> None:
+            if fut.done():
+                return  # the caller stopped waiting
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                assert result is not None
+                fut.set_result(result)
+
+        self.start_request(api_key, encode, decode, timeout_s, done)
+        return await fut
 
     async def _read_loop(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -386,34 +494,59 @@ class Connection:
             writer.close()
             if self._writer is writer:
                 self._writer = None
-            failure = TransportError(f"{self.endpoint}: {error}")
-            for fut, _, _ in list(self._pending.values()):
-                if not fut.done():
-                    fut.set_exception(failure)
+            self._fail_pending(TransportError(f"{self.endpoint}: {error}"))
+
+    def _fail_pending(self, failure: TransportError) -> None:
+        pending, self._pending = self._pending, {}
+        for item in pending.values():
+            item.timer.cancel()
+            _call(item.done, None, failure)
 
     def _complete(self, payload: bytes) -> None:
         if len(payload) < 4:
             raise ProtocolError("response shorter than its correlation id")
         corr = int.from_bytes(payload[:4], "big", signed=True)
-        pending = self._pending.get(corr)
+        pending = self._pending.pop(corr, None)
         if pending is None:
             return  # a response to a request that already timed out
-        fut, api_key, version = pending
+        pending.timer.cancel()
         try:
-            _, body = decode_response(api_key, version, payload)
+            result = pending.decode(payload)
         except ProtocolError as exc:
-            if not fut.done():
-                fut.set_exception(TransportError(f"{self.endpoint}: bad response: {exc}"))
+            _call(pending.done, None, TransportError(f"{self.endpoint}: bad response: {exc}"))
             return
-        if not fut.done():
-            fut.set_result(body)
+        except Exception as exc:
+            _call(pending.done, None, exc)
+            return
+        _call(pending.done, result, None)
 
     async def close(self) -> None:
         self._closed = True
         if self._writer is not None:
             self._writer.close()
+        for task in list(self._connect_tasks):
+            task.cancel()
         if self._reader_task is not None:
             self._reader_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader_task
+        # Requests whose connection never came up, or that a closed reader left behind.
+        self._fail_pending(TransportError(f"connection to {self.endpoint} is closed"))
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
+
+
+def _call(done: Callable[[Any, BaseException | None], None], result: Any,
+          error: BaseException | None) -> None:
+    """Run a completion callback; its failure is a bug of the caller, logged, never the
+    connection's."""
+    try:
+        done(result, error)
+    except Exception:
+        log.exception("request completion callback failed")
 
