@@ -275,6 +275,8 @@ def decode_fetch_response(payload: bytes) -> FetchResponse | None:
     leader_id = leader_epoch = -1
     last_tag = -1
     for _ in range(count if count <= 2 else 0):
+        if pos >= len(payload):
+            return None
         tag = payload[pos]
         if tag <= last_tag:
             return None

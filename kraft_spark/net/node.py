@@ -5,8 +5,11 @@ Everything the core decides happens on the event loop thread; the shell only car
 
 1. **persist** quorum-state on a worker thread; every later Ready waits in ``_backlog`` until it
    is on disk, so no message that depends on a vote or an epoch leaves before the vote does;
-2. **send and reply**: requests go to peers through one pipelined connection each, replies go
-   back on the connection the request came from;
+2. **send and reply**: requests go to peers through one pipelined connection each, written at
+   once, their answers coming back as callbacks (``Connection.start_request``: no task per
+   request); replies go back on the connection the request came from. Fetch requests and
+   responses, the two messages of every commit, use the hand-written codecs of
+   ``kraft_spark.net.fast_wire``, every other message the generic Kafka codec;
 3. **flush the log** with group commit: one flush runs at a time
    (``SegmentedLog.begin_flush`` / ``sync_flush`` / ``end_flush``); appends that arrive during it
    wait for the next one, so N concurrent appends cost one fsync. While the disk is fast (recent
@@ -445,8 +448,6 @@ class RaftNode:
             def decode(payload: bytes) -> Response:
                 return response_from_wire(api_key, decode_response(api_key, version, payload)[1])
 
-        if type(message) is EndQuorumEpochRequest:
-            self._resigning += 1
         conn.start_request(
             api_key,
             encode,
@@ -454,6 +455,9 @@ class RaftNode:
             self.config.quorum.request_timeout_ms / 1000,
             lambda response, error: self._on_response(out, response, error),
         )
+        # Counted once it is sent (start_request raised nothing): its callback will come.
+        if type(message) is EndQuorumEpochRequest:
+            self._resigning += 1
 
     def _on_response(
         self, out: Outbound, response: Response | None, error: BaseException | None

@@ -307,6 +307,8 @@ class LeaderMixin(CoreState):
                 batches = [b for b in batches if b.last_offset < self.high_watermark]
         if self.leader_state is not None:
             self.leader_state.hw_sent[req.replica_id] = self.high_watermark
+            if batches and req.replica_id != CLIENT_REPLICA_ID:
+                self.leader_state.progress.on_sent(req.replica_id, batches[-1].last_offset + 1)
         self.reply(
             token,
             FetchResponse(

@@ -24,6 +24,9 @@ class ReplicaProgress:
     last_caught_up_ts: int = UNKNOWN
     # The leader's end offset at the previous Fetch (KIP-836 bookkeeping).
     last_fetch_leader_end: int = UNKNOWN
+    # Where the records of the last Fetch response sent to it end: what its log most likely
+    # holds now, one round ahead of ``end_offset`` (which it acknowledges with its next Fetch).
+    sent_end_offset: int = UNKNOWN
 
     def on_fetch(self, now_ms: int, fetch_offset: int, leader_end: int) -> None:
         """SPEC §7, in order: caught up now; or caught up to where the leader was at the
@@ -96,9 +99,23 @@ class LeaderProgress:
             return 2**63 - 1
         return max(times[needed - 1], started_ms) + timeout_ms + 1
 
+    def on_sent(self, replica_id: int, end_offset: int) -> None:
+        """A Fetch response carrying records up to ``end_offset`` went to a voter."""
+        progress = self.voters.get(replica_id)
+        if progress is not None:
+            progress.sent_end_offset = max(progress.sent_end_offset, end_offset)
+
     def preferred_successors(self) -> tuple[int, ...]:
-        """Other voters by replicated end offset, highest first (ties: lower id first)."""
-        ranked = sorted(self.voters.values(), key=lambda p: (-p.end_offset, p.replica_id))
+        """Other voters by how far their log most likely reaches, highest first: what the
+        last Fetch response sent to each carried, then what each acknowledged, then lower id
+        first. Ranking only by the acknowledged offsets is one round behind under load: two
+        voters that acknowledged the same offset tie, and the one picked first may be the one
+        that was not yet sent the latest batch, so the other refuses its vote (its log is
+        longer) and the handoff falls back to an election timeout."""
+        ranked = sorted(
+            self.voters.values(),
+            key=lambda p: (-max(p.end_offset, p.sent_end_offset), -p.end_offset, p.replica_id),
+        )
         return tuple(p.replica_id for p in ranked)
 
     def expire_observers(self, now_ms: int, expiry_ms: int) -> None:

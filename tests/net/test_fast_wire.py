@@ -172,6 +172,8 @@ def test_mutated_fetch_requests_decode_as_the_generic_path_or_not_at_all(
 
 @settings(max_examples=1500, deadline=None)
 @given(fetch_responses(), mutations())
+# Cut right after the tag count: the decoder once indexed past the end (IndexError).
+@example(FetchResponse(ErrorCode.NONE, 0, 0, 0, OffsetAndEpoch(0, 0)), [("cut", 190, 0)])
 def test_mutated_fetch_responses_decode_as_the_generic_path_or_not_at_all(
     msg: FetchResponse, ops: list[tuple[str, int, int]]
 ) -> None:
