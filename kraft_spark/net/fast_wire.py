@@ -26,6 +26,7 @@ import struct
 
 from kraft_spark.net.wire import decode_record_set, encode_batches
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, RequestHeader
+from kraft_spark.protocol.primitives import write_uvarint
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse
 
@@ -62,10 +63,7 @@ _TAG_LEADER = b"\x01\x09"  # tag 1, 9 bytes
 
 def _uvarint(value: int) -> bytes:
     out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    write_uvarint(out, value)
     return bytes(out)
 
 
