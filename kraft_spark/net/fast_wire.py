@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 
-from kraft_spark.net.wire import decode_record_set, encode_batches
+from kraft_spark.net.wire import decode_record_set, encode_batches, split_error
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, RequestHeader
 from kraft_spark.protocol.primitives import write_uvarint
 from kraft_spark.raft.log_api import OffsetAndEpoch
@@ -206,10 +206,7 @@ def decode_fetch_request(
 def encode_fetch_response(msg: FetchResponse, correlation_id: int) -> bytes:
     """The whole frame of ``msg`` as a Fetch v12 response (what ``encode_response`` makes of
     ``response_to_wire(msg)``)."""
-    if msg.error == ErrorCode.INCONSISTENT_CLUSTER_ID:
-        top, err = int(msg.error), 0
-    else:
-        top, err = 0, int(msg.error)
+    top, err = split_error(msg.error)
     if msg.batches:
         data = encode_batches(msg.batches)
         records = _uvarint(len(data) + 1) + data

@@ -399,7 +399,7 @@ class Connection:
             task.add_done_callback(self._connect_tasks.discard)
             return
         self._write(writer, api_key=api_key, encode=encode, decode=decode,
-                        timeout_s=timeout_s, done=done)
+                    timeout_s=timeout_s, done=done)
 
     async def _connect_then_send(
         self,

@@ -320,7 +320,7 @@ def error_response_body(api_key: int, error: int, message: str = "") -> Body:
 # --------------------------------------------------------------------------- responses
 
 
-def _split_error(error: CoreError) -> tuple[int, int]:
+def split_error(error: CoreError) -> tuple[int, int]:
     """(top-level, partition) error codes, as Kafka places them."""
     if error == CoreError.INCONSISTENT_CLUSTER_ID:
         return int(error), 0
@@ -333,7 +333,7 @@ def response_to_wire(
     """The body of a core response (encoded at the version of the request it answers).
     ``endpoints`` (``{"node_id", "host", "port"}`` per voter) lets clients find the leader."""
     if isinstance(msg, FetchResponse):
-        top, err = _split_error(msg.error)
+        top, err = split_error(msg.error)
         part: Body = {
             "partition_index": 0,
             "error_code": err,
@@ -352,7 +352,7 @@ def response_to_wire(
             "responses": [{"topic": METADATA_TOPIC, "partitions": [part]}],
         }
     if isinstance(msg, VoteResponse):
-        top, err = _split_error(msg.error)
+        top, err = split_error(msg.error)
         part = {
             "partition_index": 0,
             "error_code": err,
@@ -362,7 +362,7 @@ def response_to_wire(
         }
         return {"error_code": top, "topics": _topics(part)}
     if isinstance(msg, BeginQuorumEpochResponse | EndQuorumEpochResponse):
-        top, err = _split_error(msg.error)
+        top, err = split_error(msg.error)
         part = {
             "partition_index": 0,
             "error_code": err,
