@@ -119,11 +119,13 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
     def run(_: Iterator[Any]) -> Iterator[str]:
         from pyspark import BarrierTaskContext
 
+        from kraft_spark.gc_tuning import tune_for_serving
         from kraft_spark.net.config import NodeConfig
         from kraft_spark.raft.config import QuorumConfig
 
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        tune_for_serving()
         ctx = BarrierTaskContext.get()
         voter_id = ctx.partitionId()
         log_dir, directory_id, disk_lost = prepare_log_dir(settings, voter_id)

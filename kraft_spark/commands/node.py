@@ -47,6 +47,7 @@ def configure_logging(level: int = logging.INFO) -> None:
 
 
 def _run_node(args: argparse.Namespace) -> int:
+    from kraft_spark.gc_tuning import tune_for_serving
     from kraft_spark.log.errors import LogError
     from kraft_spark.net.config import NodeConfig, load_properties
     from kraft_spark.raft.config import ConfigError
@@ -62,6 +63,10 @@ def _run_node(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         raise CommandError(f"{args.config}: {exc}") from exc
     configure_logging()
+    try:
+        tune_for_serving()
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
     try:
         aio.run(_serve(config, args.lock_timeout))
     except (LogError, OSError) as exc:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from api.app import create_app
 from api.server import ServerHandle, serve_in_thread
 from kraft_spark.client import AsyncQuorumClient
+from kraft_spark.gc_tuning import tune_for_serving
 from kraft_spark.metrics import Registry
 
 
@@ -26,6 +27,7 @@ def start_sidecar(
     registry: Registry | None = None,
 ) -> ServerHandle:
     """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``."""
+    tune_for_serving()
     endpoints = list(bootstrap)
 
     def backend() -> AsyncQuorumClient:
