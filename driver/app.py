@@ -38,7 +38,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -49,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kraft_spark.metrics import AppMetrics, Registry
+from kraft_spark.stop_signals import StopSignals
 
 log = logging.getLogger("kraft_spark.driver")
 
@@ -75,6 +75,9 @@ class AppConfig:
     # `kraft-spark bench app`, launch -> first commit ~10 s shorter on 2 busy cores)
     delta_warm_up_wait_s: float = 0.0
     materialize_max_records: int = 50_000
+    # OPTIMIZE a table once it holds this many data files (every records commit adds one);
+    # 0: never (DeltaMaterializer.compact)
+    compact_min_files: int = 100
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
     quorum_properties: dict[str, str] = field(default_factory=dict)
@@ -451,6 +454,7 @@ class Application:
                         materializer.checkpoint(RECORDS)
                     except Exception:
                         log.warning("checkpoint of records failed", exc_info=True)
+                    self._compact(materializer)
                 resume = materializer.resume_offset(tables)
                 if RECORDS in tables:
                     lag = max(0, self._hw - materializer.table_offsets()[RECORDS])
@@ -465,6 +469,23 @@ class Application:
                 progress(f"materialized everything committed into {'/'.join(tables)} "
                          f"(up to offset {resume})")
                 return
+
+    def _compact(self, materializer: Any) -> None:
+        """OPTIMIZE each table holding ``compact_min_files`` data files or more, from the thread
+        that commits quorum_events and snapshot (so never racing their commits; records' blind
+        appends from the other thread do not conflict with it). A failure is logged and the
+        next cycle tries again: the tables stay correct either way, only slower to read."""
+        from kraft_spark.delta.tables import TABLES
+
+        for table in TABLES:
+            try:
+                done = materializer.compact(table, self.config.compact_min_files)
+            except Exception:
+                log.warning("compaction of %s failed; will retry", table, exc_info=True)
+                continue
+            if done is not None:
+                progress(f"compacted {table}: {done.files_removed} files into "
+                         f"{done.files_added} in {done.seconds:.1f} s")
 
     # ---------------------------------------------------------------- shutdown
 
@@ -541,6 +562,7 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
         "kraft.http.token": ("http_token", str), "kraft.voter.base.port": ("voter_base_port", int),
         "kraft.materialize.interval.ms": ("materialize_interval_s", float),
         "kraft.delta.warmup.wait.ms": ("delta_warm_up_wait_s", float),
+        "kraft.delta.compact.min.files": ("compact_min_files", int),
     }
     for key, (attr, kind) in mapping.items():
         if props.get(key):
@@ -563,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = parse_args(argv)
     app = Application(cfg)
-    stop = threading.Event()
+    stop = StopSignals()
     try:
         app.start()
     except Exception as exc:
@@ -572,8 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     # After start: SparkContext installs its own SIGINT handler (cancel jobs, raise
     # KeyboardInterrupt), which would skip the graceful stop.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.install()
     assert app._sidecar is not None
     summary = {
         "http": f"http://{cfg.http_host}:{app._sidecar.port}",

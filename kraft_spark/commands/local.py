@@ -21,12 +21,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from typing import Any
 
 from kraft_spark.errors import CommandError
+from kraft_spark.stop_signals import StopSignals
 
 DEFAULT_BASE_PORT = 9093
 START_TIMEOUT_S = 30.0
@@ -130,13 +130,8 @@ def _run_local(args: argparse.Namespace) -> int:
         extra.append(f"{key.strip()}={value.strip()}")
 
     procs: list[subprocess.Popen[bytes]] = []
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = StopSignals()
+    stop.install()
     sidecar: Any = None
     try:
         for node_id, port in enumerate(ports):

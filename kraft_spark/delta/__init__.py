@@ -5,7 +5,12 @@
 Importing this package needs pyspark; it does not start Spark.
 """
 
-from kraft_spark.delta.materializer import CommitStats, DeltaMaterializer, TableCommit
+from kraft_spark.delta.materializer import (
+    CommitStats,
+    Compaction,
+    DeltaMaterializer,
+    TableCommit,
+)
 from kraft_spark.delta.snapshot import history_of_key, snapshot, snapshot_version
 from kraft_spark.delta.tables import (
     QUORUM_EVENTS,
@@ -23,6 +28,7 @@ __all__ = [
     "TABLES",
     "CommitMetadata",
     "CommitStats",
+    "Compaction",
     "DeltaMaterializer",
     "MaterializerError",
     "TableCommit",

@@ -134,6 +134,17 @@ class CommitStats:
         return max(0, self.high_watermark - self.end_offset)
 
 
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What one ``compact`` call did (Delta OPTIMIZE's own metrics)."""
+
+    table: str
+    files_before: int  # data files in the table when it was found due
+    files_removed: int
+    files_added: int
+    seconds: float
+
+
 @dataclass(slots=True)
 class _Rows:
     records: list[tuple[Any, ...]]
@@ -309,6 +320,47 @@ class DeltaMaterializer:
             return None
         delta_log.checkpoint(snapshot, none)
         return version
+
+    def compact(self, table: str, min_files: int) -> Compaction | None:
+        """Bin-pack ``table``'s small data files into large ones (Delta OPTIMIZE) once it holds
+        ``min_files`` or more; None when not due, disabled (``min_files`` < 1) or no table.
+
+        Every materializer commit adds one small Parquet file, so a long-running application
+        makes thousands an hour, and every query of the table lists and opens them all.
+        OPTIMIZE commits with ``dataChange = false``: the rows, the table's offsets (its
+        commits carry no materializer metadata, which ``next_offset`` skips) and time travel to
+        any earlier version are unchanged; the replaced files stay until a VACUUM. It does not
+        conflict with the blind appends of ``records`` made meanwhile from another thread
+        (they read no files); the driver runs it on the thread that commits ``quorum_events``
+        and ``snapshot``, so it never races their commits. The file count comes from the
+        snapshot's checksum (no Spark job); OPTIMIZE itself is a Spark job (seconds).
+        """
+        if min_files < 1:
+            return None
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = self.path(table)
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return None
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self.spark._jsparkSession, path
+        )
+        none = jvm.scala.Option.empty()
+        files = int(delta_log.update(False, none, none).numOfFiles())
+        if files < min_files:
+            return None
+        started = time.monotonic()
+        result = DeltaTable.forPath(self.spark, path).optimize().executeCompaction().collect()
+        metrics = result[0]["metrics"] if result else None
+        return Compaction(
+            table=table,
+            files_before=files,
+            files_removed=int(metrics["numFilesRemoved"]) if metrics is not None else 0,
+            files_added=int(metrics["numFilesAdded"]) if metrics is not None else 0,
+            seconds=time.monotonic() - started,
+        )
 
     # ------------------------------------------------------------------ start-up
 
