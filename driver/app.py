@@ -78,6 +78,8 @@ class AppConfig:
     # OPTIMIZE a table once it holds this many data files (every records commit adds one);
     # 0: never (DeltaMaterializer.compact)
     compact_min_files: int = 100
+    # the voters' kraft.log.flush.inline.max.ms (NodeConfig.inline_flush_max_ms)
+    inline_flush_max_ms: float = 2.0
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
     quorum_properties: dict[str, str] = field(default_factory=dict)
@@ -265,6 +267,7 @@ class Application:
                 base_port=cfg.voter_base_port,
                 bind_host="127.0.0.1" if _is_local(self.spark) else "",
                 quorum_properties=cfg.quorum_properties,
+                inline_flush_max_ms=cfg.inline_flush_max_ms,
                 known_directory_ids=self._known_directory_ids(),
             )
             sc = self.spark.sparkContext
@@ -536,6 +539,63 @@ def progress(message: str) -> None:
 # ------------------------------------------------------------------------------ entry point
 
 
+# The application's own keys: property -> (AppConfig field, type, lowest value allowed).
+_APP_KEYS: dict[str, tuple[str, type, float | None]] = {
+    "kraft.data.dir": ("data_dir", str, None),
+    "kraft.voters": ("voters", int, 1),
+    "kraft.http.host": ("http_host", str, None),
+    "kraft.http.port": ("http_port", int, 0),
+    "kraft.http.token": ("http_token", str, None),
+    "kraft.voter.base.port": ("voter_base_port", int, 0),
+    "kraft.materialize.interval.ms": ("materialize_interval_s", float, 0),
+    "kraft.delta.warmup.wait.ms": ("delta_warm_up_wait_s", float, 0),
+    "kraft.delta.compact.min.files": ("compact_min_files", int, 0),
+    "kraft.log.flush.inline.max.ms": ("inline_flush_max_ms", float, 0),
+}
+# The voters' quorum settings beyond controller.quorum.* (QuorumConfig.from_properties).
+_QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms"})
+# Keys of `kraft-spark node` alone, which may share the file: accepted, not used here.
+_NODE_ONLY_KEYS = frozenset({"kraft.http.listener"})
+
+
+def config_from_properties(props: dict[str, str]) -> AppConfig:
+    """The application's configuration from a properties file's entries (empty values are
+    unset). Raises ValueError naming the key for a malformed value or an unknown ``kraft.*`` key
+    (a typo would otherwise be silently ignored)."""
+    from kraft_spark.raft.config import QuorumConfig
+
+    quorum = {k: v for k, v in props.items()
+              if v and ((k.startswith("controller.quorum.") and k != "controller.quorum.voters")
+                        or k in _QUORUM_KEYS)}
+    QuorumConfig.from_properties(quorum)  # ConfigError (a ValueError) names the key
+    cfg = AppConfig(quorum_properties=quorum)
+    for key, raw in props.items():
+        if not key.startswith("kraft.") or key in _QUORUM_KEYS:
+            continue
+        if key in _NODE_ONLY_KEYS:
+            if raw:
+                log.warning("%s applies to `kraft-spark node` only; the application ignores it",
+                            key)
+            continue
+        if key not in _APP_KEYS:
+            known = ", ".join(sorted([*_APP_KEYS, *_QUORUM_KEYS, *_NODE_ONLY_KEYS]))
+            raise ValueError(f"unknown setting {key!r}; the kraft.* settings are: {known}")
+        if not raw:
+            continue
+        attr, kind, lowest = _APP_KEYS[key]
+        try:
+            value: Any = kind(raw)
+        except ValueError:
+            noun = "an integer" if kind is int else "a number"
+            raise ValueError(f"{key} must be {noun}, got {raw!r}") from None
+        if lowest is not None and value < lowest:
+            raise ValueError(f"{key} must be ≥ {lowest:g}, got {raw!r}")
+        if key.endswith(".ms") and attr.endswith("_s"):
+            value = value / 1000
+        cfg = replace(cfg, **{attr: value})
+    return cfg
+
+
 def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
     from kraft_spark.net.config import load_properties
 
@@ -553,23 +613,10 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
 
     path = args.config or str(conf_dir() / "kraft-spark.properties")
     props = load_properties(path) if os.path.exists(path) else {}
-    cfg = AppConfig(quorum_properties={k: v for k, v in props.items()
-                                       if k.startswith("controller.quorum.") and v
-                                       and k != "controller.quorum.voters"})
-    mapping: dict[str, tuple[str, type]] = {
-        "kraft.data.dir": ("data_dir", str), "kraft.voters": ("voters", int),
-        "kraft.http.host": ("http_host", str), "kraft.http.port": ("http_port", int),
-        "kraft.http.token": ("http_token", str), "kraft.voter.base.port": ("voter_base_port", int),
-        "kraft.materialize.interval.ms": ("materialize_interval_s", float),
-        "kraft.delta.warmup.wait.ms": ("delta_warm_up_wait_s", float),
-        "kraft.delta.compact.min.files": ("compact_min_files", int),
-    }
-    for key, (attr, kind) in mapping.items():
-        if props.get(key):
-            value: Any = kind(props[key])
-            if key.endswith(".ms"):
-                value = value / 1000
-            cfg = replace(cfg, **{attr: value})
+    try:
+        cfg = config_from_properties(props)
+    except ValueError as exc:
+        parser.error(f"{path}: {exc}")
     for attr in ("data_dir", "http_port", "http_host", "voters", "master"):
         value = getattr(args, attr)
         if value is not None:

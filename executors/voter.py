@@ -50,6 +50,7 @@ class VoterSettings:
     base_port: int = 0  # voter i listens on base_port + i; 0: any free port
     bind_host: str = ""  # "" : this executor's address (127.0.0.1 in local mode)
     quorum_properties: dict[str, str] = field(default_factory=dict)
+    inline_flush_max_ms: float = 2.0  # kraft.log.flush.inline.max.ms
     known_directory_ids: dict[int, str] = field(default_factory=dict)
     lock_timeout_s: float = 120.0
 
@@ -138,6 +139,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             node_id=voter_id, log_dir=log_dir, host=host, port=port, voters=voters,
             quorum=QuorumConfig.from_properties(settings.quorum_properties),
             disk_lost=disk_lost,
+            inline_flush_max_ms=settings.inline_flush_max_ms,
         )
         hello = {
             **me,

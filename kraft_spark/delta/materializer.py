@@ -302,23 +302,17 @@ class DeltaMaterializer:
         while another thread commits to the table: a checkpoint is a file per version. Uses
         Delta's JVM ``DeltaLog`` (not a public API; checked on delta-spark 4.4).
         """
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        path = self.path(table)
-        from delta.tables import DeltaTable
-
-        if not DeltaTable.isDeltaTable(self.spark, path):
+        found = self._latest_snapshot(table)
+        if found is None:
             return None
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            self.spark._jsparkSession, path
-        )
-        none = jvm.scala.Option.empty()
-        snapshot = delta_log.update(False, none, none)
+        delta_log, snapshot = found
         version = int(snapshot.version())
         last = int(snapshot.checkpointProvider().version())
         if version < 0 or version - last < min_commits:
             return None
-        delta_log.checkpoint(snapshot, none)
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
         return version
 
     def compact(self, table: str, min_files: int) -> Compaction | None:
@@ -333,26 +327,22 @@ class DeltaMaterializer:
         conflict with the blind appends of ``records`` made meanwhile from another thread
         (they read no files); the driver runs it on the thread that commits ``quorum_events``
         and ``snapshot``, so it never races their commits. The file count comes from the
-        snapshot's checksum (no Spark job); OPTIMIZE itself is a Spark job (seconds).
+        snapshot's checksum (no Spark job; see ``_data_file_count``); OPTIMIZE itself is a Spark
+        job (1-2 s on 2 busy cores).
         """
         if min_files < 1:
             return None
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        path = self.path(table)
-        from delta.tables import DeltaTable
-
-        if not DeltaTable.isDeltaTable(self.spark, path):
+        found = self._latest_snapshot(table)
+        if found is None:
             return None
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            self.spark._jsparkSession, path
-        )
-        none = jvm.scala.Option.empty()
-        files = int(delta_log.update(False, none, none).numOfFiles())
+        files = _data_file_count(found[1])
         if files < min_files:
             return None
+        from delta.tables import DeltaTable
+
         started = time.monotonic()
-        result = DeltaTable.forPath(self.spark, path).optimize().executeCompaction().collect()
+        optimize = DeltaTable.forPath(self.spark, self.path(table)).optimize()
+        result = optimize.executeCompaction().collect()
         metrics = result[0]["metrics"] if result else None
         return Compaction(
             table=table,
@@ -361,6 +351,22 @@ class DeltaMaterializer:
             files_added=int(metrics["numFilesAdded"]) if metrics is not None else 0,
             seconds=time.monotonic() - started,
         )
+
+    def _latest_snapshot(self, table: str) -> tuple[Any, Any] | None:
+        """Delta's JVM ``DeltaLog`` of ``table`` and its latest snapshot; None before the table
+        exists. Not a public API; checked on delta-spark 4.4."""
+        from delta.tables import DeltaTable
+
+        path = self.path(table)
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return None
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self.spark._jsparkSession, path
+        )
+        none = jvm.scala.Option.empty()
+        return delta_log, delta_log.update(False, none, none)
 
     # ------------------------------------------------------------------ start-up
 
@@ -666,6 +672,16 @@ def _is_local_path(path: str) -> bool:
     """A plain path of the driver's own file system (no URI scheme: ``file:``, ``s3a:``, ``hdfs:``
     ... go through Spark)."""
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is None
+
+
+def _data_file_count(snapshot: Any) -> int:
+    """The number of data files of a Delta snapshot: from its checksum (``.crc``, which Delta
+    writes with every commit), else Delta's own count, which reconstructs the table's state
+    (3 Spark jobs, ~0.4 s on 2 busy cores, measured)."""
+    checksum = snapshot.checksumOpt()
+    if checksum.isDefined():
+        return int(checksum.get().numFiles())
+    return int(snapshot.numOfFiles())
 
 
 def _recorded_txn_version(txn: Any, app_id: str) -> int:

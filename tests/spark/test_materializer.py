@@ -520,6 +520,15 @@ def test_compaction_keeps_rows_offsets_and_time_travel(spark: Any, tmp_path: Pat
     assert materializer.compact(RECORDS, min_files=1) is None  # no table yet
     for i in range(1, len(batches) + 1):
         materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
+    # Not due, right after the commits: decided from the checksum, without a Spark job (Delta's
+    # own count reconstructs the state: three jobs, every cycle of the driver's thread).
+    group = f"compact-probe-{id(materializer)}"
+    spark.sparkContext.setJobGroup(group, "compact when not due")
+    try:
+        assert materializer.compact(RECORDS, min_files=1000) is None
+    finally:
+        spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+    assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
     path = table_path(tmp_path, RECORDS)
     before = latest_version(spark, path)
     files = _data_files(spark, tmp_path, RECORDS)
