@@ -47,6 +47,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kraft_spark.config_keys import APP_KEYS, NODE_KEYS, QUORUM_KEYS, check_known
 from kraft_spark.metrics import AppMetrics, Registry
 from kraft_spark.stop_signals import StopSignals
 
@@ -552,10 +553,8 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.delta.compact.min.files": ("compact_min_files", int, 0),
     "kraft.log.flush.inline.max.ms": ("inline_flush_max_ms", float, 0),
 }
-# The voters' quorum settings beyond controller.quorum.* (QuorumConfig.from_properties).
-_QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms"})
 # Keys of `kraft-spark node` alone, which may share the file: accepted, not used here.
-_NODE_ONLY_KEYS = frozenset({"kraft.http.listener"})
+_NODE_ONLY_KEYS = NODE_KEYS - APP_KEYS
 
 
 def config_from_properties(props: dict[str, str]) -> AppConfig:
@@ -564,24 +563,17 @@ def config_from_properties(props: dict[str, str]) -> AppConfig:
     (a typo would otherwise be silently ignored)."""
     from kraft_spark.raft.config import QuorumConfig
 
+    check_known(props)
     quorum = {k: v for k, v in props.items()
               if v and ((k.startswith("controller.quorum.") and k != "controller.quorum.voters")
-                        or k in _QUORUM_KEYS)}
+                        or k in QUORUM_KEYS)}
     QuorumConfig.from_properties(quorum)  # ConfigError (a ValueError) names the key
     cfg = AppConfig(quorum_properties=quorum)
     for key, raw in props.items():
-        if not key.startswith("kraft.") or key in _QUORUM_KEYS:
-            continue
-        if key in _NODE_ONLY_KEYS:
-            if raw:
-                log.warning("%s applies to `kraft-spark node` only; the application ignores it",
-                            key)
-            continue
-        if key not in _APP_KEYS:
-            known = ", ".join(sorted([*_APP_KEYS, *_QUORUM_KEYS, *_NODE_ONLY_KEYS]))
-            raise ValueError(f"unknown setting {key!r}; the kraft.* settings are: {known}")
-        if not raw:
-            continue
+        if key in _NODE_ONLY_KEYS and raw:
+            log.warning("%s applies to `kraft-spark node` only; the application ignores it", key)
+        if key not in _APP_KEYS or not raw:
+            continue  # the quorum's (above), the node's, or unset
         attr, kind, lowest = _APP_KEYS[key]
         try:
             value: Any = kind(raw)

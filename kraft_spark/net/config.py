@@ -1,7 +1,8 @@
 """A node's configuration: a Java-style properties file with Kafka's names (SPEC §8).
 
-Recognised keys (anything else under ``controller.quorum.`` is an error, other keys are kept
-for the application):
+Recognised keys (anything else under ``controller.quorum.`` or ``kraft.`` is an error,
+except the Spark application's ``kraft.*`` keys of ``kraft_spark.config_keys``; Kafka's other
+names are ignored):
 
 * ``node.id``: this node's id; a voter when it appears in ``controller.quorum.voters``,
   an observer otherwise;
@@ -33,6 +34,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kraft_spark.config_keys import check_known
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
@@ -159,6 +161,7 @@ class NodeConfig:
                 raise ConfigError(f"{key} is required")
             return value
 
+        check_known(props)
         try:
             node_id = int(required("node.id"))
         except ValueError:

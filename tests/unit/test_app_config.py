@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.app import AppConfig, config_from_properties, parse_args
+from driver.app import _APP_KEYS, AppConfig, config_from_properties, parse_args
+from kraft_spark.config_keys import APP_KEYS
 from kraft_spark.net.config import load_properties
 from kraft_spark.raft.config import QuorumConfig
 
@@ -46,6 +47,7 @@ def test_milliseconds_become_seconds() -> None:
     ("props", "message"),
     [
         ({"kraft.htp.port": "8080"}, "unknown setting 'kraft.htp.port'; the kraft.* settings are"),
+        ({"kraft.a": "1", "kraft.b": ""}, "unknown settings 'kraft.a', 'kraft.b'"),
         ({"kraft.http.port": "eighty"}, "kraft.http.port must be an integer, got 'eighty'"),
         ({"kraft.materialize.interval.ms": "soon"},
          "kraft.materialize.interval.ms must be a number, got 'soon'"),
@@ -81,3 +83,7 @@ def test_command_line_flags_win_over_the_file(tmp_path: Path) -> None:
     conf.write_text("kraft.voters=5\nkraft.http.port=9000\n", encoding="utf-8")
     cfg = parse_args(["--config", str(conf), "--voters", "3", "--data-dir", str(tmp_path)])
     assert (cfg.voters, cfg.http_port, cfg.data_dir) == (3, 9000, str(tmp_path))
+
+
+def test_the_application_reads_exactly_its_registered_keys() -> None:
+    assert set(_APP_KEYS) == APP_KEYS

@@ -46,3 +46,17 @@ def test_http_listener_and_its_token() -> None:
     assert config.http_token == "s3cret"
     # Without a listener the token is the Spark application's sidecar setting: not ours.
     assert NodeConfig.from_properties({**BASE, "kraft.http.token": "x"}).http_token is None
+
+
+def test_a_misspelt_kraft_key_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"unknown setting 'kraft\.http\.listner'; the kraft\.\*"):
+        NodeConfig.from_properties({**BASE, "kraft.http.listner": "127.0.0.1:8081"})
+
+
+def test_the_applications_keys_and_kafkas_other_names_are_accepted() -> None:
+    # One file may serve both the Spark application and `kraft-spark node`.
+    config = NodeConfig.from_properties({
+        **BASE, "kraft.data.dir": "data", "kraft.delta.compact.min.files": "100",
+        "process.roles": "controller",
+    })
+    assert config.node_id == 1

@@ -1,0 +1,48 @@
+"""The ``kraft.*`` settings (kraft-spark's own, not Kafka's) of its properties files, in one place.
+
+A node (``kraft-spark node``) and the Spark application may read one shared file, each using its
+own keys and accepting the other's; both reject any other ``kraft.*`` key, so a misspelt setting
+stops the process with its name instead of being silently ignored. Unknown
+``controller.quorum.*`` keys are rejected by ``QuorumConfig``; Kafka's other names (``node.id``,
+``listeners``, ...) are the node's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kraft_spark.raft.config import ConfigError
+
+NODE_KEYS = frozenset({
+    "kraft.http.listener",
+    "kraft.http.token",
+    "kraft.log.flush.inline.max.ms",
+})
+QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms"})
+APP_KEYS = frozenset({
+    "kraft.data.dir",
+    "kraft.voters",
+    "kraft.http.host",
+    "kraft.http.port",
+    "kraft.http.token",
+    "kraft.voter.base.port",
+    "kraft.materialize.interval.ms",
+    "kraft.delta.warmup.wait.ms",
+    "kraft.delta.compact.min.files",
+    "kraft.log.flush.inline.max.ms",
+})
+ALL_KEYS = NODE_KEYS | QUORUM_KEYS | APP_KEYS
+
+
+def check_known(keys: Iterable[str]) -> None:
+    """Raise ConfigError naming every ``kraft.*`` key that no component reads."""
+    unknown = sorted(k for k in keys if k.startswith("kraft.") and k not in ALL_KEYS)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise ConfigError(
+            f"unknown setting{'s' if len(unknown) > 1 else ''} {names}; the kraft.* settings "
+            f"are: {', '.join(sorted(ALL_KEYS))}"
+        )
+
+
+__all__ = ["ALL_KEYS", "APP_KEYS", "NODE_KEYS", "QUORUM_KEYS", "check_known"]
