@@ -485,9 +485,12 @@ class Application:
             try:
                 done = materializer.compact(table, self.config.compact_min_files)
             except Exception:
+                self.app_metrics.delta_compaction_failures.labels(table).inc()
                 log.warning("compaction of %s failed; will retry", table, exc_info=True)
                 continue
             if done is not None:
+                self.app_metrics.delta_compactions.labels(table).inc()
+                self.app_metrics.delta_compacted_files.labels(table).inc(done.files_removed)
                 progress(f"compacted {table}: {done.files_removed} files into "
                          f"{done.files_added} in {done.seconds:.1f} s")
 

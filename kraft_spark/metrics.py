@@ -621,6 +621,24 @@ class AppMetrics:
             "Times the barrier stage hosting the voters was restarted.",
             exist_ok=True,
         )
+        self.delta_compactions = registry.counter(
+            app_metric_name("delta-compactions-total"),
+            "Compactions (OPTIMIZE) of a Delta table by the driver, by table.",
+            ("table",),
+            exist_ok=True,
+        )
+        self.delta_compacted_files = registry.counter(
+            app_metric_name("delta-compacted-files-total"),
+            "Small data files replaced by compactions, by table.",
+            ("table",),
+            exist_ok=True,
+        )
+        self.delta_compaction_failures = registry.counter(
+            app_metric_name("delta-compaction-failures-total"),
+            "Compactions that failed (retried at the next cycle), by table.",
+            ("table",),
+            exist_ok=True,
+        )
 
 
 class HttpMetrics:

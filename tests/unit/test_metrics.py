@@ -240,12 +240,16 @@ def test_app_and_http_metrics() -> None:
     app = AppMetrics(registry)
     app.materialization_lag_offsets.set(12)
     app.barrier_stage_restarts.inc()
+    app.delta_compactions.labels("records").inc()
+    app.delta_compacted_files.labels("records").inc(39)
     http = HttpMetrics(registry)
     http.observe("POST", "/v1/records", 200, 2.5)
     assert HttpMetrics(registry).requests is http.requests  # idempotent registration
     out = samples(registry.render())
     assert out["kraft_spark_materialization_lag_offsets"] == "12"
     assert out["kraft_spark_barrier_stage_restarts_total"] == "1"
+    assert out['kraft_spark_delta_compactions_total{table="records"}'] == "1"
+    assert out['kraft_spark_delta_compacted_files_total{table="records"}'] == "39"
     latency = 'kraft_spark_http_request_latency_ms_avg{method="POST",route="/v1/records"}'
     assert out[latency] == "2.5"
     assert out[
