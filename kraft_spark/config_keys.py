@@ -27,6 +27,7 @@ APP_KEYS = frozenset({
     "kraft.http.token",
     "kraft.voter.base.port",
     "kraft.materialize.interval.ms",
+    "kraft.materialize.snapshot.interval.ms",
     "kraft.delta.warmup.wait.ms",
     "kraft.delta.compact.min.files",
     "kraft.log.flush.inline.max.ms",

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from driver.app import _APP_KEYS, AppConfig, config_from_properties, parse_args
+from driver.app import (
+    _APP_KEYS,
+    FULL_CYCLE_MAX_SHARE,
+    AppConfig,
+    config_from_properties,
+    full_cycle_wait,
+    parse_args,
+)
 from kraft_spark.config_keys import APP_KEYS
 from kraft_spark.net.config import load_properties
 from kraft_spark.raft.config import QuorumConfig
@@ -39,8 +46,10 @@ def test_node_settings_reach_the_voters() -> None:
 
 def test_milliseconds_become_seconds() -> None:
     cfg = config_from_properties({"kraft.materialize.interval.ms": "250",
-                                  "kraft.delta.warmup.wait.ms": "1500"})
+                                  "kraft.delta.warmup.wait.ms": "1500",
+                                  "kraft.materialize.snapshot.interval.ms": "30000"})
     assert (cfg.materialize_interval_s, cfg.delta_warm_up_wait_s) == (0.25, 1.5)
+    assert cfg.materialize_full_interval_s == 30.0
 
 
 @pytest.mark.parametrize(
@@ -87,3 +96,12 @@ def test_command_line_flags_win_over_the_file(tmp_path: Path) -> None:
 
 def test_the_application_reads_exactly_its_registered_keys() -> None:
     assert set(_APP_KEYS) == APP_KEYS
+
+
+def test_slow_snapshot_cycles_are_spaced_out() -> None:
+    # A quick cycle (nothing new, or a small MERGE): the configured interval.
+    assert full_cycle_wait(5.0, 0.2) == 5.0
+    # A 2 s MERGE under load: 18 s until the next, so cycles take 10 % of the time.
+    wait = full_cycle_wait(5.0, 2.0)
+    assert wait == pytest.approx(18.0)
+    assert 2.0 / (2.0 + wait) == pytest.approx(FULL_CYCLE_MAX_SHARE)
