@@ -14,10 +14,10 @@ At the start of each server process (a voter, the HTTP sidecar) ``tune_for_servi
    ones rarer still. Garbage without cycles is freed by reference counting as before; only
    cyclic garbage waits a little longer.
 
-Measured with ``kraft-spark bench compare`` on a 2-core VM (16 and 256 HTTP connections to the
-leader): p99 at 16 connections fell from 3–28 ms to about 2.4 ms and the 256-connection rate rose
-from 15–17k to 21–24k appends/s; single-client latency did not change. Thresholds of 5,000 and
-100,000 were both worse than 20,000.
+Measured on a 2-core VM with wrk over HTTP, three alternating runs with and without
+(``KRAFT_SPARK_GC=default``): p99 at 16 connections 18–42 ms → 2.0–3.1 ms; 256 connections
+12–17k → 21–24k appends/s to the leader's own API and 17–19k → 22–27k/s through the sidecar;
+single-client latency unchanged. Thresholds of 5,000 and 100,000 were both worse than 20,000.
 
 ``KRAFT_SPARK_GC=default`` keeps CPython's settings; ``KRAFT_SPARK_GC=<n>`` uses ``n`` as the
 young-generation threshold.
