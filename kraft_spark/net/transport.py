@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import itertools
 import logging
 import re
@@ -392,9 +393,9 @@ class Connection:
         being made first is awaited in a task."""
         writer = self._writer
         if writer is None or writer.is_closing() or self._closed:
-            task = asyncio.get_running_loop().create_task(
-                self._connect_then_send(api_key, encode, decode, timeout_s, done)
-            )
+            send = functools.partial(self._write, api_key=api_key, encode=encode,
+                                     decode=decode, timeout_s=timeout_s, done=done)
+            task = asyncio.get_running_loop().create_task(self._connect_then_send(send, done))
             self._connect_tasks.add(task)
             task.add_done_callback(self._connect_tasks.discard)
             return
@@ -403,12 +404,11 @@ class Connection:
 
     async def _connect_then_send(
         self,
-        api_key: int,
-        encode: Encode,
-        decode: Callable[[bytes], T],
-        timeout_s: float,
-        done: Callable[[T | None, BaseException | None], None],
+        send: Callable[[asyncio.StreamWriter], None],
+        done: Callable[[Any, BaseException | None], None],
     ) -> None:
+        """``send`` (``_write`` with its request bound) once connected; ``done`` gets any
+        error instead."""
         try:
             writer = await self._ensure_connected()
         except TransportError as exc:
@@ -419,8 +419,7 @@ class Connection:
                                              sent=False))
             raise
         try:
-            self._write(writer, api_key=api_key, encode=encode, decode=decode,
-                        timeout_s=timeout_s, done=done)
+            send(writer)
         except Exception as exc:  # the encoder's error: nothing was sent
             _call(done, None, exc)
 
