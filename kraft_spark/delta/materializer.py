@@ -500,9 +500,11 @@ class DeltaMaterializer:
             return  # already committed (by us before a crash, or by a racing writer)
         now_ms = int(time.time() * 1000)
         actions = jvm.java.util.ArrayList()
+        add: dict[str, Any] | None = None
         if data:
             add = _write_parquet(path, SCHEMAS[table], data)
             actions.add(delta.actions.Action.fromJson(json.dumps({"add": add})))
+        _register_write_metrics(jvm, self.spark, txn, len(data), add)
         txn_action = {"appId": meta.app_id, "version": meta.last_offset, "lastUpdated": now_ms}
         actions.add(delta.actions.Action.fromJson(json.dumps({"txn": txn_action})))
         none = jvm.scala.Option.empty()
@@ -703,6 +705,27 @@ def _recorded_txn_version(txn: Any, app_id: str) -> int:
                     version = max(version, int(action.version()))
             return version
     return int(txn.txnVersion(app_id))
+
+
+def _register_write_metrics(
+    jvm: Any, spark: SparkSession, txn: Any, rows: int, add: dict[str, Any] | None
+) -> None:
+    """Give the transaction the metrics a Spark write job would have collected, so the commit's
+    ``operationMetrics`` (``DESCRIBE HISTORY``) show ``numFiles``, ``numOutputRows`` and
+    ``numOutputBytes`` like any other WRITE. Delta keeps only the names its WRITE operation
+    declares, and only while ``spark.databricks.delta.history.metricsEnabled`` is on (default)."""
+    figures = {
+        "numFiles": 0 if add is None else 1,
+        "numOutputRows": rows,
+        "numOutputBytes": 0 if add is None else int(add["size"]),
+    }
+    metrics = jvm.java.util.HashMap()
+    for name, value in figures.items():
+        metric = jvm.org.apache.spark.sql.execution.metric.SQLMetric("sum", 0)
+        metric.add(value)
+        metrics.put(name, metric)
+    scala_map = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(metrics)
+    txn.registerSQLMetrics(spark._jsparkSession, scala_map)
 
 
 def _write_parquet(

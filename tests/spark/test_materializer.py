@@ -346,6 +346,14 @@ def test_appends_through_spark_equal_direct_appends(spark: Any, tmp_path: Path) 
     for table in TABLES:
         metas = commits_of(spark, tmp_path, table)
         assert [(m.first_offset, m.last_offset) for m in metas] == [(0, 4), (5, 8), (9, 15)]
+    # The direct commit in the middle counts what the Spark writes around it count.
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table_path(tmp_path, RECORDS)}`")
+    written = [
+        (r.operationMetrics["numFiles"], r.operationMetrics["numOutputRows"])
+        for r in history.orderBy("version").collect()
+        if r.operation == "WRITE"
+    ]
+    assert written == [("1", "4"), ("1", "3"), ("1", "7")]
 
 
 def test_direct_append_files_and_statistics(spark: Any, tmp_path: Path) -> None:
@@ -368,7 +376,14 @@ def test_direct_append_files_and_statistics(spark: Any, tmp_path: Path) -> None:
     assert info["operation"] == "WRITE" and info["isBlindAppend"] is True
     assert CommitMetadata.parse(info["userMetadata"]) == CommitMetadata(DEFAULT_APP_ID, 9, 15, 16)
     assert next(a["txn"] for a in actions if "txn" in a)["version"] == 15
-    stats = json.loads(next(a["add"] for a in actions if "add" in a)["stats"])
+    add = next(a["add"] for a in actions if "add" in a)
+    # DESCRIBE HISTORY shows what a Spark write job would have counted.
+    assert info["operationMetrics"] == {
+        "numFiles": "1",
+        "numOutputRows": "7",
+        "numOutputBytes": str(add["size"]),
+    }
+    stats = json.loads(add["stats"])
     assert stats["numRecords"] == 7
     assert (stats["minValues"]["offset"], stats["maxValues"]["offset"]) == (9, 15)
     assert stats["minValues"]["timestamp"] == "2023-11-14T22:13:20.090Z"
