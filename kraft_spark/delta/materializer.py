@@ -19,12 +19,19 @@ history (``userMetadata``; the log's ``txn`` state as a fallback), never from a 
 - A table that has no rows in a call still gets a commit (a commit with the transaction and
   metadata and no data file), so every table's offset advances with every call and
   ``resume_offset()`` never lags behind what was written.
-- If two writers race, or our cached offsets are stale, a commit whose ``txnVersion`` is not
-  above the table's recorded one for the same ``txnAppId`` is skipped (by Delta for the Spark
-  writes: appends through the writer options, MERGE through the session confs
-  ``spark.databricks.delta.write.txnAppId`` / ``txnVersion``, set on a private session and unset
-  afterwards; by ``_append_direct`` for direct appends), and a commit racing another one of the
-  same ``txnAppId`` fails with Delta's ConcurrentTransactionException.
+- Before every commit the table's recorded ``txnVersion`` for the ``txnAppId`` is read
+  (``_continues_recorded``): the commit goes ahead only if it starts right after it, is skipped
+  if it is its own (a retry of a commit that landed), and fails with ``ResumeMismatch``
+  otherwise (stale cached offsets, or another writer grouping the log differently: Delta alone
+  would skip only a commit whose version is not above the recorded one, and append an
+  overlapping range twice). The Spark writes also carry the transaction (appends through the
+  writer options, MERGE through the session confs ``spark.databricks.delta.write.txnAppId`` /
+  ``txnVersion``, set on a private session and unset afterwards), and a commit racing another
+  one of the same ``txnAppId`` fails with Delta's ConcurrentTransactionException.
+- Tables holding commits of another ``txnAppId`` and none of ours are refused
+  (``MaterializerError``) rather than resumed from offset 0 on top of another cluster's rows.
+- Direct appends fsync their Parquet file before the commit and the commit file after it, so
+  a power loss leaves no commit pointing at a torn file and no gap between commit files.
 
 How the commits are made
 ------------------------
@@ -50,10 +57,8 @@ Threads: one materializer per warehouse. ``write`` calls for *disjoint* sets of 
 concurrently from different threads (the driver commits ``records`` on its own thread, often,
 and ``quorum_events`` + ``snapshot`` on another, less often): each table's cached offset is
 only advanced by the call that committed it, and after a failed call only that call's tables
-are re-read from Delta. Two concurrent calls for the same table are not allowed. Delta's
-transaction check only makes a *repeated* commit a no-op; a second writer grouping the log
-differently could still duplicate rows. ``app_id`` should identify the cluster (its cluster
-id): a warehouse written by a different log must not be resumed.
+are re-read from Delta (a read that raced such a change is not cached). Two concurrent calls
+for the same table are not allowed. ``app_id`` should identify the cluster (its cluster id).
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ from kraft_spark.delta.tables import (
     TABLE_PROPERTIES,
     TABLES,
     CommitMetadata,
+    MaterializerError,
     next_offset,
     table_path,
 )
@@ -104,6 +110,12 @@ _USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # Scratch tables of warm_up() live under the warehouse in a directory Spark and Delta readers
 # skip (a leading underscore); leftovers of a crashed warm-up are removed by the next one.
 WARM_UP_PREFIX = "_warm_up-"
+
+
+class ResumeMismatch(MaterializerError):
+    """A commit does not start where the table's recorded transaction ends: the resume offset
+    it was built from is stale (a race, or another writer of the same app id). Nothing was
+    committed; ``write`` drops its cached offsets, so the next call re-reads them from Delta."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +192,11 @@ class DeltaMaterializer:
         )
         self.last_commit_stats: CommitStats | None = None
         # Per-table resume offsets, cached; a missing table is read from Delta when needed.
-        # Only the thread committing a table advances or drops its entry.
+        # Only the thread committing a table advances or drops its entry (_set_next/_drop_next),
+        # and every such change bumps the table's generation: a read from Delta that started
+        # before a change is stale and must not be cached (see table_offsets).
         self._next: dict[str, int] = {}
+        self._generation: dict[str, int] = dict.fromkeys(TABLES, 0)
         self._lock = threading.Lock()
         self._created = False
         # MERGE takes its transaction from session confs: a private session keeps them away from
@@ -202,12 +217,17 @@ class DeltaMaterializer:
         """Each table's resume offset (everything below it is in the table)."""
         with self._lock:
             known = dict(self._next)
+            generations = dict(self._generation)
         missing = {t: self._read_next_offset(t) for t in TABLES if t not in known}
         if missing:
             with self._lock:
                 for table, offset in missing.items():
-                    self._next.setdefault(table, offset)
-                known = dict(self._next)
+                    # Another thread may have committed (or dropped) this table while we read
+                    # its history (seconds, in a Spark job): then our figure is stale. Caching
+                    # it could send that thread back to offsets it already committed.
+                    if self._generation[table] == generations[table]:
+                        self._next.setdefault(table, offset)
+                known = {**missing, **self._next}
         return known
 
     def resume_offset(self, tables: Collection[str] = TABLES) -> int:
@@ -272,15 +292,13 @@ class DeltaMaterializer:
                 counts[table] = count
                 seconds[table] = commit.seconds
                 offsets[table] = end
-                with self._lock:
-                    self._next[table] = end
+                self._set_next(table, end)
                 if self.on_commit is not None:
                     self.on_commit(commit)
         except BaseException:
             # Re-read this call's tables from Delta: a failed commit may have landed.
-            with self._lock:
-                for table in targets:
-                    self._next.pop(table, None)
+            for table in targets:
+                self._drop_next(table)
             raise
         self.last_commit_stats = CommitStats(
             first_offset=resume,
@@ -292,6 +310,16 @@ class DeltaMaterializer:
         )
         with self._lock:
             return min(self._next.get(t, offsets[t]) for t in TABLES)
+
+    def _set_next(self, table: str, offset: int) -> None:
+        with self._lock:
+            self._next[table] = offset
+            self._generation[table] += 1
+
+    def _drop_next(self, table: str) -> None:
+        with self._lock:
+            self._next.pop(table, None)
+            self._generation[table] += 1
 
     def checkpoint(self, table: str, min_commits: int = 10) -> int | None:
         """Write a Delta checkpoint of ``table`` if ``min_commits`` or more commits were made
@@ -418,25 +446,28 @@ class DeltaMaterializer:
         self._create_tables()
         if table == RECORDS:
             data = [r for r in rows.records if r[0] >= first]
-            if self.direct_appends:
-                self._append_direct(table, data, meta)
-            else:
-                self._append(table, self._records_frame(data), meta)
         elif table == QUORUM_EVENTS:
             data = [r for r in rows.events if r[0] >= first]
-            if self.direct_appends:
-                self._append_direct(table, data, meta)
-            else:
-                self._append(table, self._events_frame(data), meta)
         else:
             data = [r for r in rows.latest.values() if r[2] >= first]
-            if data:
-                self._merge_snapshot(data, meta)
-            elif self.direct_appends:
-                self._append_direct(table, [], meta)
-            else:
-                self._append(table, None, meta)
+        txn = self._delta_log(table).startTransaction()
+        if not _continues_recorded(table, txn, meta):
+            return len(data)  # this very commit landed before (a retry after a failure)
+        if table == SNAPSHOT and data:
+            self._merge_snapshot(data, meta)
+        elif self.direct_appends:
+            self._append_direct(table, txn, data, meta)
+        else:
+            frames = {RECORDS: self._records_frame, QUORUM_EVENTS: self._events_frame}
+            self._append(table, frames[table](data) if table in frames else None, meta)
         return len(data)
+
+    def _delta_log(self, table: str) -> Any:
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            self.spark._jsparkSession, self.path(table)
+        )
 
     def _create_tables(self) -> None:
         with self._lock:
@@ -471,7 +502,9 @@ class DeltaMaterializer:
             .save(self.path(table))
         )
 
-    def _append_direct(self, table: str, data: list[tuple[Any, ...]], meta: CommitMetadata) -> None:
+    def _append_direct(
+        self, table: str, txn: Any, data: list[tuple[Any, ...]], meta: CommitMetadata
+    ) -> None:
         """The append of ``_append`` without a Spark job: the rows are written as one Parquet
         file by pyarrow, and the commit (that file's ``add``, the ``txn`` action, ``userMetadata``)
         goes through Delta's own ``OptimisticTransaction`` in the driver's JVM, so conflict
@@ -483,9 +516,9 @@ class DeltaMaterializer:
         transaction version comes from the read snapshot's checksum (``.crc``, which Delta keeps
         with the transactions of every commit); only when that is missing does Delta's own
         ``txnVersion`` run (the state reconstruction). The appId is registered as read by the
-        transaction either way, so a concurrent commit of the same appId makes ours fail with
-        Delta's ConcurrentTransactionException instead of duplicating rows. A commit whose
-        ``txnVersion`` is not above the recorded one is skipped, as Delta skips it.
+        transaction (``txn``, started and checked by ``_commit``: see ``_continues_recorded``),
+        so a concurrent commit of the same appId makes ours fail with Delta's
+        ConcurrentTransactionException instead of duplicating rows.
 
         Uses Delta's JVM classes (``DeltaLog``, ``OptimisticTransaction``, ``Action.fromJson``,
         ``DeltaOperations.Write``): not a public API; checked on delta-spark 4.4.
@@ -494,10 +527,6 @@ class DeltaMaterializer:
         assert jvm is not None
         path = self.path(table)
         delta = jvm.org.apache.spark.sql.delta
-        delta_log = delta.DeltaLog.forTable(self.spark._jsparkSession, path)
-        txn = delta_log.startTransaction()
-        if _recorded_txn_version(txn, meta.app_id) >= meta.last_offset:
-            return  # already committed (by us before a crash, or by a racing writer)
         now_ms = int(time.time() * 1000)
         actions = jvm.java.util.ArrayList()
         add: dict[str, Any] | None = None
@@ -519,7 +548,12 @@ class DeltaMaterializer:
             none,
             none,
         )
-        txn.commit(jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions), operation)
+        version = txn.commit(jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions), operation)
+        # Delta's local log store writes the commit file without an fsync: after a power loss a
+        # later commit could survive without this one (a gap no reader accepts). This one is
+        # made durable before the next is started.
+        log_dir = os.path.join(path, "_delta_log")
+        _fsync_paths(os.path.join(log_dir, f"{int(version):020d}.json"), log_dir)
 
     def _records_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
         if not data:
@@ -707,6 +741,28 @@ def _recorded_txn_version(txn: Any, app_id: str) -> int:
     return int(txn.txnVersion(app_id))
 
 
+def _continues_recorded(table: str, txn: Any, meta: CommitMetadata) -> bool:
+    """Whether the commit ``meta`` is due on the table read by ``txn``: True when it starts
+    right after the table's recorded transaction version (the only commit that neither repeats
+    nor skips a row), False when that version is already its own (it landed before: a retry).
+
+    Raises ResumeMismatch otherwise. Delta's own check only skips a commit whose version is not
+    above the recorded one, so a writer working from a stale offset with a different grouping
+    (recorded inside the commit's range) would append the overlap a second time.
+    """
+    recorded = _recorded_txn_version(txn, meta.app_id)
+    if recorded == meta.last_offset:
+        return False
+    if recorded != meta.first_offset - 1:
+        raise ResumeMismatch(
+            f"{table}: the table holds offsets below {recorded + 1} (txnAppId {meta.app_id!r}) "
+            f"but this commit starts at {meta.first_offset} (offsets {meta.first_offset}-"
+            f"{meta.last_offset}): a stale resume offset or another writer of this app id; "
+            "nothing was committed, the offsets are read again from Delta"
+        )
+    return True
+
+
 def _register_write_metrics(
     jvm: Any, spark: SparkSession, txn: Any, rows: int, add: dict[str, Any] | None
 ) -> None:
@@ -778,6 +834,9 @@ def _write_parquet(
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     target = os.path.join(table_dir, name)
     pq.write_table(table, target, compression="snappy")
+    # Durable before the commit that references it: a commit surviving a power loss must not
+    # point at a missing or torn file.
+    _fsync_paths(target, table_dir)
     info = os.stat(target)
     stats = {"numRecords": len(rows), "minValues": low, "maxValues": high, "nullCount": nulls}
     return {
@@ -788,6 +847,16 @@ def _write_parquet(
         "dataChange": True,
         "stats": json.dumps(stats, separators=(",", ":")),
     }
+
+
+def _fsync_paths(*paths: str) -> None:
+    """fsync each of ``paths`` (files or directories), in order."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _stats_timestamp(ms: int) -> str:

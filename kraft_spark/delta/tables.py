@@ -145,10 +145,15 @@ class CommitMetadata:
 
 
 def materializer_commits(
-    spark: SparkSession, path: str, app_id: str, limit: int | None = None
+    spark: SparkSession,
+    path: str,
+    app_id: str,
+    limit: int | None = None,
+    others: set[str] | None = None,
 ) -> list[tuple[int, CommitMetadata]]:
     """(Delta version, metadata) of the materializer's commits among the table's last ``limit``
-    commits (all when None), newest first. Other commits (creation, OPTIMIZE, ...) are skipped.
+    commits (all when None), newest first. Other commits (creation, OPTIMIZE, ...) are skipped;
+    the app ids of materializer commits for another app id go into ``others`` if given.
     """
     from delta.tables import DeltaTable
 
@@ -158,6 +163,8 @@ def materializer_commits(
         meta = CommitMetadata.parse(row["userMetadata"])
         if meta is not None and meta.app_id == app_id:
             found.append((int(row["version"]), meta))
+        elif meta is not None and others is not None:
+            others.add(meta.app_id)
     found.sort(key=lambda item: item[0], reverse=True)
     return found
 
@@ -177,10 +184,18 @@ def next_offset(spark: SparkSession, path: str, app_id: str) -> int:
     if not DeltaTable.isDeltaTable(spark, path):
         return 0
     commits = materializer_commits(spark, path, app_id, HISTORY_PAGE)
+    others: set[str] = set()
     if not commits:
-        commits = materializer_commits(spark, path, app_id, None)
+        commits = materializer_commits(spark, path, app_id, None, others)
     if commits:
         return commits[0][1].last_offset + 1
+    if others:
+        # Resuming at 0 would append this cluster's log on top of another's rows.
+        raise MaterializerError(
+            f"{path} holds rows materialized for txnAppId {', '.join(sorted(others))}, never "
+            f"for {app_id!r}: it belongs to another cluster, or this cluster's id changed. "
+            "Use an empty warehouse for this cluster, or the cluster id that wrote it"
+        )
     if latest_version(spark, path) <= 0:
         return 0  # created, never written
     # Written to, but the materializer's commits are gone from the readable history (log

@@ -21,13 +21,14 @@ from kraft_spark.delta import (
     TABLES,
     CommitMetadata,
     DeltaMaterializer,
+    MaterializerError,
     TableCommit,
     history_of_key,
     snapshot,
     snapshot_version,
 )
 from kraft_spark.delta import materializer as materializer_module
-from kraft_spark.delta.materializer import WARM_UP_PREFIX
+from kraft_spark.delta.materializer import WARM_UP_PREFIX, ResumeMismatch
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
     latest_version,
@@ -448,6 +449,97 @@ def test_a_racing_writer_makes_a_direct_append_fail_not_duplicate(
     assert ours.table_offsets()[RECORDS] == 9
     assert ours.write(batches, 16) == 16
     assert_tables_equal_log(spark, tmp_path, batches)
+
+
+def test_a_stale_writer_grouping_differently_fails_not_duplicates(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A writer whose cached offsets are stale commits a range that overlaps what the table
+    holds: Delta's own check (skip only if txnVersion <= recorded) would let it through and
+    duplicate the overlap, so the commit must start right after the recorded version."""
+    batches = logdata.log()
+    current = DeltaMaterializer(spark, str(tmp_path))
+    assert current.write(batches[:2], 5) == 5
+    stale = DeltaMaterializer(spark, str(tmp_path))
+    stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first commit
+    before = versions(spark, tmp_path)
+    with pytest.raises(ResumeMismatch, match=r"records: the table holds offsets below 5 .* 0-8"):
+        stale.write(batches[:4], 9)
+    assert versions(spark, tmp_path) == before
+    # The failed call dropped its cached offsets: the next one re-reads them and goes on.
+    assert stale.write(batches, 16) == 16
+    assert_tables_equal_log(spark, tmp_path, batches)
+
+
+def test_a_history_read_racing_a_commit_is_not_cached(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One thread reads a table's offset from Delta (seconds) while the table's own thread
+    commits it and fails: the slow read's figure is stale and must not be cached, or the
+    owning thread would start again from offsets it already committed."""
+    batches = logdata.log()
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    assert materializer.write(batches[:2], 5) == 5
+    materializer._drop_next(RECORDS)  # as after a failed records commit
+    read = materializer._read_next_offset
+    raced: list[str] = []
+
+    def slow_read(table: str) -> int:
+        offset = read(table)
+        if table == RECORDS and not raced:
+            raced.append(table)
+            # Meanwhile the records thread commits up to 9, then its next call fails.
+            assert materializer.write(batches[:4], 9, (RECORDS,)) == 5
+            materializer._drop_next(RECORDS)
+        return offset
+
+    monkeypatch.setattr(materializer, "_read_next_offset", slow_read)
+    assert materializer.table_offsets()[RECORDS] == 5  # the stale figure, returned not cached
+    monkeypatch.undo()
+    assert materializer.table_offsets()[RECORDS] == 9
+    assert materializer.write(batches, 16) == 16
+    assert_tables_equal_log(spark, tmp_path, batches)
+
+
+def test_direct_appends_are_durable_before_and_after_their_commit(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Parquet file (and its directory entry) is fsync'd before the commit that adds it,
+    and the commit file (and _delta_log) before the next commit starts."""
+    fsync_paths = materializer_module._fsync_paths
+    records = tmp_path / RECORDS
+    seen: list[tuple[str, list[str]]] = []  # (path, the records commits at that moment)
+
+    def recording(*paths: str) -> None:
+        commits = sorted(p.name for p in (records / "_delta_log").glob("*.json"))
+        seen.extend((path, commits) for path in paths)
+        fsync_paths(*paths)
+
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer.prepare()
+    monkeypatch.setattr(materializer_module, "_fsync_paths", recording)
+    materializer.write(logdata.log()[:2], 5, (RECORDS,))
+    data_file = next(records.glob("*.parquet"))
+    created, commit = (f"{v:020d}.json" for v in (0, 1))
+    assert seen == [
+        (str(data_file), [created]),  # before the commit
+        (str(records), [created]),
+        (str(records / "_delta_log" / commit), [created, commit]),  # before any other
+        (str(records / "_delta_log"), [created, commit]),
+    ]
+
+
+def test_a_warehouse_of_another_cluster_is_refused(spark: Any, tmp_path: Path) -> None:
+    """Resuming at offset 0 on tables another cluster (app id) wrote would append this log on
+    top of its rows: refused, naming both ids."""
+    batches = logdata.log()
+    DeltaMaterializer(spark, str(tmp_path), app_id="cluster-a").write(batches[:2], 5)
+    other = DeltaMaterializer(spark, str(tmp_path), app_id="cluster-b")
+    with pytest.raises(MaterializerError, match=r"cluster-a, never for 'cluster-b'"):
+        other.resume_offset()
+    with pytest.raises(MaterializerError, match="another cluster"):
+        other.write(batches, 16)
+    assert read_records(spark, tmp_path) == logdata.record_rows(batches[:2])
 
 
 # ---------------------------------------------------------------------------- threads, start-up
