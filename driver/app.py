@@ -190,6 +190,9 @@ class Application:
         self._job_done = threading.Event()
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
         self._delta_ready = threading.Event()
+        # Why the application cannot go on (the warehouse belongs to another cluster): main()
+        # stops it and exits 1. Only set once, before anything was materialized.
+        self.fatal: str | None = None
         self.first_commit_s: float | None = None
         self.started_at = time.monotonic()
 
@@ -407,10 +410,23 @@ class Application:
             offsets = self._delta.prepare()
             progress(f"Delta ready in {time.monotonic() - started:.1f} s; tables at offsets "
                      f"{offsets}")
-        except Exception:  # the materializer threads retry on their own
-            log.exception("Delta warm-up failed")
+        except Exception as exc:  # the materializer threads retry on their own
+            if not self._is_fatal(exc):
+                log.exception("Delta warm-up failed")
         finally:
             self._delta_ready.set()
+
+    def _is_fatal(self, exc: BaseException) -> bool:
+        """True (and ``fatal`` set) for errors no retry can mend: tables of another cluster."""
+        from kraft_spark.delta import MaterializerError
+        from kraft_spark.delta.materializer import ResumeMismatch
+
+        if not isinstance(exc, MaterializerError) or isinstance(exc, ResumeMismatch):
+            return False
+        if self.fatal is None:
+            self.fatal = str(exc)
+            progress(f"cannot materialize: {exc}")
+        return True
 
     def _materialize_loop(self, tables: tuple[str, ...], eager: bool) -> None:
         """Commit ``tables`` from the observer's log: ``eager`` (records) once per
@@ -425,7 +441,7 @@ class Application:
         resume = -1  # read from the tables in the loop (and again after any failure)
         last_cycle = 0.0
         full_wait = cfg.materialize_full_interval_s
-        while True:
+        while self.fatal is None:
             final = self._job_done.is_set()
             if eager:
                 self._hw_event.wait(cfg.materialize_interval_s)
@@ -473,7 +489,9 @@ class Application:
                 if RECORDS in tables:
                     lag = max(0, self._hw - materializer.table_offsets()[RECORDS])
                     self.app_metrics.materialization_lag_offsets.set(lag)
-            except Exception:
+            except Exception as exc:
+                if self._is_fatal(exc):
+                    return
                 log.exception("materialization of %s failed; retrying from the Delta tables",
                               "/".join(tables))
                 time.sleep(1)
@@ -674,9 +692,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(summary), flush=True)
     progress(f"running: HTTP API at {summary['http']}, Delta tables under {cfg.warehouse}; "
              "Ctrl-C to stop")
-    while not stop.wait(1.0):
+    while not stop.wait(1.0) and app.fatal is None:
         pass
     app.stop()
+    if app.fatal is not None:
+        progress(f"stopped: {app.fatal}")
+        return 1
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,6 +113,7 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
     http_port = free_ports(1)[0]
     voter_base = consecutive_free_ports(3)
     app = App(tmp_path, http_port, voter_base)
+    cluster_id = app.info["cluster_id"]
     try:
         assert app.post({"key": "a", "value": {"v": 1}})["epoch"] >= 1
         app.post({"records": [{"key": "b", "value": "two"}, {"key": "a", "value": [1, 2]}]})
@@ -133,6 +135,21 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
         _check_tables(spark, warehouse, log)
     finally:
         assert app.stop() == 0
+
+    # The quorum's data wiped but its warehouse kept: a new cluster id, whose log would be
+    # appended on top of the old rows from offset 0. The application refuses and exits 1.
+    for entry in tmp_path.iterdir():
+        if entry.name not in ("warehouse", "app.properties", "app.log"):
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    app = App(tmp_path, http_port, voter_base)
+    assert app.info["cluster_id"] != cluster_id
+    try:
+        assert app.proc.wait(180) == 1
+    finally:
+        app.stop()
+    output = (tmp_path / "app.log").read_text(errors="replace")
+    assert "belongs to another cluster" in output, output[-3000:]
+    assert spark.read.format("delta").load(f"{warehouse}/records").count() == 26
 
 
 def _voter_hellos(log_path: Path) -> dict[int, dict[str, str]]:
