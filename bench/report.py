@@ -139,6 +139,7 @@ def markdown(results: dict[str, Any]) -> str:
             "## The Spark application",
             "",
             f"- launch → first commit: {vis.get('launch_to_first_commit_s')} s",
+            "- its HTTP rows above are measured once the first (cold) snapshot MERGE is done",
             f"- commit → visible in Delta `records` under {vis.get('rate')} appends/s: "
             f"p50 {vis.get('visible_p50_ms')} ms, p99 {vis.get('visible_p99_ms')} ms "
             f"({vis.get('measured')} records, {vis.get('delta_commits')} Delta commits)",

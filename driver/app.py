@@ -214,7 +214,8 @@ class Application:
         )
         from kraft_spark.delta import DeltaMaterializer
 
-        self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id)
+        self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id,
+                                        on_commit=self._on_table_commit)
         threading.Thread(target=self._warm_up_delta, name="delta-warm-up", daemon=True).start()
         self.control = ControlChannel(_driver_host(master))
         threading.Thread(target=self._observer_loop.run_forever, name="observer-loop",
@@ -408,6 +409,8 @@ class Application:
             if not self._delta.direct_appends:
                 self._delta.warm_up()
             offsets = self._delta.prepare()
+            for table, offset in offsets.items():
+                self.app_metrics.delta_table_offset.labels(table).set(offset)
             progress(f"Delta ready in {time.monotonic() - started:.1f} s; tables at offsets "
                      f"{offsets}")
         except Exception as exc:  # the materializer threads retry on their own
@@ -415,6 +418,11 @@ class Application:
                 log.exception("Delta warm-up failed")
         finally:
             self._delta_ready.set()
+
+    def _on_table_commit(self, commit: Any) -> None:
+        """After each table's Delta commit (a ``TableCommit``), from its materializer thread."""
+        self.app_metrics.delta_commits.labels(commit.table).inc()
+        self.app_metrics.delta_table_offset.labels(commit.table).set(commit.last_offset + 1)
 
     def _is_fatal(self, exc: BaseException) -> bool:
         """True (and ``fatal`` set) for errors no retry can mend: tables of another cluster."""

@@ -621,6 +621,19 @@ class AppMetrics:
             "Times the barrier stage hosting the voters was restarted.",
             exist_ok=True,
         )
+        self.delta_table_offset = registry.gauge(
+            app_metric_name("delta-table-offset"),
+            "Next Raft offset to materialize into each Delta table (it holds everything below), "
+            "by table.",
+            ("table",),
+            exist_ok=True,
+        )
+        self.delta_commits = registry.counter(
+            app_metric_name("delta-commits-total"),
+            "Materializer commits to each Delta table, by table.",
+            ("table",),
+            exist_ok=True,
+        )
         self.delta_compactions = registry.counter(
             app_metric_name("delta-compactions-total"),
             "Compactions (OPTIMIZE) of a Delta table by the driver, by table.",

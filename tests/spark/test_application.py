@@ -133,6 +133,17 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
         assert len(log) == 26
         _wait_materialized(spark, warehouse, 26)
         _check_tables(spark, warehouse, log)
+        # Each table's materialized offset on /metrics: everything committed, and the last
+        # committed offset is the last record's (the LeaderChange records come first).
+        with urllib.request.urlopen(f"{app.url}/metrics", timeout=60) as response:
+            metrics = response.read().decode()
+        offsets = {
+            m.group(1): float(m.group(2))
+            for m in re.finditer(r'kraft_spark_delta_table_offset\{table="(\w+)"\} (\S+)', metrics)
+        }
+        assert offsets["records"] == log[-1]["offset"] + 1
+        assert set(offsets) == {"records", "snapshot", "quorum_events"}
+        assert re.search(r'kraft_spark_delta_commits_total\{table="records"\} [1-9]', metrics)
     finally:
         assert app.stop() == 0
 
