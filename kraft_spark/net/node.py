@@ -523,7 +523,14 @@ class RaftNode:
 
     def _dispatch(self, ready: Ready) -> None:
         for out in ready.sends:
-            self._send(out)
+            try:
+                self._send(out)
+            except Exception:
+                # A request the codec refuses (a field out of its wire range) must not cost
+                # the rest of this Ready (replies, other sends); the core's own request
+                # timeout expires the lost one.
+                log.exception("node %d: could not send %s to %d",
+                              self.config.node_id, type(out.message).__name__, out.dest)
         for reply in ready.replies:
             token = reply.token
             if isinstance(token, _LocalToken):

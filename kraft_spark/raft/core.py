@@ -279,6 +279,10 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
         if req.leader_epoch < self.epoch:
             self.reply(token, self._bqe_response(ErrorCode.FENCED_LEADER_EPOCH))
             return
+        if req.leader_id not in self.voters:
+            # Only a voter can lead: never adopt a leader (or its epoch) from anyone else.
+            self.reply(token, self._bqe_response(ErrorCode.INCONSISTENT_VOTER_SET))
+            return
         if req.leader_epoch == self.epoch and self.leader_id not in (NO_LEADER, req.leader_id):
             # Two leaders in one epoch would be a safety violation; refuse, never adopt.
             self.reply(token, self._bqe_response(ErrorCode.INVALID_REQUEST))
@@ -293,6 +297,10 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
     def handle_end_quorum_epoch(self, token: object, req: EndQuorumEpochRequest) -> None:
         if req.cluster_id != self.cluster_id:
             self.reply(token, self._eqe_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
+            return
+        if req.leader_id not in self.voters:
+            # Neither its epoch nor its successor ranking counts (see handle_vote_request).
+            self.reply(token, self._eqe_response(ErrorCode.INCONSISTENT_VOTER_SET))
             return
         if req.leader_epoch < self.epoch:
             self._maybe_late_succession(req)

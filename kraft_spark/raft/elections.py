@@ -112,12 +112,20 @@ class ElectionMixin(CoreState):
 
     def handle_vote_request(self, token: object, req: VoteRequest) -> None:
         """SPEC §5 order: cluster id, epoch, one vote per epoch, known voter, up-to-date log.
-        The grant is persisted (Ready.persist) before the reply leaves the node."""
+        The grant is persisted (Ready.persist) before the reply leaves the node.
+
+        A candidate that is not a voter is refused *before* its epoch is adopted (as Kafka's
+        validateVoterOnlyRequest does): anyone can open a connection, and adopting the epoch
+        of such a request would let one stray frame push every voter to an arbitrary epoch
+        (up to 2^31 - 1, after which no election can be encoded at all)."""
         if req.cluster_id != self.cluster_id:
             self.reply(token, self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False))
             return
         if req.candidate_epoch < self.epoch:
             self.reply(token, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
+            return
+        if req.candidate_id not in self.voters:
+            self.reply(token, self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False))
             return
         if req.candidate_epoch > self.epoch:
             campaign_at = self._own_campaign_time()
@@ -126,9 +134,6 @@ class ElectionMixin(CoreState):
             # must not postpone our own candidacy, or a stale candidate retrying with higher
             # epochs would keep the up-to-date voters from ever campaigning.
             self.election_deadline = min(self.election_deadline, campaign_at)
-        if req.candidate_id not in self.voters:
-            self.reply(token, self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False))
-            return
         decision = self._rule_decide_vote(req)
         if decision.granted and self.voted_id != req.candidate_id:
             self.voted_id = req.candidate_id

@@ -1,0 +1,77 @@
+"""Vote, BeginQuorumEpoch and EndQuorumEpoch are voter-only requests: one from a node id that
+is not in the voter set is refused with INCONSISTENT_VOTER_SET and changes nothing, not even
+the epoch. Anyone can open a connection to a voter; before this rule one Vote of a stranger
+with epoch 2^31 - 1 moved every voter to that epoch for good (no later election could be
+encoded), and a stranger's BeginQuorumEpoch made a voter follow a leader that does not exist.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.messages import (
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    ErrorCode,
+    VoteRequest,
+)
+from kraft_spark.raft.records import Batch, Record
+from kraft_spark.raft.state import Role
+from kraft_spark.sim.memlog import MemoryLog
+
+CLUSTER = "unit-cluster"
+T0 = 50_000
+INT32_MAX = 2**31 - 1
+STRANGER = 999
+
+
+def follower() -> RaftCore:
+    """Node 3, Follower of node 1 in epoch 1, holding one record."""
+    log = MemoryLog()
+    log.append(Batch(0, 1, (Record(None, b"a"),)))
+    log.flush()
+    core = RaftCore(node_id=3, cluster_id=CLUSTER, voters=(1, 2, 3), log=log,
+                    config=QuorumConfig(), rng=random.Random(7), now_ms=T0)
+    core.handle_request(T0, 1, "bqe", BeginQuorumEpochRequest(CLUSTER, 1, 1))
+    core.take_ready()
+    assert core.role is Role.FOLLOWER and (core.epoch, core.leader_id) == (1, 1)
+    return core
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        VoteRequest(CLUSTER, INT32_MAX, STRANGER, 1, 1),
+        VoteRequest(CLUSTER, 2, -1, 1, 1),
+        BeginQuorumEpochRequest(CLUSTER, STRANGER, INT32_MAX),
+        BeginQuorumEpochRequest(CLUSTER, STRANGER, 2),
+        EndQuorumEpochRequest(CLUSTER, STRANGER, INT32_MAX, (3,)),
+        EndQuorumEpochRequest(CLUSTER, STRANGER, 1, (3,)),
+    ],
+    ids=["vote-max-epoch", "vote-negative-id", "bqe-max-epoch", "bqe-next-epoch",
+         "eqe-max-epoch", "eqe-same-epoch"],
+)
+def test_a_voter_only_request_from_a_stranger_changes_nothing(request_: object) -> None:
+    core = follower()
+    deadline = core.election_deadline
+    core.handle_request(T0 + 1, STRANGER, "req", request_)
+    ready = core.take_ready()
+    [reply] = ready.replies
+    assert reply.message.error == ErrorCode.INCONSISTENT_VOTER_SET  # type: ignore[attr-defined]
+    assert ready.persist is None  # no new quorum-state on disk
+    assert (core.role, core.epoch, core.leader_id, core.voted_id) == (Role.FOLLOWER, 1, 1, -1)
+    assert core.election_deadline == deadline
+
+
+def test_the_same_vote_from_a_voter_is_still_adopted() -> None:
+    """The check is on who asks, not on what: a voter's Vote of a later epoch moves us."""
+    core = follower()
+    core.handle_request(T0 + 1, 2, "vote", VoteRequest(CLUSTER, 5, 2, 1, 1))
+    ready = core.take_ready()
+    [reply] = ready.replies
+    assert reply.message.error == ErrorCode.NONE  # type: ignore[attr-defined]
+    assert core.epoch == 5 and ready.persist is not None
