@@ -92,6 +92,10 @@ MAX_RECORDS_PER_REQUEST: Final = 1000
 MAX_READ_LIMIT: Final = 1000
 IDEMPOTENCY_KEYS: Final = 10_000
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
+# Values are served back as JSON, whose serializer stops at 255 levels (the response adds 3):
+# a value nested deeper could be stored but never read back over HTTP.
+MAX_VALUE_DEPTH: Final = 128
+MAX_OFFSET: Final = 2**63 - 1  # Kafka offsets are int64
 READY_TIMEOUT_S: Final = 5.0
 RETRY_AFTER_S: Final = "1"
 
@@ -306,11 +310,53 @@ def _encode_value(value: Any, index: int) -> bytes | None:
     if value is None:
         return None
     try:
-        return _VALUE_JSON.encode(value).encode("utf-8")
+        encoded = _VALUE_JSON.encode(value).encode("utf-8")
     except ValueError:
         raise ApiError(
             422, f"records[{index}].value holds a number JSON cannot represent (too large)"
         ) from None
+    problem = _unservable(value, encoded)
+    if problem is not None:
+        # Accepting it would acknowledge a record that no HTTP read could return.
+        raise ApiError(422, f"records[{index}].value {problem}: fix the value")
+    return encoded
+
+
+def _unservable(value: Any, encoded: bytes) -> str | None:
+    """Why ``value`` (``encoded``: its compact JSON, ASCII with escapes) cannot be served back
+    as JSON, or None: a string holding a lone UTF-16 surrogate (JSON's ``\\ud800`` escape
+    makes one; no UTF-8 text can carry it) or nesting deeper than MAX_VALUE_DEPTH. Only walks
+    the value when its JSON text has a surrogate escape or that many brackets."""
+    surrogate = b"\\ud" in encoded or b"\\uD" in encoded
+    if not surrogate and encoded.count(b"[") + encoded.count(b"{") <= MAX_VALUE_DEPTH:
+        return None
+    return _walk_unservable(value, 0)
+
+
+def _walk_unservable(value: Any, depth: int) -> str | None:
+    """``depth``: the lists and objects around ``value``."""
+    kind = type(value)
+    if kind is str:
+        return None if _is_utf8(value) else _LONE_SURROGATE
+    if (kind is list or kind is dict) and depth >= MAX_VALUE_DEPTH:
+        return f"is nested more than {MAX_VALUE_DEPTH} levels deep"
+    if kind is list:
+        for item in value:
+            problem = _walk_unservable(item, depth + 1)
+            if problem is not None:
+                return problem
+    elif kind is dict:
+        for name, item in value.items():
+            problem = _LONE_SURROGATE if not _is_utf8(name) else _walk_unservable(item, depth + 1)
+            if problem is not None:
+                return problem
+    return None
+
+
+_LONE_SURROGATE: Final = (
+    "holds a string with a lone UTF-16 surrogate escape (such as \\ud800), which is not "
+    "Unicode text"
+)
 
 
 RecordFields = tuple[str, Any, dict[str, str]]  # key, value, headers: a validated record
@@ -457,12 +503,17 @@ async def _asgi_chunks(receive: Receive) -> AsyncIterator[bytes]:
 
 
 def _decode_value(value: bytes | None) -> Any:
+    """A stored value as JSON when it is JSON that can be served back, else as text (values
+    written by other clients need not be JSON; see _unservable)."""
     if value is None:
         return None
     try:
-        return json.loads(value, parse_constant=_reject_constant)
+        decoded = json.loads(value, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
         return value.decode("utf-8", errors="replace")
+    if _unservable(decoded, value) is not None:
+        return value.decode("utf-8", errors="replace")
+    return decoded
 
 
 def _record_out(record: CommittedRecord) -> RecordOut:
@@ -870,7 +921,7 @@ def _route_path(scope: Scope) -> str:
 def _unexpected(exc: Exception) -> Response:
     log.exception("unexpected error in the HTTP sidecar", exc_info=exc)
     return _error_response(
-        500, f"internal error ({type(exc).__name__}: {exc}); see the sidecar's log"
+        500, f"internal error ({type(exc).__name__}: {exc}); see this server's log"
     )
 
 
@@ -1026,7 +1077,9 @@ def create_app(
         tags=["records"],
     )
     async def read_records(
-        from_offset: Annotated[int, Query(ge=0, description="First offset to return.")] = 0,
+        from_offset: Annotated[
+            int, Query(ge=0, le=MAX_OFFSET, description="First offset to return.")
+        ] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_READ_LIMIT)] = 100,
     ) -> ReadResponse:
         try:

@@ -319,6 +319,11 @@ def test_read_returns_committed_records_and_next_offset(
         (b'{"key": "\\ud800", "value": 1}', 422, "key"),
         (b'{"key": "k", "value": 1, "headers": {"h": "\\udcff"}}', 422, "header name or value"),
         (b'{"key": "k", "value": 1, "headers": {"\\ud800": "v"}}', 422, "header name or value"),
+        # Values that could be stored but never served back as JSON (see _unservable).
+        (b'{"key": "k", "value": "\\ud800"}', 422, "records[0].value holds a string with a lone"),
+        (b'{"key": "k", "value": {"a": ["x", {"\\udfff": 1}]}}', 422, "lone UTF-16 surrogate"),
+        (b'{"records": [{"key": "a", "value": 1}, {"key": "b", "value": '
+         + b"[" * 129 + b"]" * 129 + b"}]}", 422, "records[1].value is nested more than 128"),
     ],
 )
 def test_bad_bodies_are_refused_and_nothing_is_appended(
@@ -330,6 +335,55 @@ def test_bad_bodies_are_refused_and_nothing_is_appended(
     assert reply.headers["content-type"] == "application/json"
     assert fragment in reply.json()["error"]
     assert backend.appends == []
+
+
+def test_values_at_the_limits_are_accepted_and_read_back(
+    serve: Serve, backend: InMemoryTestBackend
+) -> None:
+    """A surrogate *pair* (an emoji written as two escapes) is Unicode; 128 levels are fine;
+    brackets inside strings do not count as nesting."""
+    client = serve()
+    deep: object = 0
+    for _ in range(128):
+        deep = [deep]
+    accepted = [
+        ("emoji", b'{"key": "emoji", "value": {"\\ud83d\\ude00": "\\ud83d\\ude00"}}',
+         {"\U0001f600": "\U0001f600"}),
+        ("deep", json.dumps({"key": "deep", "value": deep}).encode(), deep),
+        ("brackets", json.dumps({"key": "brackets", "value": "[" * 500}).encode(), "[" * 500),
+    ]
+    for key, body, _ in accepted:
+        assert client.post_raw(body).status == 200, key
+    records = client.get("/v1/records?from_offset=0").json()["records"]
+    assert [(r["key"], r["value"]) for r in records] == [(k, v) for k, _, v in accepted]
+
+
+def test_stored_values_http_cannot_serve_as_json_are_read_back_as_text(
+    serve: Serve, backend: InMemoryTestBackend
+) -> None:
+    """Records written by other clients (the native one takes any bytes) with a lone surrogate
+    escape or deep nesting: the read answers with their JSON text instead of failing with 500
+    on every page that holds them."""
+    client = serve()
+    lone = b'{"a":"\\uD800"}'
+    deep = b"[" * 300 + b"]" * 300
+    backend.log.append(CommittedRecord(0, 3, T, b"lone", lone, ()))
+    backend.log.append(CommittedRecord(1, 3, T, b"deep", deep, ()))
+    backend.log.append(CommittedRecord(2, 3, T, b"fine", b'{"a":1}', ()))
+    reply = client.get("/v1/records?from_offset=0")
+    assert reply.status == 200, reply.body
+    assert [r["value"] for r in reply.json()["records"]] == [
+        lone.decode(), deep.decode(), {"a": 1}
+    ]
+
+
+def test_offsets_beyond_int64_are_422(serve: Serve) -> None:
+    client = serve()
+    assert client.get(f"/v1/records?from_offset={2**63 - 1}").json()["records"] == []
+    for offset in (2**63, 10**30):
+        reply = client.get(f"/v1/records?from_offset={offset}")
+        assert reply.status == 422, reply.body
+        assert "from_offset" in reply.json()["error"]
 
 
 def test_non_json_content_type_is_refused(serve: Serve, backend: InMemoryTestBackend) -> None:
