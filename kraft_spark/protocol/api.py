@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, Final
 
 from kraft_spark.protocol import messages as m
 from kraft_spark.protocol.exceptions import EncodeError, ProtocolError, UnsupportedVersionError
@@ -160,13 +160,19 @@ def encode_request(
     return _finish_frame(out)
 
 
+# Array elements one request may hold, over all its arrays. KRaft's requests name one topic and
+# one partition, a few voters and endpoints; refusing more before building them keeps one
+# frame of millions of tiny elements from blocking a node's loop for seconds.
+MAX_REQUEST_ARRAY_ELEMENTS: Final = 4096
+
+
 def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Body]:
     """Decode a request payload (without its size prefix) into its header and body.
 
     Raises :class:`UnsupportedVersionError` (with the correlation id) for an API key or version
     we do not implement, and :class:`ProtocolError` for anything malformed.
     """
-    r = Reader(frame)
+    r = Reader(frame, max_elements=MAX_REQUEST_ARRAY_ELEMENTS)
     if r.remaining < _REQUEST_PREFIX.size:
         raise ProtocolError("request shorter than its header")
     api_key, api_version, correlation_id = _REQUEST_PREFIX.unpack_from(r.buf, 0)

@@ -22,6 +22,7 @@ truncated or malformed read raises :class:`ProtocolError` and nothing else (no `
 from __future__ import annotations
 
 import struct
+import sys
 import uuid
 
 from kraft_spark.protocol.exceptions import EncodeError, ProtocolError
@@ -52,10 +53,14 @@ class Reader:
     with a narrower ``[pos, end)`` window, so nothing is copied until a value is materialized.
     """
 
-    __slots__ = ("buf", "end", "pos")
+    __slots__ = ("buf", "elements_left", "end", "pos")
 
     def __init__(
-        self, data: bytes | bytearray | memoryview, pos: int = 0, end: int | None = None
+        self,
+        data: bytes | bytearray | memoryview,
+        pos: int = 0,
+        end: int | None = None,
+        max_elements: int = sys.maxsize,
     ) -> None:
         view = data if isinstance(data, memoryview) else memoryview(data)
         if view.ndim != 1 or view.format != "B":
@@ -63,6 +68,8 @@ class Reader:
         self.buf: memoryview = view
         self.end: int = len(view) if end is None else end
         self.pos: int = pos
+        # Array elements this reader may still decode, over all its arrays (see array_length).
+        self.elements_left: int = max_elements
         if not 0 <= pos <= self.end <= len(view):
             raise ValueError("reader window outside its buffer")
 
@@ -253,13 +260,17 @@ class Reader:
         """Element count of an array (-1 = null), checked against the bytes left.
 
         Each element occupies at least ``max(min_element_size, 1)`` bytes, so a hostile count
-        fails here instead of allocating a huge list.
+        fails here instead of allocating a huge list. The reader's element budget bounds the
+        rest: an 8 MiB frame of 3-byte elements is 2.7 million of them, seconds of decoding.
         """
         n = self.uvarint() - 1 if compact else self.int32()
         if n < -1:
             raise ProtocolError(f"negative array length {n}")
         if n * max(min_element_size, 1) > self.end - self.pos:
             raise ProtocolError(f"array of {n} elements exceeds the {self.remaining} bytes left")
+        self.elements_left -= n
+        if self.elements_left < 0:
+            raise ProtocolError(f"array of {n} elements: more than this message may hold")
         return n
 
     def skip_tagged_fields(self) -> None:
