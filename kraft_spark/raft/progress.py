@@ -48,6 +48,12 @@ class ReplicaProgress:
         )
 
 
+# Observers a leader tracks at most (DescribeQuorum lists them all): anyone may fetch with a
+# made-up replica id, and 20,000 such made /v1/quorum 2 MB and slowed other requests. At the
+# limit the observer seen least recently is forgotten (as if it had expired).
+MAX_OBSERVERS = 1000
+
+
 class LeaderProgress:
     """Replication progress of all voters and recently seen observers for one leader epoch."""
 
@@ -74,6 +80,9 @@ class LeaderProgress:
         if progress is None:
             progress = self.observers.get(replica_id)
             if progress is None:
+                if len(self.observers) >= MAX_OBSERVERS:
+                    stalest = min(self.observers.values(), key=lambda p: p.last_fetch_ts)
+                    del self.observers[stalest.replica_id]
                 progress = self.observers[replica_id] = ReplicaProgress(replica_id)
             progress.on_fetch(now_ms, fetch_offset, leader_end)
             return False

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.producers import ProducerStateTable, SequenceCheck
-from kraft_spark.raft.progress import ReplicaProgress
+from kraft_spark.raft.progress import MAX_OBSERVERS, LeaderProgress, ReplicaProgress
 from kraft_spark.raft.quorum import majority, majority_offset
 from kraft_spark.raft.records import (
     Batch,
@@ -134,3 +134,19 @@ def test_transition_table_is_enforced() -> None:
     with pytest.raises(IllegalTransitionError):
         check_transition(Role.UNATTACHED, Role.CANDIDATE, may_vote=False, epoch_changed=True)
     check_transition(Role.CANDIDATE, Role.LEADER, may_vote=True, epoch_changed=False)
+
+
+def test_observers_tracked_are_bounded_stalest_forgotten_first() -> None:
+    """Anyone can fetch with a made-up replica id: the leader tracks at most MAX_OBSERVERS and
+    forgets the one seen least recently; voters are never affected."""
+    progress = LeaderProgress(local_id=0, voters=(0, 1, 2))
+    for i in range(MAX_OBSERVERS + 5):
+        assert not progress.on_fetch(1000 + i, now_ms=i, fetch_offset=0, leader_end=10)
+    assert len(progress.observers) == MAX_OBSERVERS
+    assert min(progress.observers) == 1005 and max(progress.observers) == 1000 + MAX_OBSERVERS + 4
+    # An observer that keeps fetching stays; the stalest other one goes.
+    progress.on_fetch(1005, now_ms=10_000, fetch_offset=0, leader_end=10)
+    progress.on_fetch(9999, now_ms=10_001, fetch_offset=0, leader_end=10)
+    assert 1005 in progress.observers and 1006 not in progress.observers
+    assert progress.on_fetch(1, now_ms=10_002, fetch_offset=10, leader_end=10)  # a voter counts
+    assert set(progress.voters) == {1, 2}
