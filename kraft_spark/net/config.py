@@ -11,6 +11,10 @@ names are ignored):
 * ``controller.quorum.voters``: ``id@host:port,...``;
 * ``controller.quorum.*`` timings (``kraft_spark.raft.config``);
 * ``socket.request.max.bytes``: the largest frame accepted (default 8 MiB);
+* ``max.connections``: connections the listener holds at most; more are closed at once
+  (default 1000);
+* ``connections.max.idle.ms``: a connection that sent nothing for this long is closed
+  (default 600000, Kafka's);
 * ``ssl.certificate.location`` / ``ssl.key.location`` / ``ssl.ca.location``: PEM files; when
   set, every connection (peers and clients) uses mutual TLS and a peer without a certificate
   signed by the CA is refused;
@@ -38,6 +42,8 @@ from kraft_spark.config_keys import check_known
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
 
 
 def load_properties(path: str) -> dict[str, str]:
@@ -148,6 +154,8 @@ class NodeConfig:
     http_listener: tuple[str, int] | None = None
     http_token: str | None = None
     inline_flush_max_ms: float = 2.0
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
 
     @property
     def is_voter(self) -> bool:
@@ -174,6 +182,10 @@ class NodeConfig:
         else:
             raise ConfigError("listeners is required for an observer (host:port to bind)")
         max_frame = int(props.get("socket.request.max.bytes", DEFAULT_MAX_FRAME_BYTES))
+        max_connections = _positive_int(props, "max.connections", DEFAULT_MAX_CONNECTIONS)
+        max_idle_ms = _positive_int(
+            props, "connections.max.idle.ms", DEFAULT_CONNECTIONS_MAX_IDLE_MS
+        )
         metrics = props.get("metrics.port", "").strip()
         http = props.get("kraft.http.listener", "").strip()
         http_listener = parse_endpoint(http, "kraft.http.listener") if http else None
@@ -188,13 +200,20 @@ class NodeConfig:
             ) from None
         if inline_flush_max_ms < 0:
             raise ConfigError("kraft.log.flush.inline.max.ms must be ≥ 0 (0: never inline)")
+        quorum = QuorumConfig.from_properties(props)
+        if max_idle_ms < quorum.fetch_timeout_ms:
+            raise ConfigError(
+                f"connections.max.idle.ms ({max_idle_ms}) must be at least "
+                f"controller.quorum.fetch.timeout.ms ({quorum.fetch_timeout_ms}): a follower "
+                "waiting for new records sends nothing for up to that long"
+            )
         return cls(
             node_id=node_id,
             log_dir=required("log.dirs").split(",")[0].strip(),
             host=host,
             port=port,
             voters=voters,
-            quorum=QuorumConfig.from_properties(props),
+            quorum=quorum,
             max_frame_bytes=max_frame,
             tls=TlsConfig.from_properties(props),
             metrics_port=int(metrics) if metrics else None,
@@ -202,4 +221,19 @@ class NodeConfig:
             http_listener=http_listener,
             http_token=http_token,
             inline_flush_max_ms=inline_flush_max_ms,
+            max_connections=max_connections,
+            connections_max_idle_ms=max_idle_ms,
         )
+
+
+def _positive_int(props: Mapping[str, str], key: str, default: int) -> int:
+    raw = props.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{key} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"{key} must be a positive integer, got {value}")
+    return value

@@ -239,6 +239,8 @@ class RaftNode:
             max_frame_bytes=cfg.max_frame_bytes,
             name=f"node {cfg.node_id}",
             decode=self._decode_request,
+            max_connections=cfg.max_connections,
+            idle_timeout_s=cfg.connections_max_idle_ms / 1000,
         )
         await self._server.start()
         log.info(

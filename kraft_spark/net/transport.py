@@ -107,6 +107,7 @@ class ServerConnection:
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.closed = False
+        self.last_read = 0.0  # loop time of the last bytes received (see FrameServer idle)
 
     def respond(self, api_key: int, api_version: int, correlation_id: int, body: Body) -> None:
         """Send a response (dropped silently if the connection is gone)."""
@@ -143,9 +144,17 @@ class FrameServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         name: str = "server",
         decode: RequestDecoder = decode_request,
+        max_connections: int | None = None,
+        idle_timeout_s: float | None = None,
     ) -> None:
         """``decode`` turns a request payload into its header and what ``handler`` gets as
-        the body; it raises as ``decode_request`` does (whose dict bodies it defaults to)."""
+        the body; it raises as ``decode_request`` does (whose dict bodies it defaults to).
+
+        ``max_connections``: connections beyond it are closed at once (Kafka's
+        ``max.connections``); ``idle_timeout_s``: a connection that sent nothing for that long
+        is closed (Kafka's ``connections.max.idle.ms``). Each connection costs a descriptor
+        and up to a frame of buffer, so without them a peer opening thousands, or trickling
+        bytes, could exhaust the process's descriptors or memory; None: no limit."""
         self.host = host
         self._port = port
         self._handler = handler
@@ -157,6 +166,12 @@ class FrameServer:
         self._connections: set[ServerConnection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.rejected = 0  # connections closed for bad input (a metric and a test hook)
+        self._max_connections = max_connections
+        self._idle_timeout_s = idle_timeout_s
+        self._sweeper: asyncio.Task[None] | None = None
+        self.refused_connections = 0  # over max_connections
+        self.idle_closed = 0
+        self._last_refusal_log = -1e9
 
     @property
     def port(self) -> int:
@@ -169,8 +184,29 @@ class FrameServer:
         self._server = await asyncio.start_server(
             self._serve, self.host, self._port, ssl=self._ssl, limit=READ_CHUNK
         )
+        if self._idle_timeout_s is not None:
+            self._sweeper = asyncio.create_task(self._close_idle(self._idle_timeout_s))
+
+    async def _close_idle(self, timeout_s: float) -> None:
+        """Close connections that sent nothing for ``timeout_s``, checking 4 times per period
+        (so one lives at most 1.25 x the timeout). A scan, not a timer per read: reads are the
+        commit path."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(timeout_s / 4)
+            cutoff = loop.time() - timeout_s
+            for conn in [c for c in self._connections if c.last_read < cutoff]:
+                self.idle_closed += 1
+                log.info("%s: closing %s: nothing received for %.0f s", self._name, conn.peer,
+                         timeout_s)
+                conn.close()
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):
@@ -189,8 +225,15 @@ class FrameServer:
         if task is not None:
             self._tasks.add(task)
         conn = ServerConnection(writer)
+        loop = asyncio.get_running_loop()
+        if self._max_connections is not None and len(self._connections) >= self._max_connections:
+            self._refuse_connection(conn, loop.time())
+            if task is not None:
+                self._tasks.discard(task)
+            return
         self._connections.add(conn)
         decoder = FrameDecoder(self._max_frame_bytes)
+        conn.last_read = loop.time()
         try:
             while True:
                 try:
@@ -200,6 +243,7 @@ class FrameServer:
                     break
                 if not data:
                     break
+                conn.last_read = loop.time()
                 try:
                     frames = decoder.feed(data)
                 except ProtocolError as exc:
@@ -224,6 +268,17 @@ class FrameServer:
     def _reject(self, conn: ServerConnection, why: str) -> None:
         self.rejected += 1
         log.warning("%s: closing connection from %s: %s", self._name, conn.peer, why)
+        conn.close()
+
+    def _refuse_connection(self, conn: ServerConnection, now: float) -> None:
+        self.refused_connections += 1
+        if now - self._last_refusal_log >= 10.0:  # a flood must not flood the log too
+            self._last_refusal_log = now
+            log.warning(
+                "%s: refusing connections (%s the latest): %d open, the maximum "
+                "(max.connections); %d refused so far",
+                self._name, conn.peer, len(self._connections), self.refused_connections,
+            )
         conn.close()
 
     async def _dispatch_in_turns(

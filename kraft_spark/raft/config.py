@@ -52,6 +52,17 @@ class QuorumConfig:
                 raise ConfigError(f"{f.name} must be a non-negative integer, got {value!r}")
         if self.election_timeout_ms == 0 or self.fetch_timeout_ms == 0:
             raise ConfigError("election and fetch timeouts must be positive")
+        # A leader holds an idle follower's Fetch for up to fetch.max.wait: the answer must
+        # come before the follower gives up on the request, and on the leader. Otherwise an
+        # idle quorum re-elects a leader every fetch timeout (seen with 500 ms / 500 ms / 600).
+        for other, name in ((self.request_timeout_ms, "request.timeout.ms"),
+                            (self.fetch_timeout_ms, "fetch.timeout.ms")):
+            if self.fetch_max_wait_ms >= other:
+                raise ConfigError(
+                    f"controller.quorum.fetch.max.wait.ms ({self.fetch_max_wait_ms}) must be "
+                    f"below controller.quorum.{name} ({other}): a Fetch waiting that long at an "
+                    "idle leader would time out and start an election"
+                )
 
     @property
     def check_quorum_timeout_ms(self) -> int:

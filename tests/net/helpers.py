@@ -15,7 +15,8 @@ from kraft_spark.raft.config import QuorumConfig
 
 CLUSTER = "test-cluster"
 # Short timeouts keep elections quick in tests; still well above loopback latencies.
-FAST = QuorumConfig(fetch_timeout_ms=600, election_timeout_ms=300, request_timeout_ms=500)
+FAST = QuorumConfig(fetch_timeout_ms=600, election_timeout_ms=300, request_timeout_ms=500,
+                    fetch_max_wait_ms=200)
 
 
 def free_ports(n: int) -> list[int]:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kraft_spark.net.node import RaftNode
 from kraft_spark.net.transport import FRAMES_PER_TURN, FrameServer, ServerConnection
 from kraft_spark.protocol import ApiKey, ProtocolError
 from kraft_spark.protocol.api import MAX_REQUEST_ARRAY_ELEMENTS, decode_request, encode_request
@@ -73,3 +76,95 @@ def test_pipelined_requests_leave_the_loop_turns_between_slices() -> None:
             await server.close()
 
     asyncio.run(body())
+
+
+async def _api_versions(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        corr: int) -> bool:
+    """One ApiVersions round trip on a raw connection; False when the server closed it."""
+    writer.write(encode_request(ApiKey.API_VERSIONS, 0, corr, "t", {}))
+    try:
+        await writer.drain()
+        size = await asyncio.wait_for(reader.readexactly(4), 5)
+        await reader.readexactly(int.from_bytes(size, "big"))
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+    return True
+
+
+def test_connections_over_the_maximum_are_closed_at_once() -> None:
+    async def body() -> None:
+        server = FrameServer("127.0.0.1", 0, lambda *_: None, max_connections=2)
+        await server.start()
+        try:
+            first = await asyncio.open_connection("127.0.0.1", server.port)
+            second = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await _api_versions(*first, 1) and await _api_versions(*second, 1)
+            third_reader, third_writer = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await asyncio.wait_for(third_reader.read(), 5) == b""  # closed by the server
+            assert server.refused_connections == 1
+            assert await _api_versions(*first, 2) and await _api_versions(*second, 2)
+            first[1].close()
+            for _ in range(100):  # the server notices the close, then a slot is free again
+                if not server._connections or len(server._connections) < 2:
+                    break
+                await asyncio.sleep(0.01)
+            fourth = await asyncio.open_connection("127.0.0.1", server.port)
+            assert await _api_versions(*fourth, 1)
+            for _, writer in (second, fourth):
+                writer.close()
+            third_writer.close()
+        finally:
+            await server.close()
+
+    asyncio.run(body())
+
+
+def test_a_silent_connection_is_closed_after_the_idle_timeout() -> None:
+    """A peer that sends nothing (or trickles nothing) is closed; one that keeps sending stays.
+    Kafka's connections.max.idle.ms, here 0.4 s."""
+
+    async def body() -> None:
+        server = FrameServer("127.0.0.1", 0, lambda *_: None, idle_timeout_s=0.4)
+        await server.start()
+        try:
+            silent_reader, silent_writer = await asyncio.open_connection("127.0.0.1",
+                                                                         server.port)
+            busy = await asyncio.open_connection("127.0.0.1", server.port)
+            for corr in range(15):  # 1.5 s, several idle periods
+                assert await _api_versions(*busy, corr), f"busy connection closed at {corr}"
+                await asyncio.sleep(0.1)
+            assert await asyncio.wait_for(silent_reader.read(), 5) == b""
+            assert server.idle_closed == 1
+            silent_writer.close()
+            busy[1].close()
+        finally:
+            await server.close()
+
+    asyncio.run(body())
+
+
+def test_a_client_goes_on_after_its_idle_connection_was_closed(tmp_path: Path) -> None:
+    """The node closes a client's idle connection; the client's next call still succeeds
+    (it reconnects) and nothing is lost."""
+    from kraft_spark.client import AsyncQuorumClient, NewRecord
+
+    from .helpers import FAST, leader_of, make_nodes, run_nodes
+
+    nodes = make_nodes(tmp_path, quorum=FAST)
+    # Above the time a follower's Fetch may wait at the leader, as the config check requires.
+    nodes = [RaftNode(replace(n.config, connections_max_idle_ms=1000)) for n in nodes]
+
+    async def body(nodes: list[RaftNode]) -> None:
+        client = AsyncQuorumClient([f"127.0.0.1:{n.port}" for n in nodes])
+        first = await client.append([NewRecord(b"k", b"1")])
+        await asyncio.sleep(1.6)  # > 1.25 x 1 s: the leader closed our connection
+        leader = leader_of(nodes)
+        assert leader is not None and leader._server is not None
+        assert leader._server.idle_closed >= 1
+        second = await client.append([NewRecord(b"k", b"2")])
+        assert second.base_offset == first.base_offset + 1
+        records = await client.read(first.base_offset, 2)
+        assert [r.value for r in records] == [b"1", b"2"]
+        await client.close()
+
+    asyncio.run(run_nodes(nodes, body))

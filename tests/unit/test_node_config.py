@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kraft_spark.net.config import NodeConfig
@@ -60,3 +62,28 @@ def test_the_applications_keys_and_kafkas_other_names_are_accepted() -> None:
         "process.roles": "controller",
     })
     assert config.node_id == 1
+
+
+def test_connection_limits() -> None:
+    config = NodeConfig.from_properties(BASE)
+    assert (config.max_connections, config.connections_max_idle_ms) == (1000, 600_000)
+    config = NodeConfig.from_properties(
+        {**BASE, "max.connections": "50", "connections.max.idle.ms": "30000"})
+    assert (config.max_connections, config.connections_max_idle_ms) == (50, 30_000)
+
+
+@pytest.mark.parametrize("props, fragment", [
+    ({"max.connections": "0"}, "max.connections must be a positive integer, got 0"),
+    ({"max.connections": "many"}, "max.connections must be a positive integer, got 'many'"),
+    ({"connections.max.idle.ms": "1000"},
+     "connections.max.idle.ms (1000) must be at least controller.quorum.fetch.timeout.ms (2000)"),
+    ({"controller.quorum.fetch.max.wait.ms": "2000"},
+     "fetch.max.wait.ms (2000) must be below controller.quorum.request.timeout.ms (2000)"),
+    ({"controller.quorum.fetch.timeout.ms": "400"},
+     "fetch.max.wait.ms (500) must be below controller.quorum.fetch.timeout.ms (400)"),
+])
+def test_settings_that_would_disturb_the_quorum_are_refused(
+    props: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        NodeConfig.from_properties({**BASE, **props})
