@@ -149,6 +149,7 @@ class RaftNode:
         self._flush_avg_s = 0.0  # recent fsync duration (see _flushed_in)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = -1
+        self._timer_due = 0.0  # loop time at which the armed timer fires
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._failed: BaseException | None = None
@@ -636,14 +637,20 @@ class RaftNode:
     def _arm_timer(self, deadline_ms: int) -> None:
         if self._stopping:
             return
+        loop = asyncio.get_running_loop()
         if self._timer is not None:
-            if deadline_ms == self._timer_at:
+            # A timer already due is kept: it runs on this loop turn, and its poll re-arms for
+            # whatever is next. Once anything is overdue every Ready's deadline is "now"
+            # (RaftCore.next_deadline), a new value each millisecond; re-arming on each let
+            # the requests of two or more busy connections cancel the timer before it ever
+            # ran, and parked Fetches went unanswered until the followers elected a new leader.
+            if deadline_ms == self._timer_at or self._timer_due <= loop.time():
                 return
             self._timer.cancel()
-        loop = asyncio.get_running_loop()
         delay = max(0.0, (deadline_ms - wall_ms()) / 1000)
         self._timer = loop.call_later(delay, self._on_timer)
         self._timer_at = deadline_ms
+        self._timer_due = loop.time() + delay  # on the loop's clock, immune to wall-clock jumps
 
     # ------------------------------------------------------------------ queries
 

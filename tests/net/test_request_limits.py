@@ -168,3 +168,51 @@ def test_a_client_goes_on_after_its_idle_connection_was_closed(tmp_path: Path) -
         await client.close()
 
     asyncio.run(run_nodes(nodes, body))
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_due_timer_is_not_postponed_by_a_stream_of_requests(
+    tmp_path: Path, loop_kind: str
+) -> None:
+    """Once something is overdue (a parked Fetch's MaxWaitMs), every Ready's deadline is
+    "now", a new value each millisecond. Two connections' pipelined requests, handled in
+    slices with a loop turn between them, re-armed the node's timer with each: it was
+    cancelled before it ever ran, the parked Fetches went unanswered, and the followers
+    elected a new leader (6 connections of DescribeQuorums, at a responsive leader)."""
+    import uvloop
+
+    from kraft_spark.net.node import wall_ms
+
+    from .helpers import make_nodes
+
+    node = make_nodes(tmp_path, 1)[0]
+    slices = [0]  # slices of requests handled so far
+    fired: list[int] = []  # the slice count when the timer ran
+
+    def on_timer() -> None:
+        node._timer = None
+        node._timer_at = -1
+        fired.append(slices[0])
+
+    node._on_timer = on_timer  # type: ignore[method-assign]
+
+    async def connection(turns: int) -> None:
+        for _ in range(turns):
+            if fired:
+                return
+            # What RaftCore.next_deadline says once something is overdue: "now", a new
+            # value each millisecond (here: a new overdue value each slice, whatever the pace).
+            slices[0] += 1
+            node._arm_timer(wall_ms() - slices[0])
+            await asyncio.sleep(0)  # the next slice of requests waits for a loop turn
+
+    async def body() -> None:
+        node._arm_timer(wall_ms() + 5)
+        time.sleep(0.02)  # busy: the timer comes due while the loop cannot run it
+        await asyncio.gather(*(connection(2000) for _ in range(2)))
+        # It ran within the first loop turns, not only once the requests stopped (4,000).
+        assert fired and fired[0] <= 4, f"the due timer ran only after {fired} slices"
+
+    factory = uvloop.new_event_loop if loop_kind == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(body())
