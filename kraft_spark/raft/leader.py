@@ -373,6 +373,16 @@ class LeaderMixin(CoreState):
             )
             self._answer_committed_waiters()
             return
+        if check is SequenceCheck.AHEAD:
+            # Seen from a leader cut off from a newer one (in the simulator: paused, then fed
+            # stale Fetches that passed its check-quorum). Retriable, naming no leader: the
+            # client tries the other voters and finds the leader that acknowledged the rest.
+            self.reply(token, ProduceResponse(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_LEADER, self.epoch,
+                message=f"producer {req.producer_id}'s sequence {req.base_sequence} is ahead "
+                "of this node's log: it is not the current leader",
+            ))
+            return
         if check is not SequenceCheck.NEW:
             code = (
                 ErrorCode.INVALID_PRODUCER_EPOCH

@@ -36,7 +36,11 @@ class ProducerEntry:
 class SequenceCheck(Enum):
     NEW = "new"  # append it
     DUPLICATE = "duplicate"  # already appended: answer with the original offsets
-    OUT_OF_ORDER = "out_of_order"  # a gap in the sequence: reject
+    OUT_OF_ORDER = "out_of_order"  # before the next expected sequence, not a known batch
+    # After the next expected sequence: the producer's earlier batches were acknowledged by a
+    # leader whose log this node lacks, so it is (or was, when it appended) a stale leader. A
+    # producer sends a batch only once the one before it was acknowledged.
+    AHEAD = "ahead"
     FENCED = "fenced"  # an older producer epoch: reject
 
 
@@ -58,7 +62,10 @@ class ProducerStateTable:
         for meta in entry.batches:
             if meta.first_seq == first_seq and meta.last_seq == last_seq:
                 return SequenceCheck.DUPLICATE, meta
-        if first_seq != entry.batches[-1].last_seq + 1:
+        expected = entry.batches[-1].last_seq + 1
+        if first_seq > expected:
+            return SequenceCheck.AHEAD, None
+        if first_seq != expected:
             return SequenceCheck.OUT_OF_ORDER, None
         return SequenceCheck.NEW, None
 

@@ -115,7 +115,10 @@ def test_producer_dedup_and_sequence_gaps() -> None:
     assert verdict is SequenceCheck.DUPLICATE and original is not None
     assert (original.base_offset, original.last_offset) == (7, 8)
     assert table.check(42, 0, 2, 1)[0] is SequenceCheck.NEW
-    assert table.check(42, 0, 5, 1)[0] is SequenceCheck.OUT_OF_ORDER
+    # Ahead of the next expected sequence (2): the batches between were acknowledged by a
+    # leader whose log this node lacks; behind it and no known batch: out of order.
+    assert table.check(42, 0, 5, 1)[0] is SequenceCheck.AHEAD
+    assert table.check(42, 0, 1, 1)[0] is SequenceCheck.OUT_OF_ORDER
     table.on_truncate(7)
     assert table.check(42, 0, 0, 2)[0] is SequenceCheck.NEW
 
