@@ -656,11 +656,13 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
     args = parser.parse_args(argv)
     from kraft_spark.spark_session import conf_dir
 
+    if args.config is not None and not os.path.isfile(args.config):
+        parser.error(f"--config {args.config}: not a file")
     path = args.config or str(conf_dir() / "kraft-spark.properties")
-    props = load_properties(path) if os.path.exists(path) else {}
     try:
+        props = load_properties(path) if os.path.exists(path) else {}
         cfg = config_from_properties(props)
-    except ValueError as exc:
+    except ValueError as exc:  # ConfigError, UnicodeDecodeError
         parser.error(f"{path}: {exc}")
     for attr in ("data_dir", "http_port", "http_host", "voters", "master"):
         value = getattr(args, attr)

@@ -92,6 +92,20 @@ def _wait_listening(host: str, port: int, proc: subprocess.Popen[bytes], log_pat
                        f"see {log_path}", exit_code=1)
 
 
+def _check_port_free(host: str, port: int, flag: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As the nodes bind: a connection of an earlier run in TIME_WAIT does not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CommandError(
+                f"{flag}: cannot listen on {host}:{port} ({exc.strerror}): another process "
+                f"uses it; choose another {flag}"
+            ) from exc
+
+
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -104,9 +118,9 @@ def _run_local(args: argparse.Namespace) -> int:
         raise CommandError(f"--voters must be between 1 and 9, got {args.voters}")
     if not 1 <= args.base_port <= 65535 - args.voters:
         raise CommandError(f"--base-port {args.base_port} leaves no room for {args.voters} ports")
-    data_dir = os.path.abspath(args.data_dir)
-    os.makedirs(os.path.join(data_dir, "logs"), exist_ok=True)
-    cluster_id = cluster_id_for(data_dir)
+    if args.http_port is not None and not 0 <= args.http_port <= 65535:
+        raise CommandError(f"--http-port must be from 0 (any free port) to 65535, got "
+                           f"{args.http_port}")
     ports = [args.base_port + i for i in range(args.voters)]
     http_ports: list[int | None] = [None] * args.voters
     if args.node_http_base_port is not None:
@@ -128,6 +142,19 @@ def _run_local(args: argparse.Namespace) -> int:
         if not sep:
             raise CommandError(f"--set expects KEY=VALUE, got {item!r}")
         extra.append(f"{key.strip()}={value.strip()}")
+    # Before anything is written or started: a port another process listens on would pass
+    # _wait_listening (it only connects) while our node failed to bind it.
+    for flag, flag_ports in (("--base-port", ports), ("--node-http-base-port", http_ports),
+                             ("--http-port", [args.http_port])):
+        for port in flag_ports:
+            if port:
+                _check_port_free(args.host, port, flag)
+    data_dir = os.path.abspath(args.data_dir)
+    try:
+        os.makedirs(os.path.join(data_dir, "logs"), exist_ok=True)
+        cluster_id = cluster_id_for(data_dir)
+    except (OSError, UnicodeError) as exc:
+        raise CommandError(f"--data-dir {data_dir}: {exc}: use a writable directory") from exc
 
     procs: list[subprocess.Popen[bytes]] = []
     stop = StopSignals()
@@ -139,8 +166,11 @@ def _run_local(args: argparse.Namespace) -> int:
             try:
                 format_log_dir(log_dir, cluster_id=cluster_id, node_id=node_id,
                                ignore_formatted=True)
-            except (LogError, ValueError) as exc:
-                raise CommandError(str(exc)) from exc
+            except (LogError, ValueError, OSError) as exc:
+                raise CommandError(
+                    f"{exc} (the cluster id is kept in {os.path.join(data_dir, 'cluster.id')})"
+                    if "cluster id" in str(exc) else str(exc)
+                ) from exc
             conf = os.path.join(data_dir, f"node-{node_id}.properties")
             http_port = http_ports[node_id]
             node_http = []
@@ -188,6 +218,11 @@ def _run_local(args: argparse.Namespace) -> int:
                     exited.add(proc.pid)
                     print(f"node pid {proc.pid} exited with code {proc.returncode} "
                           "(not restarted)", file=sys.stderr, flush=True)
+            if len(exited) == len(procs):
+                raise CommandError(
+                    f"every node exited; see their logs in {os.path.join(data_dir, 'logs')}",
+                    exit_code=1,
+                )
     finally:
         if sidecar is not None:
             sidecar.stop()

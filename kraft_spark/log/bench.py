@@ -129,6 +129,10 @@ def _prepare_dir(directory: str) -> str:
     return log_dir
 
 
+# A batch the bench builds in memory at most (a quorum's own limit is 1 MiB by default).
+MAX_BENCH_BATCH_BYTES = 64 * 1024 * 1024
+
+
 def _build_batches(records: int, batch: int, value_bytes: int) -> list[Batch]:
     value = bytes(i % 251 for i in range(value_bytes))
     base_ts = 1_700_000_000_000
@@ -168,6 +172,11 @@ def run_storage_bench(
 ) -> StorageBenchResult:
     if records < 1 or batch < 1 or value_bytes < 0:
         raise ValueError("--records and --batch must be ≥ 1 and --value-bytes ≥ 0")
+    if value_bytes * batch > MAX_BENCH_BATCH_BYTES:
+        raise ValueError(
+            f"--batch {batch} x --value-bytes {value_bytes} is over {MAX_BENCH_BATCH_BYTES:,} "
+            "bytes per batch: use fewer or smaller records per batch"
+        )
     log_dir = _prepare_dir(directory)
     batches = _build_batches(records, batch, value_bytes)
 

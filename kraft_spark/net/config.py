@@ -170,10 +170,11 @@ class NodeConfig:
             return value
 
         check_known(props)
+        raw_id = required("node.id")
         try:
-            node_id = int(required("node.id"))
+            node_id = int(raw_id)
         except ValueError:
-            raise ConfigError(f"node.id must be an integer, got {props['node.id']!r}") from None
+            raise ConfigError(f"node.id must be an integer, got {raw_id!r}") from None
         voters = parse_voters(required("controller.quorum.voters"))
         if "listeners" in props:
             host, port = parse_endpoint(props["listeners"], "listeners")
@@ -181,12 +182,12 @@ class NodeConfig:
             host, port = voters[node_id]
         else:
             raise ConfigError("listeners is required for an observer (host:port to bind)")
-        max_frame = int(props.get("socket.request.max.bytes", DEFAULT_MAX_FRAME_BYTES))
+        max_frame = _positive_int(props, "socket.request.max.bytes", DEFAULT_MAX_FRAME_BYTES)
         max_connections = _positive_int(props, "max.connections", DEFAULT_MAX_CONNECTIONS)
         max_idle_ms = _positive_int(
             props, "connections.max.idle.ms", DEFAULT_CONNECTIONS_MAX_IDLE_MS
         )
-        metrics = props.get("metrics.port", "").strip()
+        metrics_port = _port(props, "metrics.port")
         http = props.get("kraft.http.listener", "").strip()
         http_listener = parse_endpoint(http, "kraft.http.listener") if http else None
         # Only with a listener: the key is shared with the Spark application's sidecar setting.
@@ -216,7 +217,7 @@ class NodeConfig:
             quorum=quorum,
             max_frame_bytes=max_frame,
             tls=TlsConfig.from_properties(props),
-            metrics_port=int(metrics) if metrics else None,
+            metrics_port=metrics_port,
             disk_lost=props.get("node.disk.lost", "false").strip().lower() == "true",
             http_listener=http_listener,
             http_token=http_token,
@@ -236,4 +237,18 @@ def _positive_int(props: Mapping[str, str], key: str, default: int) -> int:
         raise ConfigError(f"{key} must be a positive integer, got {raw!r}") from None
     if value < 1:
         raise ConfigError(f"{key} must be a positive integer, got {value}")
+    return value
+
+
+def _port(props: Mapping[str, str], key: str) -> int | None:
+    """A TCP port (0: any free one); None when absent."""
+    raw = props.get(key, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise ConfigError(f"{key} must be a port number from 0 to 65535, got {raw!r}")
     return value

@@ -51,6 +51,13 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_run)
 
 
+# Bounds that keep a typo from running for ever (or overflowing): a million seeds is about six
+# hours here; an hour of simulated faults per seed and 50 observers are far beyond any use.
+MAX_SEEDS = 1_000_000
+MAX_OBSERVERS = 50
+MAX_DURATION_S = 3600.0
+
+
 def _parse_seeds(args: argparse.Namespace) -> range:
     from kraft_spark.errors import CommandError
 
@@ -62,6 +69,8 @@ def _parse_seeds(args: argparse.Namespace) -> range:
         raise CommandError(f"--seeds must look like A:B (e.g. 0:200), got {args.seeds!r}") from None
     if b <= a:
         raise CommandError(f"--seeds {args.seeds}: B must be greater than A")
+    if b - a > MAX_SEEDS:
+        raise CommandError(f"--seeds {args.seeds}: at most {MAX_SEEDS:,} seeds per run")
     return range(a, b)
 
 
@@ -73,8 +82,12 @@ def _run(args: argparse.Namespace) -> int:
         faults = parse_faults(args.faults)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
-    if args.observers < 0:
-        raise CommandError("--observers must be 0 or more")
+    if not 0 <= args.observers <= MAX_OBSERVERS:
+        raise CommandError(f"--observers must be from 0 to {MAX_OBSERVERS}")
+    if not 0 < args.duration <= MAX_DURATION_S:  # also refuses nan
+        raise CommandError(
+            f"--duration must be more than 0 and at most {MAX_DURATION_S:g} simulated seconds"
+        )
     if args.measure == "failover":
         return _measure(seeds, args.voters)
     core_class: type[RaftCore] = BUGS[args.inject_bug] if args.inject_bug else RaftCore
