@@ -82,6 +82,8 @@ class CoreState:
         self.leader_resigned = False
         # The first high watermark a catching-up voter heard from its current leader.
         self.catch_up_first_hw: int | None = None
+        # When we last said that a voter refused us as another cluster's node (follower.py).
+        self.foreign_cluster_noted_at = -(10**12)
         self.fetch_target_index = rng.randrange(max(len(self.voters), 1))
         # --- outputs accumulated until take_ready()
         self.sends: list[Outbound] = []

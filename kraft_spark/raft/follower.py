@@ -12,6 +12,11 @@ from kraft_spark.raft.replication import truncation_offset
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.vote_rules import leader_gone_delay_ms
 
+# A voter refused our Fetch as coming from another cluster (INCONSISTENT_CLUSTER_ID): retry
+# this much later, and say why at most once per FOREIGN_CLUSTER_NOTE_MS.
+FOREIGN_CLUSTER_BACKOFF_MS = 1000
+FOREIGN_CLUSTER_NOTE_MS = 10_000
+
 
 class FollowerMixin(CoreState):
     # ------------------------------------------------------------------ safety rules (hooks)
@@ -136,6 +141,11 @@ class FollowerMixin(CoreState):
         if request_id != self.fetch_in_flight:
             return  # an answer to a fetch we abandoned
         self.fetch_in_flight = None
+        if resp.error == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            # Another cluster's answer: its epoch and leader mean nothing here.
+            self._refused_as_foreign(pending.dest)
+            self.next_fetch_at = self.now + FOREIGN_CLUSTER_BACKOFF_MS
+            return
         if self.observe_epoch(resp.leader_epoch, resp.leader_id):
             return
         if resp.error != ErrorCode.NONE or self.role is not Role.FOLLOWER:
@@ -163,6 +173,19 @@ class FollowerMixin(CoreState):
                 self.hw_changed_to = new_hw
         self.next_fetch_at = self.now
         self._maybe_send_fetch()
+
+    def _refused_as_foreign(self, dest: int) -> None:
+        """A voter answered our Fetch with INCONSISTENT_CLUSTER_ID: this node's directory was
+        formatted for another cluster, and no retry can succeed. Say so (once per
+        FOREIGN_CLUSTER_NOTE_MS, not on every retry) and retry slowly."""
+        if self.now - self.foreign_cluster_noted_at < FOREIGN_CLUSTER_NOTE_MS:
+            return
+        self.foreign_cluster_noted_at = self.now
+        self.events.append(
+            f"fetch refused by node {dest}: INCONSISTENT_CLUSTER_ID (our cluster id "
+            f"{self.cluster_id!r} is not the quorum's): this log directory was formatted for "
+            "another cluster; format it with the quorum's cluster id"
+        )
 
     def _append_fetched(self, batches: Iterable[Batch]) -> None:
         appended = False

@@ -7,6 +7,7 @@ encoded), and a stranger's BeginQuorumEpoch made a voter follow a leader that do
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -17,6 +18,8 @@ from kraft_spark.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
     ErrorCode,
+    FetchRequest,
+    FetchResponse,
     VoteRequest,
 )
 from kraft_spark.raft.records import Batch, Record
@@ -75,3 +78,30 @@ def test_the_same_vote_from_a_voter_is_still_adopted() -> None:
     [reply] = ready.replies
     assert reply.message.error == ErrorCode.NONE  # type: ignore[attr-defined]
     assert core.epoch == 5 and ready.persist is not None
+
+
+def test_an_observer_of_another_cluster_says_so_and_retries_slowly() -> None:
+    """An observer whose directory was formatted for another cluster: every voter answers its
+    Fetch INCONSISTENT_CLUSTER_ID. It flipped Follower/Unattached ~90 times a second without
+    ever naming the cause; now it keeps its state (another cluster's epoch and leader mean
+    nothing here), says why once per 10 s, and retries after 1 s."""
+    core = RaftCore(node_id=9, cluster_id="wrong-cluster", voters=(1, 2, 3), log=MemoryLog(),
+                    config=QuorumConfig(), rng=random.Random(3), now_ms=T0)
+    core.take_ready()
+    notes: list[str] = []
+    now, refused_at = T0, []
+    while now < T0 + 15_000:
+        core.poll(now)
+        ready = core.take_ready()
+        notes += ready.events
+        for fetch in (s for s in ready.sends if isinstance(s.message, FetchRequest)):
+            refused_at.append(now)
+            core.handle_response(now, fetch.dest, fetch.request_id,
+                                 FetchResponse(ErrorCode.INCONSISTENT_CLUSTER_ID, 2, 7, 0))
+            notes += core.take_ready().events
+            assert core.epoch == 0 and core.leader_id == -1
+        now += 10
+    gaps = [b - a for a, b in itertools.pairwise(refused_at)]
+    assert len(refused_at) >= 10 and min(gaps) >= 1000, refused_at
+    assert len(notes) == 2, notes  # at 0 s and 10 s
+    assert "INCONSISTENT_CLUSTER_ID (our cluster id 'wrong-cluster' is not" in notes[0]
