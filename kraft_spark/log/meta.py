@@ -143,8 +143,8 @@ def format_log_dir(
     """
     fs = fs or RealFileSystem()
     validate_cluster_id(cluster_id)
-    if node_id < 0:
-        raise ValueError(f"node id must be ≥ 0, got {node_id}")
+    if not 0 <= node_id <= 2**31 - 1:  # an int32 on the wire (ReplicaId, CandidateId, ...)
+        raise ValueError(f"node id must be from 0 to 2147483647, got {node_id}")
     ensure_dir(fs, log_dir)
     lock = fs.lock(posixpath.join(log_dir, LOCK_FILE), lock_timeout_s)
     try:

@@ -175,6 +175,8 @@ class NodeConfig:
             node_id = int(raw_id)
         except ValueError:
             raise ConfigError(f"node.id must be an integer, got {raw_id!r}") from None
+        if not 0 <= node_id <= 2**31 - 1:  # an int32 on the wire
+            raise ConfigError(f"node.id must be from 0 to 2147483647, got {node_id}")
         voters = parse_voters(required("controller.quorum.voters"))
         if "listeners" in props:
             host, port = parse_endpoint(props["listeners"], "listeners")

@@ -64,6 +64,7 @@ def test_local_bad_arguments(tmp_path: Path, args: tuple[str, ...], fragment: st
     ("lines", "fragment"),
     [
         ("", "node.id is required"),
+        ("node.id=99999999999", "node.id must be from 0 to 2147483647"),
         ("metrics.port=99999", "metrics.port must be a port number from 0 to 65535, got '99999'"),
         ("socket.request.max.bytes=-1", "socket.request.max.bytes must be a positive integer"),
         ("socket.request.max.bytes=abc", "socket.request.max.bytes must be a positive integer"),
@@ -87,6 +88,13 @@ def test_node_configuration_errors_name_the_key(
         (("--seed", "1", "--observers", "1000000"), "--observers must be from 0 to 50"),
     ],
 )
+def test_format_refuses_a_node_id_the_wire_cannot_carry(tmp_path: Path) -> None:
+    result = cli("format", "--cluster-id", "abcdefghijklmnopqrstuv", "--node-id",
+                 "99999999999999999999", "--log-dir", str(tmp_path / "n"))
+    refused(result, "node id must be from 0 to 2147483647")
+    assert not (tmp_path / "n").exists()
+
+
 def test_sim_bad_arguments(args: tuple[str, ...], fragment: str) -> None:
     refused(cli("sim", *args), fragment)
 
