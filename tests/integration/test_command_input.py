@@ -79,6 +79,13 @@ def test_node_configuration_errors_name_the_key(
     refused(cli("node", "--config", str(conf)), fragment)
 
 
+def test_format_refuses_a_node_id_the_wire_cannot_carry(tmp_path: Path) -> None:
+    result = cli("format", "--cluster-id", "abcdefghijklmnopqrstuv", "--node-id",
+                 "99999999999999999999", "--log-dir", str(tmp_path / "n"))
+    refused(result, "node id must be from 0 to 2147483647")
+    assert not (tmp_path / "n").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
@@ -88,13 +95,6 @@ def test_node_configuration_errors_name_the_key(
         (("--seed", "1", "--observers", "1000000"), "--observers must be from 0 to 50"),
     ],
 )
-def test_format_refuses_a_node_id_the_wire_cannot_carry(tmp_path: Path) -> None:
-    result = cli("format", "--cluster-id", "abcdefghijklmnopqrstuv", "--node-id",
-                 "99999999999999999999", "--log-dir", str(tmp_path / "n"))
-    refused(result, "node id must be from 0 to 2147483647")
-    assert not (tmp_path / "n").exists()
-
-
 def test_sim_bad_arguments(args: tuple[str, ...], fragment: str) -> None:
     refused(cli("sim", *args), fragment)
 
