@@ -26,25 +26,35 @@ def register(subparsers: Any) -> None:
 
 
 def _sql(args: argparse.Namespace) -> int:
+    # Everything checkable is checked before the JVM starts (seconds).
+    if args.limit < 1:
+        raise CommandError(f"--limit must be at least 1, got {args.limit}")
+    if args.as_of_offset is not None and args.as_of_offset < 0:
+        raise CommandError(f"--as-of-offset must be 0 or more, got {args.as_of_offset}")
     warehouse = os.path.join(os.path.abspath(args.data_dir), "warehouse")
     if not os.path.isdir(os.path.join(warehouse, "records")):
         raise CommandError(f"no Delta tables under {warehouse}: start the application with "
                            f"`kraft-spark run --data-dir {args.data_dir}` first")
-    from kraft_spark.commands.local import cluster_id_for
-    from kraft_spark.delta import snapshot
+    cluster_id = _cluster_id(args.data_dir) if args.as_of_offset is not None else None
+    from kraft_spark.delta import MaterializerError, snapshot
     from kraft_spark.spark_session import build_spark
 
     spark = build_spark("kraft-spark-sql", master="local[2]",
                         extra_conf={"spark.ui.enabled": "false"})
     try:
         for table in ("records", "snapshot", "quorum_events"):
-            spark.read.format("delta").load(os.path.join(warehouse, table)) \
-                .createOrReplaceTempView(table)
-        if args.as_of_offset is not None:
+            path = os.path.join(warehouse, table)
+            try:
+                spark.read.format("delta").load(path).createOrReplaceTempView(table)
+            except Exception as exc:  # AnalysisException: not (or no longer) a Delta table
+                raise CommandError(
+                    f"{path} is not a readable Delta table ({str(exc).splitlines()[0]})"
+                ) from exc
+        if cluster_id is not None:
             try:
                 frame = snapshot(spark, warehouse, as_of_offset=args.as_of_offset,
-                                 app_id=cluster_id_for(args.data_dir))
-            except ValueError as exc:
+                                 app_id=cluster_id)
+            except (ValueError, MaterializerError) as exc:
                 raise CommandError(str(exc)) from exc
             frame.createOrReplaceTempView("snapshot_at")
         try:
@@ -55,3 +65,14 @@ def _sql(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def _cluster_id(data_dir: str) -> str:
+    """The application's cluster id (its Delta commits' app id), read, never created."""
+    path = os.path.join(data_dir, "cluster.id")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeError) as exc:
+        raise CommandError(f"cannot read {path} ({exc}): --as-of-offset needs the cluster id "
+                           "of the application that wrote the tables") from exc

@@ -112,3 +112,20 @@ def test_the_application_refuses_a_config_that_is_not_a_file(tmp_path: Path, kin
     result = subprocess.run([sys.executable, str(ROOT / "driver" / "app.py"), "--config",
                              str(path)], capture_output=True, text=True, timeout=60, check=False)
     refused(result, f"--config {path}: not a file")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--limit", "-1"), "--limit must be at least 1, got -1"),
+        (("--as-of-offset", "-5"), "--as-of-offset must be 0 or more, got -5"),
+        (("--as-of-offset", "3"), "--as-of-offset needs the cluster id"),
+    ],
+)
+def test_sql_checks_its_arguments_before_starting_spark(
+    tmp_path: Path, args: tuple[str, ...], fragment: str
+) -> None:
+    """And never creates a cluster id (it used to write one when asked for time travel)."""
+    (tmp_path / "warehouse" / "records").mkdir(parents=True)
+    refused(cli("sql", "SELECT 1", "--data-dir", str(tmp_path), *args), fragment)
+    assert not (tmp_path / "cluster.id").exists()
