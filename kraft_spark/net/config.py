@@ -230,27 +230,26 @@ class NodeConfig:
 
 
 def _positive_int(props: Mapping[str, str], key: str, default: int) -> int:
-    raw = props.get(key, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{key} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ConfigError(f"{key} must be a positive integer, got {value}")
-    return value
+    value = _int_setting(props, key, 1, 2**63 - 1, "a positive integer")
+    return default if value is None else value
 
 
 def _port(props: Mapping[str, str], key: str) -> int | None:
     """A TCP port (0: any free one); None when absent."""
+    return _int_setting(props, key, 0, 65535, "a port number from 0 to 65535")
+
+
+def _int_setting(
+    props: Mapping[str, str], key: str, low: int, high: int, meaning: str
+) -> int | None:
+    """The integer ``key`` in [low, high]; None when absent; else an error naming the key."""
     raw = props.get(key, "").strip()
     if not raw:
         return None
     try:
         value = int(raw)
     except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise ConfigError(f"{key} must be a port number from 0 to 65535, got {raw!r}")
+        value = low - 1
+    if not low <= value <= high:
+        raise ConfigError(f"{key} must be {meaning}, got {raw!r}")
     return value

@@ -73,7 +73,7 @@ def test_connection_limits() -> None:
 
 
 @pytest.mark.parametrize("props, fragment", [
-    ({"max.connections": "0"}, "max.connections must be a positive integer, got 0"),
+    ({"max.connections": "0"}, "max.connections must be a positive integer, got '0'"),
     ({"max.connections": "many"}, "max.connections must be a positive integer, got 'many'"),
     ({"connections.max.idle.ms": "1000"},
      "connections.max.idle.ms (1000) must be at least controller.quorum.fetch.timeout.ms (2000)"),
