@@ -91,6 +91,7 @@ from kraft_spark.delta.tables import (
     next_offset,
     table_path,
 )
+from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.raft.records import (
     CONTROL_TYPE_LEADER_CHANGE,
     Batch,
@@ -385,14 +386,11 @@ class DeltaMaterializer:
         exists. Not a public API; checked on delta-spark 4.4."""
         from delta.tables import DeltaTable
 
-        path = self.path(table)
-        if not DeltaTable.isDeltaTable(self.spark, path):
+        if not DeltaTable.isDeltaTable(self.spark, self.path(table)):
             return None
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
-        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            self.spark._jsparkSession, path
-        )
+        delta_log = self._delta_log(table)
         none = jvm.scala.Option.empty()
         return delta_log, delta_log.update(False, none, none)
 
@@ -463,6 +461,7 @@ class DeltaMaterializer:
         return len(data)
 
     def _delta_log(self, table: str) -> Any:
+        """Delta's JVM ``DeltaLog`` of ``table`` (not a public API; checked on delta-spark 4.4)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
@@ -553,7 +552,7 @@ class DeltaMaterializer:
         # later commit could survive without this one (a gap no reader accepts). This one is
         # made durable before the next is started.
         log_dir = os.path.join(path, "_delta_log")
-        _fsync_paths(os.path.join(log_dir, f"{int(version):020d}.json"), log_dir)
+        _make_durable(os.path.join(log_dir, f"{int(version):020d}.json"), log_dir)
 
     def _records_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
         if not data:
@@ -836,7 +835,7 @@ def _write_parquet(
     pq.write_table(table, target, compression="snappy")
     # Durable before the commit that references it: a commit surviving a power loss must not
     # point at a missing or torn file.
-    _fsync_paths(target, table_dir)
+    _make_durable(target, table_dir)
     info = os.stat(target)
     stats = {"numRecords": len(rows), "minValues": low, "maxValues": high, "nullCount": nulls}
     return {
@@ -849,14 +848,11 @@ def _write_parquet(
     }
 
 
-def _fsync_paths(*paths: str) -> None:
-    """fsync each of ``paths`` (files or directories), in order."""
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def _make_durable(file: str, directory: str) -> None:
+    """fsync ``file``, then its entry in ``directory`` (the log's own file system calls)."""
+    fs = RealFileSystem()
+    fs.fsync(file)
+    fs.fsync_dir(directory)
 
 
 def _stats_timestamp(ms: int) -> str:

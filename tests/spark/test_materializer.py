@@ -506,18 +506,18 @@ def test_direct_appends_are_durable_before_and_after_their_commit(
 ) -> None:
     """The Parquet file (and its directory entry) is fsync'd before the commit that adds it,
     and the commit file (and _delta_log) before the next commit starts."""
-    fsync_paths = materializer_module._fsync_paths
+    make_durable = materializer_module._make_durable
     records = tmp_path / RECORDS
     seen: list[tuple[str, list[str]]] = []  # (path, the records commits at that moment)
 
-    def recording(*paths: str) -> None:
+    def recording(file: str, directory: str) -> None:
         commits = sorted(p.name for p in (records / "_delta_log").glob("*.json"))
-        seen.extend((path, commits) for path in paths)
-        fsync_paths(*paths)
+        seen.extend((path, commits) for path in (file, directory))
+        make_durable(file, directory)
 
     materializer = DeltaMaterializer(spark, str(tmp_path))
     materializer.prepare()
-    monkeypatch.setattr(materializer_module, "_fsync_paths", recording)
+    monkeypatch.setattr(materializer_module, "_make_durable", recording)
     materializer.write(logdata.log()[:2], 5, (RECORDS,))
     data_file = next(records.glob("*.parquet"))
     created, commit = (f"{v:020d}.json" for v in (0, 1))
