@@ -59,12 +59,21 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_run_local)
 
 
+def read_cluster_id(data_dir: str) -> str | None:
+    """The cluster id kept in ``data_dir``; None before the first start."""
+    path = os.path.join(data_dir, "cluster.id")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return fh.read().strip()
+
+
 def cluster_id_for(data_dir: str) -> str:
     """The cluster id kept in ``data_dir`` (created on first use)."""
+    existing = read_cluster_id(data_dir)
+    if existing is not None:
+        return existing
     path = os.path.join(data_dir, "cluster.id")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
     cluster_id = uuid.uuid4().hex[:22]
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -112,7 +121,7 @@ def _url_host(host: str) -> str:
 
 def _run_local(args: argparse.Namespace) -> int:
     from kraft_spark.log.errors import LogError
-    from kraft_spark.log.meta import format_log_dir
+    from kraft_spark.log.meta import format_log_dir, validate_cluster_id
 
     if not 1 <= args.voters <= 9:
         raise CommandError(f"--voters must be between 1 and 9, got {args.voters}")
@@ -155,6 +164,10 @@ def _run_local(args: argparse.Namespace) -> int:
         cluster_id = cluster_id_for(data_dir)
     except (OSError, UnicodeError) as exc:
         raise CommandError(f"--data-dir {data_dir}: {exc}: use a writable directory") from exc
+    try:
+        validate_cluster_id(cluster_id)
+    except ValueError as exc:
+        raise CommandError(f"{os.path.join(data_dir, 'cluster.id')}: {exc}") from exc
 
     procs: list[subprocess.Popen[bytes]] = []
     stop = StopSignals()
@@ -167,10 +180,7 @@ def _run_local(args: argparse.Namespace) -> int:
                 format_log_dir(log_dir, cluster_id=cluster_id, node_id=node_id,
                                ignore_formatted=True)
             except (LogError, ValueError, OSError) as exc:
-                raise CommandError(
-                    f"{exc} (the cluster id is kept in {os.path.join(data_dir, 'cluster.id')})"
-                    if "cluster id" in str(exc) else str(exc)
-                ) from exc
+                raise CommandError(str(exc)) from exc
             conf = os.path.join(data_dir, f"node-{node_id}.properties")
             http_port = http_ports[node_id]
             node_http = []

@@ -69,10 +69,14 @@ def _sql(args: argparse.Namespace) -> int:
 
 def _cluster_id(data_dir: str) -> str:
     """The application's cluster id (its Delta commits' app id), read, never created."""
+    from kraft_spark.commands.local import read_cluster_id
+
     path = os.path.join(data_dir, "cluster.id")
+    needed = "--as-of-offset needs the cluster id of the application that wrote the tables"
     try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
+        cluster_id = read_cluster_id(data_dir)
     except (OSError, UnicodeError) as exc:
-        raise CommandError(f"cannot read {path} ({exc}): --as-of-offset needs the cluster id "
-                           "of the application that wrote the tables") from exc
+        raise CommandError(f"cannot read {path} ({exc}): {needed}") from exc
+    if cluster_id is None:
+        raise CommandError(f"{path} does not exist: {needed}")
+    return cluster_id

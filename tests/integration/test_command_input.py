@@ -60,6 +60,13 @@ def test_local_bad_arguments(tmp_path: Path, args: tuple[str, ...], fragment: st
     refused(result, fragment)
 
 
+def test_local_names_the_file_of_a_bad_cluster_id(tmp_path: Path) -> None:
+    (tmp_path / "cluster.id").write_text("bad id!\n")
+    result = cli("local", "--data-dir", str(tmp_path), "--base-port", str(free_ports(1)[0]))
+    refused(result, f"{tmp_path / 'cluster.id'}: invalid cluster id 'bad id!'")
+    assert not (tmp_path / "node-0").exists()
+
+
 @pytest.mark.parametrize(
     ("lines", "fragment"),
     [
