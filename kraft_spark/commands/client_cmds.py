@@ -24,7 +24,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from kraft_spark import aio
-from kraft_spark.errors import CommandError
+from kraft_spark.errors import CommandError, silence_stdout
 
 if TYPE_CHECKING:  # the client is imported when a command runs, to keep --help quick
     from kraft_spark.client import CommittedRecord, NewRecord
@@ -119,14 +119,6 @@ def _command_error(message: str) -> CommandError:
     return CommandError(message, exit_code=1)
 
 
-def _silence_stdout() -> None:
-    """The reader of stdout went away (``| head``): point stdout at /dev/null so that later
-    prints and Python's final flush of what is still buffered do not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 class _Output:
     """Result lines on stdout that stop quietly, never failing the command, once the reader
     has gone (as ``dump-log`` does); ``gone`` tells a command to stop producing them."""
@@ -147,7 +139,7 @@ class _Output:
             write()
         except BrokenPipeError:
             self.gone = True
-            _silence_stdout()
+            silence_stdout()
 
 
 def _text(data: bytes | None) -> str | None:

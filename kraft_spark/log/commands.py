@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -85,14 +84,14 @@ def _format(args: argparse.Namespace) -> int:
 
 
 def _dump_log(args: argparse.Namespace) -> int:
-    from kraft_spark.errors import CommandError
+    from kraft_spark.errors import CommandError, silence_stdout
     from kraft_spark.log.dump import dump
 
     try:
         invalid = dump(args.path, sys.stdout, print_data=args.print_data)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader (e.g. `head`) went away: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        silence_stdout()
         return 0
     except OSError as exc:
         raise CommandError(str(exc)) from exc
