@@ -88,6 +88,7 @@ from kraft_spark.delta.tables import (
     TABLES,
     CommitMetadata,
     MaterializerError,
+    delta_log_for,
     next_offset,
     table_path,
 )
@@ -461,12 +462,7 @@ class DeltaMaterializer:
         return len(data)
 
     def _delta_log(self, table: str) -> Any:
-        """Delta's JVM ``DeltaLog`` of ``table`` (not a public API; checked on delta-spark 4.4)."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            self.spark._jsparkSession, self.path(table)
-        )
+        return delta_log_for(self.spark, self.path(table))
 
     def _create_tables(self) -> None:
         with self._lock:

@@ -217,6 +217,14 @@ def latest_version(spark: SparkSession, path: str) -> int:
     return int(rows[0]["version"]) if rows else -1
 
 
+def delta_log_for(spark: SparkSession, path: str) -> Any:
+    """Delta's JVM ``DeltaLog`` of the table at ``path`` (not a public API; checked on
+    delta-spark 4.4)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
 def txn_version_from_log(spark: SparkSession, path: str, app_id: str) -> int | None:
     """The table's current ``txnVersion`` for ``app_id``, from the Delta log's table state.
 
@@ -226,8 +234,7 @@ def txn_version_from_log(spark: SparkSession, path: str, app_id: str) -> int | N
     """
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     none = jvm.scala.Option.empty()
-    snapshot = delta_log.update(False, none, none)
+    snapshot = delta_log_for(spark, path).update(False, none, none)
     version = snapshot.transactions().get(app_id)
     return int(version.get()) if version.isDefined() else None
