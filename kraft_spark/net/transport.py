@@ -249,6 +249,8 @@ class FrameServer:
                 except ProtocolError as exc:
                     self._reject(conn, f"bad frame: {exc}")
                     break
+                # The usual read (a frame or a few: the commit path) needs no coroutine of
+                # its own; _dispatch_in_turns does the same for longer runs, a turn at a time.
                 if len(frames) <= FRAMES_PER_TURN:
                     if not all(self._dispatch(conn, payload) for payload in frames):
                         break
