@@ -24,6 +24,8 @@ from typing import Final
 import uvicorn
 from fastapi import FastAPI
 
+from api.limits import HttpLimits, limited_protocol
+
 __all__ = ["ServerHandle", "run_server", "serve_in_thread"]
 
 GRACEFUL_SHUTDOWN_S: Final = 10
@@ -104,15 +106,18 @@ def serve_in_thread(
     log_level: str = "warning",
     graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
     startup_timeout_s: float = 30.0,
+    limits: HttpLimits | None = None,
 ) -> ServerHandle:
     """Start uvicorn on ``host:port`` (0: a free port, see ``handle.port``) in a daemon thread
-    with its own event loop; returns once it accepts connections (after the app's startup)."""
+    with its own event loop; returns once it accepts connections (after the app's startup).
+    ``limits``: connection cap and header timeout (``api.limits``; defaults if None)."""
     sock = _bind(host, port)
     bound_port = int(sock.getsockname()[1])
     config = uvicorn.Config(
         app,
         host=host,
         port=bound_port,
+        http=limited_protocol(limits or HttpLimits()),
         lifespan="on",
         log_config=None,
         log_level=log_level,
@@ -154,12 +159,14 @@ def run_server(
     *,
     log_level: str = "info",
     graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
+    limits: HttpLimits | None = None,
 ) -> None:
     """Serve in this thread until SIGINT/SIGTERM (when called from the main thread)."""
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=limited_protocol(limits or HttpLimits()),
         lifespan="on",
         log_level=log_level,
         timeout_graceful_shutdown=graceful_shutdown_s,

@@ -65,6 +65,9 @@ class AppConfig:
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_token: str | None = None
+    # The sidecar's connection cap and header timeout (api.limits)
+    http_max_connections: int = 1000
+    http_header_timeout_s: float = 10.0
     voter_base_port: int = 9093
     observer_port: int = 0
     # records is committed once per interval while there is something new (at most)
@@ -231,12 +234,15 @@ class Application:
                          name="materializer", daemon=True).start()
         threading.Thread(target=self._materialize_loop, args=((QUORUM_EVENTS, SNAPSHOT), False),
                          name="materializer-full", daemon=True).start()
+        from api.limits import HttpLimits
         from kraft_spark.commands.sidecar import start_sidecar
 
         observer = f"127.0.0.1:{self._observer.port}"
         self._sidecar = start_sidecar([observer], cfg.http_host, cfg.http_port,
                                       cluster_id=self.cluster_id, token=cfg.http_token,
-                                      registry=self.registry)
+                                      registry=self.registry,
+                                      limits=HttpLimits(cfg.http_max_connections,
+                                                        cfg.http_header_timeout_s))
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
@@ -599,6 +605,8 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.http.host": ("http_host", str, None),
     "kraft.http.port": ("http_port", int, 0),
     "kraft.http.token": ("http_token", str, None),
+    "kraft.http.max.connections": ("http_max_connections", int, 1),
+    "kraft.http.header.timeout.ms": ("http_header_timeout_s", float, 1),
     "kraft.voter.base.port": ("voter_base_port", int, 0),
     "kraft.materialize.interval.ms": ("materialize_interval_s", float, 0),
     "kraft.materialize.snapshot.interval.ms": ("materialize_full_interval_s", float, 0),

@@ -16,6 +16,8 @@ from kraft_spark.raft.config import ConfigError
 NODE_KEYS = frozenset({
     "kraft.http.listener",
     "kraft.http.token",
+    "kraft.http.max.connections",
+    "kraft.http.header.timeout.ms",
     "kraft.log.flush.inline.max.ms",
 })
 QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms"})
@@ -25,6 +27,8 @@ APP_KEYS = frozenset({
     "kraft.http.host",
     "kraft.http.port",
     "kraft.http.token",
+    "kraft.http.max.connections",
+    "kraft.http.header.timeout.ms",
     "kraft.voter.base.port",
     "kraft.materialize.interval.ms",
     "kraft.materialize.snapshot.interval.ms",

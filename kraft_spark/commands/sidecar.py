@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from api.app import create_app
+from api.limits import HttpLimits
 from api.server import ServerHandle, serve_in_thread
 from kraft_spark.client import AsyncQuorumClient
 from kraft_spark.gc_tuning import tune_for_serving
@@ -25,6 +26,7 @@ def start_sidecar(
     cluster_id: str | None = None,
     token: str | None = None,
     registry: Registry | None = None,
+    limits: HttpLimits | None = None,
 ) -> ServerHandle:
     """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``."""
     tune_for_serving()
@@ -35,4 +37,4 @@ def start_sidecar(
                                  coalesce=True)
 
     app = create_app(backend_factory=backend, token=token, metrics=registry)
-    return serve_in_thread(app, host, port)
+    return serve_in_thread(app, host, port, limits=limits)

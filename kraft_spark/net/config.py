@@ -24,6 +24,10 @@ names are ignored):
   requests straight into its core, another node forwards them to the leader. Absent: no HTTP;
 * ``kraft.http.token``: with ``kraft.http.listener``, every HTTP call except ``/healthz``
   needs ``Authorization: Bearer <token>`` (ignored without a listener);
+* ``kraft.http.max.connections``: HTTP connections the embedded API holds at most; one more is
+  answered 503 and closed (default 1000; ``api.limits``);
+* ``kraft.http.header.timeout.ms``: an HTTP connection whose request headers are not complete
+  this long after it connected or the request began is closed (default 10000);
 * ``kraft.log.flush.inline.max.ms``: fsync on the event loop itself (no hand-off to the disk
   thread) while this disk's recent fsyncs average at most this long (default 2; 0: always on the
   disk thread);
@@ -44,6 +48,9 @@ from kraft_spark.raft.config import ConfigError, QuorumConfig
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
+# The HTTP API's limits; the same defaults as api.limits (not imported: it pulls in uvicorn).
+DEFAULT_HTTP_MAX_CONNECTIONS = 1000
+DEFAULT_HTTP_HEADER_TIMEOUT_MS = 10_000
 
 
 def load_properties(path: str) -> dict[str, str]:
@@ -156,6 +163,8 @@ class NodeConfig:
     inline_flush_max_ms: float = 2.0
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
+    http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
+    http_header_timeout_ms: int = DEFAULT_HTTP_HEADER_TIMEOUT_MS
 
     @property
     def is_voter(self) -> bool:
@@ -194,6 +203,12 @@ class NodeConfig:
         http_listener = parse_endpoint(http, "kraft.http.listener") if http else None
         # Only with a listener: the key is shared with the Spark application's sidecar setting.
         http_token = (props.get("kraft.http.token", "").strip() or None) if http_listener else None
+        http_max_connections = _positive_int(
+            props, "kraft.http.max.connections", DEFAULT_HTTP_MAX_CONNECTIONS
+        )
+        http_header_timeout_ms = _positive_int(
+            props, "kraft.http.header.timeout.ms", DEFAULT_HTTP_HEADER_TIMEOUT_MS
+        )
         inline = props.get("kraft.log.flush.inline.max.ms", "2").strip()
         try:
             inline_flush_max_ms = float(inline)
@@ -226,6 +241,8 @@ class NodeConfig:
             inline_flush_max_ms=inline_flush_max_ms,
             max_connections=max_connections,
             connections_max_idle_ms=max_idle_ms,
+            http_max_connections=http_max_connections,
+            http_header_timeout_ms=http_header_timeout_ms,
         )
 
 

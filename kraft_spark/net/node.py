@@ -251,11 +251,15 @@ class RaftNode:
         )
         self._drain()
         if cfg.http_listener is not None:
+            from api.limits import HttpLimits
             from kraft_spark.net.node_http import start_node_http
 
             host, port = cfg.http_listener
+            limits = HttpLimits(cfg.http_max_connections, cfg.http_header_timeout_ms / 1000)
             try:
-                self._http = await start_node_http(self, host, port, token=cfg.http_token)
+                self._http = await start_node_http(
+                    self, host, port, token=cfg.http_token, limits=limits
+                )
             except BaseException:
                 await self.stop(graceful=False)
                 raise

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 import uvicorn
 
 from api.app import create_app
+from api.limits import HttpLimits, limited_protocol
 from api.server import bind_tcp as bind_listener
 from kraft_spark.net.node_backend import NodeBackend
 
@@ -110,10 +111,11 @@ class NodeHttpServer:
 
 
 async def start_node_http(
-    node: RaftNode, host: str, port: int, *, token: str | None = None
+    node: RaftNode, host: str, port: int, *, token: str | None = None,
+    limits: HttpLimits | None = None,
 ) -> NodeHttpServer:
     """Serve ``api.app`` for ``node`` on ``host:port`` (0: any free port) on the running loop;
-    returns once it accepts connections."""
+    returns once it accepts connections. ``limits``: ``api.limits`` (defaults if None)."""
     sock = bind_tcp(host, port)
     bound_port = int(sock.getsockname()[1])
     backend = NodeBackend(node)
@@ -122,7 +124,7 @@ async def start_node_http(
         app,
         host=host,
         port=bound_port,
-        http="httptools",
+        http=limited_protocol(limits or HttpLimits()),
         ws="none",
         lifespan="on",
         log_config=None,  # the node's logging configuration stays as it is

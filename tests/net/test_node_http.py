@@ -154,6 +154,37 @@ def test_append_to_leader_and_follower_read_and_describe(tmp_path: Path) -> None
     asyncio.run(run_http_quorum(tmp_path, body))
 
 
+def test_the_embedded_api_holds_the_nodes_http_limits(tmp_path: Path) -> None:
+    """kraft.http.max.connections / kraft.http.header.timeout.ms reach the embedded API: silent
+    connections to the leader beyond the cap are refused (503) and the others are closed after
+    the header timeout, while the quorum goes on committing what well-behaved clients send."""
+
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = the_leader(nodes)
+        host, port = url_of(leader).removeprefix("http://").rsplit(":", 1)
+        silent = [await asyncio.open_connection(host, int(port)) for _ in range(8)]
+        try:
+            # 4 held (the cap), 4 refused at once with an answer naming the setting.
+            answers = await asyncio.gather(*(asyncio.wait_for(reader.read(), 10)
+                                             for reader, _ in silent))
+            refused = [a for a in answers if a.startswith(b"HTTP/1.1 503 ")]
+            closed_silently = [a for a in answers if a == b""]
+            assert len(refused) == 4 and len(closed_silently) == 4, answers
+            assert b"kraft.http.max.connections" in refused[0]
+        finally:
+            for _, writer in silent:
+                writer.close()
+        # The cap is free again; the quorum commits through the leader's API.
+        status, result = await http(url_of(leader), "POST", "/v1/records",
+                                    {"key": "after", "value": 1})
+        assert status == 200, result
+        assert leader.high_watermark > result["last_offset"]
+
+    nodes = [RaftNode(replace(n.config, http_max_connections=4, http_header_timeout_ms=500))
+             for n in http_nodes(tmp_path)]
+    asyncio.run(run_nodes(nodes, body))
+
+
 def test_concurrent_appends_to_leader_get_distinct_contiguous_offsets(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = the_leader(nodes)

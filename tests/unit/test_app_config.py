@@ -47,9 +47,11 @@ def test_node_settings_reach_the_voters() -> None:
 def test_milliseconds_become_seconds() -> None:
     cfg = config_from_properties({"kraft.materialize.interval.ms": "250",
                                   "kraft.delta.warmup.wait.ms": "1500",
-                                  "kraft.materialize.snapshot.interval.ms": "30000"})
+                                  "kraft.materialize.snapshot.interval.ms": "30000",
+                                  "kraft.http.header.timeout.ms": "2500"})
     assert (cfg.materialize_interval_s, cfg.delta_warm_up_wait_s) == (0.25, 1.5)
     assert cfg.materialize_full_interval_s == 30.0
+    assert cfg.http_header_timeout_s == 2.5
 
 
 @pytest.mark.parametrize(
@@ -61,6 +63,8 @@ def test_milliseconds_become_seconds() -> None:
         ({"kraft.materialize.interval.ms": "soon"},
          "kraft.materialize.interval.ms must be a number, got 'soon'"),
         ({"kraft.delta.compact.min.files": "-1"}, "kraft.delta.compact.min.files must be ≥ 0"),
+        ({"kraft.http.max.connections": "0"}, "kraft.http.max.connections must be ≥ 1"),
+        ({"kraft.http.header.timeout.ms": "0"}, "kraft.http.header.timeout.ms must be ≥ 1"),
         ({"controller.quorum.fetch.max.wait.ms": "x"}, "controller.quorum.fetch.max.wait.ms"),
         ({"controller.quorum.fetch.timeout": "1"}, "unknown quorum setting"),
     ],

@@ -1,0 +1,178 @@
+"""Connection limits for the HTTP listeners, which uvicorn does not enforce itself.
+
+uvicorn 0.54 keeps every accepted connection until the client closes it, except one that sits
+idle after a response (its keep-alive timeout). A client that connects and sends nothing, or
+sends its request line a byte at a time, holds a descriptor forever; about 20,000 of them
+exhaust a process's descriptors. In a node that is fatal, not only for HTTP: the Raft listener
+can no longer accept its peers and the log can no longer open a segment or write its quorum
+state. So every kraft-spark HTTP listener (the embedded API, the sidecar, the Spark
+application's) serves through :func:`limited_protocol`:
+
+* at most ``max_connections`` open connections (``kraft.http.max.connections``, like the Raft
+  listener's ``max.connections``). One more is answered ``503`` with ``Connection: close`` and
+  closed, so a client sees why, and what it holds is freed at once;
+* a request's headers must arrive within ``header_timeout_s`` of the connection being made or
+  of the request's first byte (``kraft.http.header.timeout.ms``; Go's ReadHeaderTimeout,
+  nginx's client_header_timeout). One sweep per listener every ``header_timeout_s / 4`` (at
+  most every second) checks it, so a connection may last up to a quarter longer. A connection
+  that never sent anything is closed; one in the middle of its headers is answered ``408`` and
+  closed. A pipelined request waiting behind a response still being computed is not timed out:
+  the wait is this server's, not the client's.
+
+Refusals and timeouts are logged at most once per ``LOG_EVERY_S`` with their counts since the
+last line, so a flood does not flood the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONNECTIONS: Final = 1000
+DEFAULT_HEADER_TIMEOUT_S: Final = 10.0
+LOG_EVERY_S: Final = 10.0
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be ≥ 1, got {self.max_connections}")
+        if not self.header_timeout_s > 0:
+            raise ValueError(f"header_timeout_s must be > 0, got {self.header_timeout_s}")
+
+
+def _plain_response(status: int, reason: str, message: str, extra: str = "") -> bytes:
+    """A complete HTTP/1.1 response in the API's error shape that closes the connection."""
+    body = json.dumps({"error": message}).encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
+    ).encode("latin-1") + body
+
+
+class _RateLimitedLog:
+    """Counts occurrences; logs a warning with the count at most once per LOG_EVERY_S."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.count = 0
+        self.total = 0
+        self.logged_at = -LOG_EVERY_S
+
+    def hit(self, *args: object) -> None:
+        self.count += 1
+        self.total += 1
+        now = time.monotonic()
+        if now - self.logged_at >= LOG_EVERY_S:
+            log.warning(self.text + " (%d since the last such line)", *args, self.count)
+            self.count = 0
+            self.logged_at = now
+
+
+def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol with ``limits`` applied; pass it as ``uvicorn.Config(http=)``.
+
+    One class per listener: the counters live on the class (``refused.total``,
+    ``timed_out.total``) for tests and diagnostics."""
+    refuse_body = _plain_response(
+        503, "Service Unavailable",
+        f"this server already holds its limit of {limits.max_connections} HTTP connections "
+        "(kraft.http.max.connections): close idle connections or retry later",
+        "retry-after: 1\r\n",
+    )
+    timeout_body = _plain_response(
+        408, "Request Timeout",
+        f"the request's headers did not arrive within {limits.header_timeout_s:g} s "
+        "(kraft.http.header.timeout.ms)",
+    )
+
+    # One sweep over the listener's connections per period, not a timer per request: a timer
+    # armed and cancelled on every request measurably slowed single-client appends.
+    period = min(1.0, limits.header_timeout_s / 4)
+
+    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+        refused = _RateLimitedLog(
+            "HTTP listener at its limit of %d connections (kraft.http.max.connections): "
+            "refused new connections"
+        )
+        timed_out = _RateLimitedLog(
+            "HTTP connections closed: no complete request headers within %g s "
+            "(kraft.http.header.timeout.ms)"
+        )
+        _sweeping = False  # per listener (class); a sweep is scheduled while it has connections
+        # loop.time() by which this connection's request headers must be complete; 0: none due
+        _headers_due = 0.0
+        _request_begun = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            full = len(self.connections) >= limits.max_connections
+            super().connection_made(transport)
+            if full:
+                self.refused.hit(limits.max_connections)
+                transport.write(refuse_body)
+                transport.close()
+                return
+            self._headers_due = self.loop.time() + limits.header_timeout_s
+            cls = type(self)
+            if not cls._sweeping:
+                cls._sweeping = True
+                self.loop.call_later(period, cls._sweep, self.loop, self.connections)
+
+        def data_received(self, data: bytes) -> None:
+            if self.transport.is_closing():
+                return  # refused or timed out: nothing more is read
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._request_begun = True
+            if not self._headers_due:
+                self._headers_due = self.loop.time() + limits.header_timeout_s
+
+        def on_headers_complete(self) -> None:
+            self._headers_due = 0.0
+            self._request_begun = False
+            super().on_headers_complete()
+
+        @classmethod
+        def _sweep(cls, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+            now = loop.time()
+            for conn in list(connections):
+                if isinstance(conn, cls) and 0 < conn._headers_due <= now:
+                    conn._headers_overdue(now)
+            if connections:
+                loop.call_later(period, cls._sweep, loop, connections)
+            else:
+                cls._sweeping = False
+
+        def _headers_overdue(self, now: float) -> None:
+            if self.transport.is_closing():
+                return
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                # The client pipelined this request behind one we are still answering (uvicorn
+                # may have paused reading meanwhile): its headers are late because of us.
+                self._headers_due = now + limits.header_timeout_s
+                return
+            self._headers_due = 0.0
+            self.timed_out.hit(limits.header_timeout_s)
+            if self._request_begun:
+                self.transport.write(timeout_body)
+            self.transport.close()
+
+    return LimitedHttpToolsProtocol
+
+
+__all__ = ["DEFAULT_HEADER_TIMEOUT_S", "DEFAULT_MAX_CONNECTIONS", "HttpLimits", "limited_protocol"]

@@ -1,0 +1,184 @@
+"""The HTTP listeners' connection cap and header timeout (``api.limits``), over real sockets.
+
+uvicorn alone keeps a connection that sends nothing (or its headers a byte at a time) forever;
+enough of them exhaust the process's descriptors. These tests serve the real app with uvicorn
+on 127.0.0.1 (the quorum replaced by the in-memory backend of ``test_sidecar``: what is tested
+here is the listener) and misbehave as raw sockets.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from api.app import create_app
+from api.limits import HttpLimits, limited_protocol
+from api.server import ServerHandle, serve_in_thread
+from kraft_spark.net.config import NodeConfig
+from kraft_spark.raft.config import ConfigError
+from tests.api.test_sidecar import InMemoryTestBackend
+
+pytestmark = pytest.mark.timeout(60)
+
+BODY = json.dumps({"key": "k", "value": "v"}).encode()
+
+
+def _serve(limits: HttpLimits, backend: InMemoryTestBackend | None = None) -> ServerHandle:
+    return serve_in_thread(create_app(backend or InMemoryTestBackend()), limits=limits)
+
+
+@pytest.fixture
+def small() -> Iterator[ServerHandle]:
+    handle = _serve(HttpLimits(max_connections=3, header_timeout_s=0.5))
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def _connect(handle: ServerHandle) -> socket.socket:
+    sock = socket.create_connection((handle.host, handle.port), timeout=5)
+    sock.settimeout(5)
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _append(handle: ServerHandle) -> int:
+    conn = http.client.HTTPConnection(handle.host, handle.port, timeout=5)
+    try:
+        conn.request("POST", "/v1/records", BODY, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_a_connection_over_the_cap_is_answered_503_and_closed(small: ServerHandle) -> None:
+    held = [_connect(small) for _ in range(3)]
+    try:
+        time.sleep(0.1)  # accepted by the server's loop
+        extra = _connect(small)
+        reply = _read_all(extra)  # the server closes it: recv returns b"" after the answer
+        extra.close()
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 ")
+        assert b"retry-after: 1" in head.lower()
+        assert "kraft.http.max.connections" in json.loads(body)["error"]
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.1)
+    # Once the held ones are gone, new clients are served again.
+    assert _append(small) == 200
+
+
+def test_a_silent_connection_is_closed_after_the_header_timeout(small: ServerHandle) -> None:
+    sock = _connect(small)
+    started = time.monotonic()
+    assert _read_all(sock) == b""  # closed without an answer: no request had begun
+    waited = time.monotonic() - started
+    sock.close()
+    assert 0.4 <= waited < 3.0
+
+
+def test_headers_sent_a_byte_at_a_time_get_408(small: ServerHandle) -> None:
+    sock = _connect(small)
+    request = b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    closed = threading.Event()
+
+    def trickle() -> None:
+        for byte in request:
+            if closed.is_set():
+                return
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.05)  # each byte well inside the timeout; the whole far beyond it
+
+    sender = threading.Thread(target=trickle, daemon=True)
+    sender.start()
+    try:
+        reply = _read_all(sock)
+    finally:
+        closed.set()
+        sender.join(5)
+        sock.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ")
+    assert "kraft.http.header.timeout.ms" in json.loads(body)["error"]
+
+
+def test_a_slow_answer_is_not_a_header_timeout() -> None:
+    """The timeout covers the client's headers, not the server's answer: an append held longer
+    than the timeout, on a keep-alive connection, is answered, and the connection serves again."""
+    backend = InMemoryTestBackend()
+    backend.hold = threading.Event()
+    handle = _serve(HttpLimits(max_connections=3, header_timeout_s=0.3), backend)
+    try:
+        conn = http.client.HTTPConnection(handle.host, handle.port, timeout=10)
+        conn.request("POST", "/v1/records", BODY, {"Content-Type": "application/json"})
+        assert backend.entered.wait(5)
+        time.sleep(1.0)  # three header timeouts while the server computes its answer
+        backend.hold.set()
+        first = conn.getresponse()
+        first.read()
+        conn.request("POST", "/v1/records", BODY, {"Content-Type": "application/json"})
+        second = conn.getresponse()
+        second.read()
+        conn.close()
+        assert (first.status, second.status) == (200, 200)
+        assert len(backend.log) == 2
+    finally:
+        handle.stop()
+
+
+def test_well_behaved_clients_are_untouched(small: ServerHandle) -> None:
+    conn = http.client.HTTPConnection(small.host, small.port, timeout=5)
+    try:
+        statuses = []
+        for _ in range(5):  # keep-alive requests, each well within the timeout
+            conn.request("POST", "/v1/records", BODY, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            statuses.append(response.status)
+            time.sleep(0.2)
+        assert statuses == [200] * 5
+    finally:
+        conn.close()
+
+
+def test_the_limits_refuse_nonsense() -> None:
+    with pytest.raises(ValueError, match="max_connections"):
+        HttpLimits(max_connections=0)
+    with pytest.raises(ValueError, match="header_timeout_s"):
+        HttpLimits(header_timeout_s=0)
+    # Each listener counts its own refusals.
+    assert limited_protocol(HttpLimits()).refused is not limited_protocol(HttpLimits()).refused
+
+
+def test_node_config_reads_the_http_limits() -> None:
+    base = {"node.id": "0", "log.dirs": "/tmp/x", "controller.quorum.voters": "0@127.0.0.1:9093"}
+    cfg = NodeConfig.from_properties({**base, "kraft.http.max.connections": "7",
+                                      "kraft.http.header.timeout.ms": "2500"})
+    assert (cfg.http_max_connections, cfg.http_header_timeout_ms) == (7, 2500)
+    defaults = NodeConfig.from_properties(base)
+    assert (defaults.http_max_connections, defaults.http_header_timeout_ms) == (1000, 10_000)
+    with pytest.raises(ConfigError, match=r"kraft\.http\.max\.connections"):
+        NodeConfig.from_properties({**base, "kraft.http.max.connections": "0"})
+    with pytest.raises(ConfigError, match=r"kraft\.http\.header\.timeout\.ms"):
+        NodeConfig.from_properties({**base, "kraft.http.header.timeout.ms": "soon"})
