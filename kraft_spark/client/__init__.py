@@ -13,6 +13,7 @@ from kraft_spark.client.errors import (
     CommitTimeoutError,
     InvalidRecordError,
     NoLeaderError,
+    NotKafkaEndpointError,
     RecordTooLargeError,
 )
 from kraft_spark.client.types import (
@@ -33,6 +34,7 @@ __all__ = [
     "InvalidRecordError",
     "NewRecord",
     "NoLeaderError",
+    "NotKafkaEndpointError",
     "QuorumClient",
     "QuorumInfo",
     "RecordTooLargeError",

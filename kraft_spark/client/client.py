@@ -34,6 +34,7 @@ from kraft_spark.client.errors import (
     CommitTimeoutError,
     InvalidRecordError,
     NoLeaderError,
+    NotKafkaEndpointError,
     RecordTooLargeError,
 )
 from kraft_spark.client.types import (
@@ -118,6 +119,8 @@ class AsyncQuorumClient:
         self._free_lanes: list[_Lane] = []
         self._node_endpoints: dict[int, tuple[str, int]] = {}
         self._hint: int = -1  # the leader id the last refusing node named
+        # Endpoints that answered in HTTP (API ports given as Raft ones): never tried again.
+        self._not_kafka: set[tuple[str, int]] = set()
         self._rng = random.Random()
         self.leader_changes = 0  # how often the client had to look for the leader again
         self._coalescer = AppendCoalescer(self._append_records) if coalesce else None
@@ -171,11 +174,17 @@ class AsyncQuorumClient:
         while True:
             follow = False
             for endpoint in self._candidates():
+                if endpoint in self._not_kafka:
+                    continue
                 try:
                     result = await attempt(endpoint)
                 except TransportError as exc:
                     last_error = str(exc)
                     self._forget_leader(endpoint)
+                    if exc.not_kafka:
+                        self._not_kafka.add(endpoint)
+                        if self._not_kafka.issuperset(self._endpoints):
+                            raise NotKafkaEndpointError(f"{what}: {last_error}") from None
                     continue
                 if result is not None:
                     return result

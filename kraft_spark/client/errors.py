@@ -27,3 +27,8 @@ class InvalidRecordError(ClientError):
 
 class ClusterIdMismatchError(ClientError):
     """The node belongs to another cluster than the one the client was told to expect."""
+
+
+class NotKafkaEndpointError(ClientError):
+    """Every endpoint the client could try answered in HTTP: they are API ports, not Raft
+    listeners. Not retriable: the bootstrap list is wrong."""

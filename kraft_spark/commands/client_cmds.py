@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,11 +26,9 @@ from kraft_spark import aio
 from kraft_spark.errors import CommandError, silence_stdout
 
 if TYPE_CHECKING:  # the client is imported when a command runs, to keep --help quick
-    from kraft_spark.client import CommittedRecord, NewRecord
+    from kraft_spark.client import ClientError, CommittedRecord, NewRecord
 
 FILE_BATCH = 500  # at most this many records per append when reading --file
-# A reply starting "HTTP/1.1 ..." read as a Kafka frame: its length field is b"HTTP".
-HTTP_FRAME_LENGTH = int.from_bytes(b"HTTP", "big")
 
 
 def register(subparsers: Any) -> None:
@@ -104,19 +101,17 @@ def _run(args: argparse.Namespace, make: Any) -> Any:
     try:
         return aio.run(main())
     except ClientError as exc:
-        raise _command_error(str(exc)) from exc
+        raise _command_error(exc) from exc
 
 
-def _command_error(message: str) -> CommandError:
-    """Exit 1 (retry later) for a client error, unless the endpoint is not a quorum node at all:
-    an HTTP server's reply otherwise reads as an absurd frame length and a hint at elections."""
-    http = re.search(rf"([^\s(]+): bad response frame: frame of {HTTP_FRAME_LENGTH} bytes", message)
-    if http:
-        return CommandError(
-            f"{http.group(1)} answered in HTTP, not the Kafka protocol: point "
-            "--bootstrap-controller at a node's Raft listener (its listeners= address)"
-        )
-    return CommandError(message, exit_code=1)
+def _command_error(exc: ClientError) -> CommandError:
+    """Exit 1 (retry later) for a client error, 2 (fix the command) when no endpoint is a quorum
+    node at all (they answered in HTTP)."""
+    from kraft_spark.client import NotKafkaEndpointError
+
+    if isinstance(exc, NotKafkaEndpointError):
+        return CommandError(f"{exc} (--bootstrap-controller)")
+    return CommandError(str(exc), exit_code=1)
 
 
 class _Output:

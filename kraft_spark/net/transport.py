@@ -57,12 +57,15 @@ class TransportError(Exception):
     """The connection failed, closed, or a request timed out. ``sent`` tells whether the
     request may have reached the peer (False: it certainly did not). ``refused`` is True only
     when connecting was actively refused (nothing listens at the endpoint); it implies
-    ``sent`` is False."""
+    ``sent`` is False. ``not_kafka`` is True when the peer answered in HTTP: the endpoint is
+    some HTTP server (an API port given for a Raft one), which will never take the request."""
 
-    def __init__(self, message: str, *, sent: bool = True, refused: bool = False) -> None:
+    def __init__(self, message: str, *, sent: bool = True, refused: bool = False,
+                 not_kafka: bool = False) -> None:
         super().__init__(message)
-        self.sent = sent and not refused
+        self.sent = sent and not refused and not not_kafka
         self.refused = refused
+        self.not_kafka = not_kafka
 
 
 _ERRNO = re.compile(r"\[Errno (\d+)\]")
@@ -557,11 +560,22 @@ class Connection:
     ) -> None:
         decoder = FrameDecoder(self._max_frame_bytes)
         error: str = "connection closed by peer"
+        not_kafka = False
+        first = True
         try:
             while True:
                 data = await reader.read(READ_CHUNK)
                 if not data:
                     break
+                if first and data.startswith(b"HTTP/"):
+                    # An HTTP server's answer to our frame ("HTTP/1.1 400 ..."): read as a
+                    # frame it is an absurd length; say what the endpoint is instead.
+                    not_kafka = True
+                    error = ("answered in HTTP, not the Kafka protocol: this is an HTTP port; "
+                             "point the client at a node's Raft listener (its listeners= "
+                             "address)")
+                    break
+                first = False
                 for payload in decoder.feed(data):
                     self._complete(payload)
         except ProtocolError as exc:
@@ -574,7 +588,7 @@ class Connection:
             writer.close()
             if self._writer is writer:
                 self._writer = None
-            self._fail_pending(TransportError(f"{self.endpoint}: {error}"))
+            self._fail_pending(TransportError(f"{self.endpoint}: {error}", not_kafka=not_kafka))
 
     def _fail_pending(self, failure: TransportError) -> None:
         pending, self._pending = self._pending, {}

@@ -251,5 +251,15 @@ def http_server() -> Iterator[str]:
 def test_http_endpoint_is_named_as_such() -> None:
     with http_server() as endpoint:
         out = cli("read", "--bootstrap-controller", endpoint, "--timeout", "1", timeout=30)
-    assert_one_line(out, 2, f"{endpoint} answered in HTTP", "--bootstrap-controller")
+    assert_one_line(out, 2, f"{endpoint}: answered in HTTP", "--bootstrap-controller")
     assert "election" not in out.stderr
+
+
+def test_append_to_an_http_endpoint_fails_at_once() -> None:
+    """Not after its --timeout: an HTTP port will never take the append (it used to retry it
+    as if an election were under way, for the whole timeout)."""
+    with http_server() as endpoint:
+        out = cli("append", "--bootstrap-controller", endpoint, "--key", "k", "--value", "v",
+                  "--timeout", "600", timeout=60)
+    assert_one_line(out, 2, f"{endpoint}: answered in HTTP", "Raft listener")
+    assert "may still commit" not in out.stderr  # nothing was appended: no doubt to report

@@ -185,6 +185,33 @@ def test_the_embedded_api_holds_the_nodes_http_limits(tmp_path: Path) -> None:
     asyncio.run(run_nodes(nodes, body))
 
 
+def test_the_client_skips_an_http_port_given_as_a_raft_one(tmp_path: Path) -> None:
+    """A bootstrap list holding a node's HTTP API address (a real uvicorn listener) beside a
+    Raft listener: the client stops trying the HTTP one and appends through the other; with
+    only HTTP ports it fails at once, naming the mistake, instead of retrying for its budget."""
+    from kraft_spark.client import AsyncQuorumClient, NewRecord, NotKafkaEndpointError
+
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = the_leader(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        http_port = url_of(leader).removeprefix("http://")
+        mixed = AsyncQuorumClient([http_port, f"127.0.0.1:{follower.port}"], retry_budget_s=30)
+        try:
+            result = await mixed.append([NewRecord(b"k", b"1")], timeout_s=30)
+            assert result.epoch == leader.core.epoch
+        finally:
+            await mixed.close()
+        only_http = AsyncQuorumClient([http_port], retry_budget_s=600)
+        try:
+            with pytest.raises(NotKafkaEndpointError, match="answered in HTTP"):
+                await asyncio.wait_for(only_http.append([NewRecord(b"k", b"2")]), 30)
+        finally:
+            await only_http.close()
+        assert leader.high_watermark == result.last_offset + 1  # the second was not appended
+
+    asyncio.run(run_http_quorum(tmp_path, body))
+
+
 def test_concurrent_appends_to_leader_get_distinct_contiguous_offsets(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = the_leader(nodes)
