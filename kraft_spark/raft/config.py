@@ -16,6 +16,7 @@ PROPERTY_NAMES: dict[str, str] = {
     "controller.quorum.fetch.max.wait.ms": "fetch_max_wait_ms",
     # Not a Kafka setting (hence the prefix): see QuorumConfig.hw_wakeup_delay_ms.
     "kraft.quorum.hw.wakeup.delay.ms": "hw_wakeup_delay_ms",
+    "kraft.quorum.lone.append.hold.ms": "lone_append_hold_ms",
 }
 
 
@@ -40,6 +41,16 @@ class QuorumConfig:
     # a second round of empty Fetch responses and requests, which under sequential appends
     # lands on the next append's critical path.
     hw_wakeup_delay_ms: int = 5
+    # A lone append (the only one awaiting commit) goes first to the voter that acknowledged
+    # the last commit first; the other voters' parked Fetches get it when that voter
+    # acknowledges it, or after this long at the latest (0: to everyone at once, as Kafka).
+    # When voters share CPU cores (one machine: local mode, the Spark application), the other
+    # voters' work on the same batch otherwise competes with the one that will commit it.
+    # Measured (wrk, HTTP in the leader, alternating runs): 1 client p50 0.33-0.34 -> 0.29 ms,
+    # but p99 0.60-0.65 -> 0.68 ms, and 16 connections through the sidecar -6 % (a commit waits
+    # for that one voter instead of the faster of two). Only with 3 voters or fewer, where the
+    # leader and one voter are a majority.
+    lone_append_hold_ms: int = 2
     fetch_max_bytes: int = 8 * 1024 * 1024
     max_batch_bytes: int = 1024 * 1024
     # Observers not seen for this long drop out of DescribeQuorum (KIP-595: 5 minutes).

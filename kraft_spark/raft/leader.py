@@ -64,6 +64,11 @@ class LeaderState:
     # When parked Fetches are answered only to tell a newer high watermark (see
     # QuorumConfig.hw_wakeup_delay_ms); NEVER while every parked replica has heard it.
     hw_wakeup_at: int = NEVER
+    # The voter whose Fetch last moved the high watermark (-1: none yet): a lone append goes to
+    # it first (QuorumConfig.lone_append_hold_ms). While the other parked Fetches wait for it,
+    # the time by which they are answered anyway; NEVER when none wait.
+    quickest: int = -1
+    held_until: int = NEVER
 
 
 class LeaderMixin(CoreState):
@@ -177,6 +182,8 @@ class LeaderMixin(CoreState):
         if now >= ls.hw_wakeup_at:
             ls.hw_wakeup_at = NEVER
             self._answer_parked(hw_moved=True)
+        if now >= ls.held_until:
+            self._answer_parked(hw_moved=False)
         if any(p.deadline <= now for p in ls.parked):
             due = [p for p in ls.parked if p.deadline <= now]
             ls.parked = [p for p in ls.parked if p.deadline > now]
@@ -204,6 +211,7 @@ class LeaderMixin(CoreState):
             ls.progress.check_quorum_deadline(ls.started_ms, self.config.check_quorum_timeout_ms),
             ls.flush_due_at,
             ls.hw_wakeup_at,
+            ls.held_until,
         ]
         if ls.unendorsed:
             deadlines.append(ls.next_begin_epoch_at)
@@ -282,7 +290,12 @@ class LeaderMixin(CoreState):
             )
             if counted:
                 ls.unendorsed.discard(req.replica_id)
+                before = self.high_watermark
                 self.maybe_advance_high_watermark()
+                if self.high_watermark > before:
+                    ls.quickest = req.replica_id
+                if req.replica_id == ls.quickest and ls.held_until != NEVER:
+                    self._answer_parked(hw_moved=False)  # it has the lone append: release
         hw_known = ls.hw_sent.get(req.replica_id, -1) >= self.high_watermark
         tell_hw_now = not hw_known and self.config.hw_wakeup_delay_ms == 0
         if self._has_data_for(req) or req.max_wait_ms <= 0 or tell_hw_now:
@@ -316,15 +329,24 @@ class LeaderMixin(CoreState):
             ),
         )
 
-    def _answer_parked(self, *, hw_moved: bool) -> None:
+    def _answer_parked(self, *, hw_moved: bool, only: int | None = None) -> None:
+        """Answer the parked Fetches that have new data (or, ``hw_moved``, a high watermark they
+        have not heard); ``only``: just that replica's, the others' stay parked. Otherwise
+        this ends a hold of a lone append (nothing is held back any more)."""
         ls = self.leader_state
-        if ls is None or not ls.parked:
+        if ls is None:
+            return
+        if only is None:
+            ls.held_until = NEVER
+        if not ls.parked:
             return
         keep: list[ParkedFetch] = []
         hw = self.high_watermark
         for parked in ls.parked:
             stale = hw_moved and ls.hw_sent.get(parked.request.replica_id, -1) < hw
-            if stale or self._has_data_for(parked.request):
+            if only is not None and parked.request.replica_id != only:
+                keep.append(parked)
+            elif stale or self._has_data_for(parked.request):
                 self._complete_fetch(parked.token, parked.request)
             else:
                 keep.append(parked)
@@ -412,7 +434,16 @@ class LeaderMixin(CoreState):
                 self.request_flush()
             else:
                 ls.flush_due_at = self.now + self.config.append_linger_ms
-        self._answer_parked(hw_moved=False)
+        hold = self.config.lone_append_hold_ms
+        # Only where the leader and that one voter are a majority (3 voters or fewer): with
+        # more, the commit needs the held ones too.
+        if hold and len(ls.waiters) == 1 and len(self.voters) <= 3 and any(
+            p.request.replica_id == ls.quickest for p in ls.parked
+        ):
+            self._answer_parked(hw_moved=False, only=ls.quickest)
+            ls.held_until = self.now + hold
+        else:
+            self._answer_parked(hw_moved=False)
 
     def _answer_committed_waiters(self) -> None:
         ls = self.leader_state

@@ -12,11 +12,12 @@ blank line; lines starting with ``#`` between cases are comments::
 
 Nothing happens unless a command says so: there is no background clock, no automatic delivery and
 no automatic fsync. Every node is a ``RaftCore`` over a ``MemoryLog`` with ``QuorumConfig()``
-defaults except ``hw_wakeup_delay_ms=0`` (a leader tells parked followers a new high watermark at
-once, as Kafka does, so each step of a script shows it; the random simulation keeps the default
-delay) and ``random.Random(seed + node_id)`` (``seed + node_id + 1000 × restarts`` after a
-restart). Each node has its own virtual clock in milliseconds (all start at 0), so one node's
-timer can fire without firing anyone else's. After every input the node's ``Ready`` is carried out
+defaults except ``hw_wakeup_delay_ms=0`` and ``lone_append_hold_ms=0`` (a leader tells parked
+followers a new high watermark at once, and hands a lone append to every parked follower at once,
+as Kafka does, so each step of a script shows it; the random simulation keeps the defaults)
+and ``random.Random(seed + node_id)`` (``seed + node_id + 1000 × restarts`` after a restart).
+Each node has its own virtual clock in milliseconds (all start at 0), so one node's timer can fire
+without firing anyone else's. After every input the node's ``Ready`` is carried out
 in its documented order: quorum-state is persisted (synchronously), then its requests and replies
 enter the node's outbox; a requested log flush is only remembered until a ``flush`` (or
 ``stabilize``) command performs it and calls ``on_log_flushed``.
@@ -260,7 +261,7 @@ class ScriptedCluster:
         self.nodes: dict[int, ScriptNode] = {}
         self.voters: tuple[int, ...] = ()
         self.seed = 0
-        self.config = QuorumConfig(hw_wakeup_delay_ms=0)
+        self.config = QuorumConfig(hw_wakeup_delay_ms=0, lone_append_hold_ms=0)
         self.blocked: set[tuple[int, int]] = set()
         self._seq = 0
         self._client_token = 0

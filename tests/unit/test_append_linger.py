@@ -13,7 +13,8 @@ from kraft_spark.sim.script import ScriptedCluster
 
 def _leader(linger_ms: int) -> ScriptedCluster:
     cluster = ScriptedCluster()
-    cluster.config = QuorumConfig(append_linger_ms=linger_ms, hw_wakeup_delay_ms=0)
+    cluster.config = QuorumConfig(append_linger_ms=linger_ms, hw_wakeup_delay_ms=0,
+                                  lone_append_hold_ms=0)
     cluster.run("add-nodes 3")
     cluster.run("campaign 1")
     cluster.run("stabilize")

@@ -16,7 +16,7 @@ def _committed_once(delay_ms: int) -> ScriptedCluster:
     """Three voters, node 1 leading, one record committed; the followers' Fetches that
     confirmed it are delivered (and answered or parked), nothing else."""
     cluster = ScriptedCluster()
-    cluster.config = QuorumConfig(hw_wakeup_delay_ms=delay_ms)
+    cluster.config = QuorumConfig(hw_wakeup_delay_ms=delay_ms, lone_append_hold_ms=0)
     cluster.run("add-nodes 3")
     cluster.run("campaign 1")
     cluster.run("stabilize")

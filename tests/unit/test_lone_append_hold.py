@@ -1,0 +1,90 @@
+"""A lone append goes first to the quickest voter (``QuorumConfig.lone_append_hold_ms``).
+
+The leader hands an append that is the only one awaiting commit to the voter whose Fetch moved
+the high watermark last; the other parked Fetches get it when that voter acknowledges it, or
+when the hold expires. Appends that queue behind another go to everyone at once, and a hold of
+0 is Kafka's behaviour.
+"""
+
+from __future__ import annotations
+
+from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.sim.script import ScriptedCluster
+
+
+def _leading(hold_ms: int) -> tuple[ScriptedCluster, int, int]:
+    """Node 1 leading three voters, its LeaderChange committed and both followers parked;
+    (cluster, the quickest follower, the other)."""
+    cluster = ScriptedCluster()
+    cluster.config = QuorumConfig(hw_wakeup_delay_ms=0, lone_append_hold_ms=hold_ms)
+    cluster.run("add-nodes 3")
+    cluster.run("campaign 1")
+    cluster.run("stabilize")
+    assert cluster.run("expect-role 1 Leader") == "ok"
+    leader = cluster.core(1).leader_state
+    assert leader is not None and len(leader.parked) == 2
+    quickest = leader.quickest
+    assert quickest in (2, 3)
+    return cluster, quickest, 5 - quickest
+
+
+def test_a_lone_append_goes_to_the_quickest_then_to_the_other_on_its_ack() -> None:
+    cluster, quickest, other = _leading(2)
+    cluster.run("propose 1 value=a")
+    assert cluster.run(f"expect-pending 1 from=1 to={quickest} type=FetchResp") == "ok"
+    assert cluster.run(f"expect-pending 0 from=1 to={other} type=FetchResp") == "ok"
+    cluster.run("flush 1")
+    cluster.run(f"deliver to={quickest} type=FetchResp")
+    cluster.run(f"flush {quickest}")
+    cluster.run(f"deliver from={quickest} to=1 type=Fetch")  # the ack: commits and releases
+    end = cluster.core(1).log.end_offset()
+    assert cluster.run(f"expect-hw 1 {end}") == "ok"
+    out = cluster.run(f"deliver to={other} type=FetchResp")
+    assert f"hw={end}" in out and f"[{end - 1}..{end - 1}]" in out, out
+    assert cluster.core(1).leader_state.held_until > 10**15  # NEVER: nothing held any more
+
+
+def test_without_an_ack_the_hold_expires() -> None:
+    cluster, _, other = _leading(2)
+    cluster.run("propose 1 value=a")
+    assert cluster.core(1).next_deadline() <= cluster.core(1).now + 2
+    cluster.run("tick 1 ms=1")
+    assert cluster.run(f"expect-pending 0 from=1 to={other} type=FetchResp") == "ok"
+    cluster.run("tick 1 ms=1")
+    assert cluster.run(f"expect-pending 1 from=1 to={other} type=FetchResp") == "ok"
+    # The other voter and the leader commit it without the quickest.
+    cluster.run("flush 1")
+    cluster.run(f"deliver to={other} type=FetchResp")
+    cluster.run(f"flush {other}")
+    cluster.run(f"deliver from={other} to=1 type=Fetch")
+    end = cluster.core(1).log.end_offset()
+    assert cluster.run(f"expect-hw 1 {end}") == "ok"
+    assert cluster.core(1).leader_state.quickest == other  # it moved the high watermark
+
+
+def test_an_append_behind_another_goes_to_everyone() -> None:
+    cluster, quickest, other = _leading(2)
+    cluster.run("propose 1 value=a")
+    cluster.run(f"deliver to={quickest} type=FetchResp")  # its Fetch is no longer parked
+    cluster.run("propose 1 value=b")  # two appends await commit: not a lone one
+    assert cluster.run(f"expect-pending 1 from=1 to={other} type=FetchResp") == "ok"
+    out = cluster.run(f"deliver to={other} type=FetchResp")
+    assert "[1..2]" in out, out  # both appends, the held one included
+
+
+def test_with_five_voters_nothing_is_held() -> None:
+    """The leader and one voter are not a majority of five: the commit needs the others too."""
+    cluster = ScriptedCluster()
+    cluster.config = QuorumConfig(hw_wakeup_delay_ms=0, lone_append_hold_ms=2)
+    cluster.run("add-nodes 5")
+    cluster.run("campaign 1")
+    cluster.run("stabilize")
+    assert cluster.core(1).leader_state.quickest in (2, 3, 4, 5)
+    cluster.run("propose 1 value=a")
+    assert cluster.run("expect-pending 4 from=1 type=FetchResp") == "ok"
+
+
+def test_a_hold_of_zero_hands_it_to_everyone_at_once() -> None:
+    cluster, _, _ = _leading(0)
+    cluster.run("propose 1 value=a")
+    assert cluster.run("expect-pending 2 from=1 type=FetchResp") == "ok"
