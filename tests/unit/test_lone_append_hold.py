@@ -88,3 +88,22 @@ def test_a_hold_of_zero_hands_it_to_everyone_at_once() -> None:
     cluster, _, _ = _leading(0)
     cluster.run("propose 1 value=a")
     assert cluster.run("expect-pending 2 from=1 type=FetchResp") == "ok"
+
+
+def test_after_concurrent_appends_nothing_is_held_for_a_while() -> None:
+    """Concurrent writers are better off with the faster of two voters: once an append arrived
+    while another awaited commit, lone appends are not held for CONCURRENT_WINDOW_MS."""
+    from kraft_spark.raft.leader import CONCURRENT_WINDOW_MS
+
+    cluster, _, _ = _leading(2)
+    cluster.run("propose 1 value=a")
+    cluster.run("propose 1 value=b")  # concurrent: b arrived while a awaited commit
+    cluster.run("stabilize")  # both committed; the followers parked again
+    assert cluster.core(1).high_watermark == cluster.core(1).log.end_offset()
+    cluster.run("propose 1 value=c")  # lone, but within the window
+    assert cluster.run("expect-pending 2 from=1 type=FetchResp") == "ok"
+    cluster.run("stabilize")
+    cluster.run(f"tick 1 ms={CONCURRENT_WINDOW_MS}")
+    cluster.run("stabilize")
+    cluster.run("propose 1 value=d")  # lone, the window over: held again
+    assert cluster.run("expect-pending 1 from=1 type=FetchResp") == "ok"
