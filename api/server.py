@@ -118,6 +118,7 @@ def serve_in_thread(
         host=host,
         port=bound_port,
         http=limited_protocol(limits or HttpLimits()),
+        proxy_headers=False,  # nothing reads the client's address; a layer less per request
         lifespan="on",
         log_config=None,
         log_level=log_level,
@@ -167,6 +168,7 @@ def run_server(
         host=host,
         port=port,
         http=limited_protocol(limits or HttpLimits()),
+        proxy_headers=False,  # nothing reads the client's address; a layer less per request
         lifespan="on",
         log_level=log_level,
         timeout_graceful_shutdown=graceful_shutdown_s,

@@ -125,6 +125,7 @@ async def start_node_http(
         host=host,
         port=bound_port,
         http=limited_protocol(limits or HttpLimits()),
+        proxy_headers=False,  # nothing reads the client's address; a layer less per request
         ws="none",
         lifespan="on",
         log_config=None,  # the node's logging configuration stays as it is
