@@ -12,7 +12,8 @@ through :func:`limited_protocol`:
 
 * at most ``max_connections`` open connections (``kraft.http.max.connections``, like the Raft
   listener's ``max.connections``). One more is answered ``503`` with ``Connection: close`` and
-  closed, so a client sees why, and what it holds is freed at once;
+  half-closed (its request read and dropped, so the client gets the 503 rather than a reset),
+  then closed once the client closes or after ``REFUSED_LINGER_S``;
 * a request's headers must arrive within ``header_timeout_s`` of the connection being made or
   of the request's first byte (``kraft.http.header.timeout.ms``; Go's ReadHeaderTimeout,
   nginx's client_header_timeout). One sweep per listener every ``header_timeout_s / 4`` (at
@@ -41,6 +42,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_CONNECTIONS: Final = 1000
 DEFAULT_HEADER_TIMEOUT_S: Final = 10.0
 LOG_EVERY_S: Final = 10.0
+# How long a refused connection stays half-closed, its input dropped, before it is closed.
+REFUSED_LINGER_S: Final = 1.0
+# At most this many at a time (per listener); beyond, a refused connection is closed at once.
+MAX_LINGERING: Final = 64
 
 
 @dataclass(frozen=True)
@@ -117,14 +122,16 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
         # loop.time() by which this connection's request headers must be complete; 0: none due
         _headers_due = 0.0
         _request_begun = False
+        _refused = False
+        _linger: asyncio.TimerHandle | None = None
+        _lingering = 0  # per listener (class): refused connections half-closed right now
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            full = len(self.connections) >= limits.max_connections
+            # Refused connections still lingering are in uvicorn's set but hold no slot.
+            full = len(self.connections) - type(self)._lingering >= limits.max_connections
             super().connection_made(transport)
             if full:
-                self.refused.hit(limits.max_connections)
-                transport.write(refuse_body)
-                transport.close()
+                self._refuse(transport)
                 return
             self._headers_due = self.loop.time() + limits.header_timeout_s
             cls = type(self)
@@ -132,8 +139,32 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
                 cls._sweeping = True
                 self.loop.call_later(period, cls._sweep, self.loop, self.connections)
 
+        def _refuse(self, transport: asyncio.Transport) -> None:
+            """503, then half-close: a client sends its request right after connecting, and
+            closing outright would answer that request with a reset, which discards the 503 in
+            the client's buffer (a POST client then cannot tell whether it was processed).
+            What the client sends is read and dropped until it closes, or REFUSED_LINGER_S."""
+            self.refused.hit(limits.max_connections)
+            self._refused = True
+            transport.write(refuse_body)
+            cls = type(self)
+            # Bounded, so that a flood of connections cannot hold descriptors this way either.
+            if transport.can_write_eof() and cls._lingering < MAX_LINGERING:
+                transport.write_eof()
+                cls._lingering += 1
+                self._linger = self.loop.call_later(REFUSED_LINGER_S, transport.close)
+            else:
+                transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._linger is not None:
+                self._linger.cancel()
+                self._linger = None
+                type(self)._lingering -= 1
+            super().connection_lost(exc)
+
         def data_received(self, data: bytes) -> None:
-            if self.transport.is_closing():
+            if self._refused or self.transport.is_closing():
                 return  # refused or timed out: nothing more is read
             super().data_received(data)
 
@@ -150,14 +181,19 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
 
         @classmethod
         def _sweep(cls, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
-            now = loop.time()
-            for conn in list(connections):
-                if isinstance(conn, cls) and 0 < conn._headers_due <= now:
-                    conn._headers_overdue(now)
-            if connections:
-                loop.call_later(period, cls._sweep, loop, connections)
-            else:
-                cls._sweeping = False
+            try:
+                now = loop.time()
+                for conn in list(connections):
+                    if isinstance(conn, cls) and 0 < conn._headers_due <= now:
+                        try:
+                            conn._headers_overdue(now)
+                        except Exception:  # one connection's trouble must not end the sweeps
+                            log.exception("HTTP header timeout: closing a connection failed")
+            finally:
+                if connections:
+                    loop.call_later(period, cls._sweep, loop, connections)
+                else:
+                    cls._sweeping = False
 
         def _headers_overdue(self, now: float) -> None:
             if self.transport.is_closing():

@@ -52,6 +52,8 @@ from kraft_spark.raft.records import Batch, Record
 T = TypeVar("T")
 
 CLIENT_REPLICA_ID = -1
+# An endpoint that answered in HTTP is not tried again for this long.
+NOT_KAFKA_SKIP_S = 60.0
 # Errors after which another node (or a later attempt) may succeed.
 _RETRIABLE = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -119,8 +121,10 @@ class AsyncQuorumClient:
         self._free_lanes: list[_Lane] = []
         self._node_endpoints: dict[int, tuple[str, int]] = {}
         self._hint: int = -1  # the leader id the last refusing node named
-        # Endpoints that answered in HTTP (API ports given as Raft ones): never tried again.
-        self._not_kafka: set[tuple[str, int]] = set()
+        # Endpoints that answered in HTTP (API ports given as Raft ones), and when: skipped for
+        # NOT_KAFKA_SKIP_S (something else may listen there later).
+        self._not_kafka: dict[tuple[str, int], float] = {}
+        self._not_kafka_reason = ""
         self._rng = random.Random()
         self.leader_changes = 0  # how often the client had to look for the leader again
         self._coalescer = AppendCoalescer(self._append_records) if coalesce else None
@@ -138,6 +142,13 @@ class AsyncQuorumClient:
                 reconnect_backoff_s=self._backoff_min,
             )
         return conn
+
+    def _not_kafka_now(self) -> set[tuple[str, int]]:
+        """The endpoints that answered in HTTP within the last NOT_KAFKA_SKIP_S."""
+        if not self._not_kafka:
+            return set()
+        now = time.monotonic()
+        return {e for e, at in self._not_kafka.items() if now - at < NOT_KAFKA_SKIP_S}
 
     def _candidates(self) -> list[tuple[str, int]]:
         """The endpoints to try, the believed leader first, then round robin."""
@@ -173,8 +184,11 @@ class AsyncQuorumClient:
         last_error = "no node answered"
         while True:
             follow = False
+            skipped = self._not_kafka_now()
+            if skipped.issuperset(self._endpoints):
+                raise NotKafkaEndpointError(f"{what}: {self._not_kafka_reason}") from None
             for endpoint in self._candidates():
-                if endpoint in self._not_kafka:
+                if endpoint in skipped:
                     continue
                 try:
                     result = await attempt(endpoint)
@@ -182,8 +196,10 @@ class AsyncQuorumClient:
                     last_error = str(exc)
                     self._forget_leader(endpoint)
                     if exc.not_kafka:
-                        self._not_kafka.add(endpoint)
-                        if self._not_kafka.issuperset(self._endpoints):
+                        self._not_kafka[endpoint] = time.monotonic()
+                        self._not_kafka_reason = last_error
+                        skipped = self._not_kafka_now()
+                        if skipped.issuperset(self._endpoints):
                             raise NotKafkaEndpointError(f"{what}: {last_error}") from None
                     continue
                 if result is not None:

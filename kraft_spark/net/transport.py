@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 Body = dict[str, Any]
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
 READ_CHUNK = 256 * 1024
+# How an HTTP server's answer starts (to a Kafka frame it could not parse).
+HTTP_HEAD = b"HTTP/"
 # Requests of one read handled before the loop runs anything else. One read can hold thousands
 # of small pipelined requests (a 256 KiB read of DescribeQuorums is ~5,800); handling them in
 # one go blocked a leader's loop past the fetch timeout and cost it its leadership.
@@ -561,21 +563,24 @@ class Connection:
         decoder = FrameDecoder(self._max_frame_bytes)
         error: str = "connection closed by peer"
         not_kafka = False
-        first = True
+        head: bytes | None = b""  # the first bytes, until they tell an HTTP answer apart
         try:
             while True:
                 data = await reader.read(READ_CHUNK)
                 if not data:
                     break
-                if first and data.startswith(b"HTTP/"):
-                    # An HTTP server's answer to our frame ("HTTP/1.1 400 ..."): read as a
-                    # frame it is an absurd length; say what the endpoint is instead.
-                    not_kafka = True
-                    error = ("answered in HTTP, not the Kafka protocol: this is an HTTP port; "
-                             "point the client at a node's Raft listener (its listeners= "
-                             "address)")
-                    break
-                first = False
+                if head is not None:
+                    head += data[: len(HTTP_HEAD) - len(head)]
+                    if head == HTTP_HEAD:
+                        # An HTTP server's answer to our frame ("HTTP/1.1 400 ..."): read as a
+                        # frame it is an absurd length; say what the endpoint is instead.
+                        not_kafka = True
+                        error = ("answered in HTTP, not the Kafka protocol: this is an HTTP "
+                                 "port; point the client at a node's Raft listener (its "
+                                 "listeners= address)")
+                        break
+                    if not HTTP_HEAD.startswith(head):
+                        head = None  # a Kafka frame (or at least not HTTP): stop looking
                 for payload in decoder.feed(data):
                     self._complete(payload)
         except ProtocolError as exc:

@@ -28,6 +28,8 @@ from kraft_spark.raft.vote_rules import election_timeout_ms
 # Appends count as one writer at a time (QuorumConfig.lone_append_hold_ms applies) once none
 # arrived while another awaited commit for this long.
 CONCURRENT_WINDOW_MS = 100
+# Every this many lone appends, one is handed to every voter at once (see handle_produce).
+HOLD_PROBE_EVERY = 32
 
 
 @dataclass(slots=True)
@@ -75,6 +77,7 @@ class LeaderState:
     held_until: int = NEVER
     # When an append last arrived while another awaited commit (concurrent writers).
     concurrent_at: int = -NEVER
+    lone_appends: int = 0
 
 
 class LeaderMixin(CoreState):
@@ -448,8 +451,14 @@ class LeaderMixin(CoreState):
         # the faster of two voters (measured: holds cost 16 connections 4-6 %). And only where
         # the leader and that one voter are a majority (3 voters or fewer): with more, the
         # commit needs the held ones too.
+        # Every HOLD_PROBE_EVERY-th lone append goes to everyone at once, so that another voter
+        # grown faster can acknowledge first and become the quickest (it never could while the
+        # appends it gets wait for the quickest's acknowledgement).
+        if lone:
+            ls.lone_appends += 1
         if (hold and lone and self.now - ls.concurrent_at >= CONCURRENT_WINDOW_MS
-                and len(self.voters) <= 3
+                and len(self.voters) <= 3 and ls.quickest in self.voters
+                and ls.lone_appends % HOLD_PROBE_EVERY != 0
                 and any(p.request.replica_id == ls.quickest for p in ls.parked)):
             self._answer_parked(hw_moved=False, only=ls.quickest)
             ls.held_until = self.now + hold

@@ -71,13 +71,19 @@ def test_a_connection_over_the_cap_is_answered_503_and_closed(small: ServerHandl
     held = [_connect(small) for _ in range(3)]
     try:
         time.sleep(0.1)  # accepted by the server's loop
-        extra = _connect(small)
-        reply = _read_all(extra)  # the server closes it: recv returns b"" after the answer
-        extra.close()
-        head, _, body = reply.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 503 ")
-        assert b"retry-after: 1" in head.lower()
-        assert "kraft.http.max.connections" in json.loads(body)["error"]
+        replies = []
+        for _ in range(20):  # clients that send their request at once, as real ones do
+            extra = _connect(small)
+            extra.sendall(b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                          b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                          % (len(BODY), BODY))
+            replies.append(_read_all(extra))  # a reset here would raise ConnectionResetError
+            extra.close()
+        for reply in replies:
+            head, _, body = reply.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503 "), reply
+            assert b"retry-after: 1" in head.lower()
+            assert "kraft.http.max.connections" in json.loads(body)["error"]
     finally:
         for sock in held:
             sock.close()

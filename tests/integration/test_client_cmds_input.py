@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,8 +219,9 @@ def test_record_too_large_for_any_batch_is_refused_locally(
 
 
 @contextlib.contextmanager
-def http_server() -> Iterator[str]:
-    """A server answering anything with an HTTP 400, like uvicorn given Kafka bytes."""
+def http_server(split: bool = False) -> Iterator[str]:
+    """A server answering anything with an HTTP 400, like uvicorn given Kafka bytes; ``split``:
+    its first 3 bytes in a packet of their own."""
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.2)
     alive = True
@@ -236,7 +238,11 @@ def http_server() -> Iterator[str]:
                 conn.settimeout(2)
                 with contextlib.suppress(OSError):
                     conn.recv(65536)
-                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+                    if split:
+                        conn.sendall(reply[:3])
+                        time.sleep(0.1)
+                    conn.sendall(reply[3 if split else 0:])
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -255,10 +261,12 @@ def test_http_endpoint_is_named_as_such() -> None:
     assert "election" not in out.stderr
 
 
-def test_append_to_an_http_endpoint_fails_at_once() -> None:
+@pytest.mark.parametrize("split", [False, True])
+def test_append_to_an_http_endpoint_fails_at_once(split: bool) -> None:
     """Not after its --timeout: an HTTP port will never take the append (it used to retry it
-    as if an election were under way, for the whole timeout)."""
-    with http_server() as endpoint:
+    as if an election were under way, for the whole timeout); also when the answer's first
+    bytes arrive alone."""
+    with http_server(split) as endpoint:
         out = cli("append", "--bootstrap-controller", endpoint, "--key", "k", "--value", "v",
                   "--timeout", "600", timeout=60)
     assert_one_line(out, 2, f"{endpoint}: answered in HTTP", "Raft listener")

@@ -205,6 +205,9 @@ def test_the_client_skips_an_http_port_given_as_a_raft_one(tmp_path: Path) -> No
         try:
             with pytest.raises(NotKafkaEndpointError, match="answered in HTTP"):
                 await asyncio.wait_for(only_http.append([NewRecord(b"k", b"2")]), 30)
+            # Later calls on the same client say so at once too (not after their budget).
+            with pytest.raises(NotKafkaEndpointError, match="answered in HTTP"):
+                await asyncio.wait_for(only_http.describe_quorum(), 30)
         finally:
             await only_http.close()
         assert leader.high_watermark == result.last_offset + 1  # the second was not appended

@@ -9,6 +9,7 @@ when the hold expires. Appends that queue behind another go to everyone at once,
 from __future__ import annotations
 
 from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.raft.messages import FetchResponse
 from kraft_spark.sim.script import ScriptedCluster
 
 
@@ -107,3 +108,21 @@ def test_after_concurrent_appends_nothing_is_held_for_a_while() -> None:
     cluster.run("stabilize")
     cluster.run("propose 1 value=d")  # lone, the window over: held again
     assert cluster.run("expect-pending 1 from=1 type=FetchResp") == "ok"
+
+
+def test_every_so_often_a_lone_append_goes_to_everyone() -> None:
+    """So that another voter, grown faster, can acknowledge first and become the quickest."""
+    from kraft_spark.raft.leader import HOLD_PROBE_EVERY
+
+    cluster, _, _ = _leading(2)
+    leader = cluster.core(1).leader_state
+    assert leader is not None
+    pending = []
+    for _ in range(2 * HOLD_PROBE_EVERY):
+        cluster.run("propose 1 value=x")
+        pending.append(sum(1 for env in cluster.nodes[1].outbox
+                           if isinstance(env.message, FetchResponse)))
+        cluster.run("stabilize")
+    probes = [i for i, n in enumerate(pending, start=1) if n == 2]
+    assert probes == [HOLD_PROBE_EVERY, 2 * HOLD_PROBE_EVERY], pending
+    assert all(n == 1 for i, n in enumerate(pending, start=1) if i not in probes)
