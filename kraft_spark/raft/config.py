@@ -46,8 +46,9 @@ class QuorumConfig:
     # acknowledges it, or after this long at the latest (0: to everyone at once, as Kafka).
     # When voters share CPU cores (one machine: local mode, the Spark application), the other
     # voters' work on the same batch otherwise competes with the one that will commit it.
-    # Measured (wrk, HTTP in the leader, alternating runs): 1 client p50 0.33-0.37 -> 0.26-0.30
-    # ms, p99 +3-13 % (a commit waits for that one voter instead of the faster of two). Only
+    # Measured (wrk, HTTP in the leader, 1 client, 0 vs 2 in nine alternating runs): p50 median
+    # 0.34 -> 0.29 ms, p99 median 0.69 -> 0.73 ms (a commit waits for that one voter instead of
+    # the faster of two). Only
     # while appends come one at a time (leader.CONCURRENT_WINDOW_MS: holding under concurrent
     # appends cost 16 connections 4-6 %), and only with 3 voters or fewer, where the leader and
     # one voter are a majority. Every 32nd lone append goes to every voter at once, so a voter
