@@ -184,6 +184,9 @@ def test_node_config_reads_the_http_limits() -> None:
     assert (cfg.http_max_connections, cfg.http_header_timeout_ms) == (7, 2500)
     defaults = NodeConfig.from_properties(base)
     assert (defaults.http_max_connections, defaults.http_header_timeout_ms) == (1000, 10_000)
+    # net.config keeps its own copy of api.limits' defaults (it must not import uvicorn).
+    assert HttpLimits() == HttpLimits(defaults.http_max_connections,
+                                      defaults.http_header_timeout_ms / 1000)
     with pytest.raises(ConfigError, match=r"kraft\.http\.max\.connections"):
         NodeConfig.from_properties({**base, "kraft.http.max.connections": "0"})
     with pytest.raises(ConfigError, match=r"kraft\.http\.header\.timeout\.ms"):
