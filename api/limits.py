@@ -19,8 +19,10 @@ through :func:`limited_protocol`:
   nginx's client_header_timeout). One sweep per listener every ``header_timeout_s / 4`` (at
   most every second) checks it, so a connection may last up to a quarter longer. A connection
   that never sent anything is closed; one in the middle of its headers is answered ``408`` and
-  closed. A pipelined request waiting behind a response still being computed is not timed out:
-  the wait is this server's, not the client's.
+  closed. The body then gets as long again after the headers (408 and closed if it is late).
+  A pipelined request waiting behind a response still being computed is not timed out, nor a
+  body uvicorn stopped reading until the app takes what is buffered: the wait is this
+  server's, not the client's.
 
 Refusals and timeouts are logged at most once per ``LOG_EVERY_S`` with their counts since the
 last line, so a flood does not flood the log.
@@ -105,6 +107,12 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
         "(kraft.http.header.timeout.ms)",
     )
 
+    body_timeout_body = _plain_response(
+        408, "Request Timeout",
+        f"the request's body did not arrive within {limits.header_timeout_s:g} s of its headers "
+        "(kraft.http.header.timeout.ms)",
+    )
+
     # One sweep over the listener's connections per period, not a timer per request: a timer
     # armed and cancelled on every request measurably slowed single-client appends.
     period = min(1.0, limits.header_timeout_s / 4)
@@ -122,6 +130,8 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
         # loop.time() by which this connection's request headers must be complete; 0: none due
         _headers_due = 0.0
         _request_begun = False
+        # loop.time() by which the current request's body must be complete; 0: none due
+        _body_due = 0.0
         _refused = False
         _linger: asyncio.TimerHandle | None = None
         _lingering = 0  # per listener (class): refused connections half-closed right now
@@ -178,17 +188,27 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
             self._headers_due = 0.0
             self._request_begun = False
             super().on_headers_complete()
+            # The body gets as long again (on_message_complete ends it; at once without one).
+            self._body_due = self.loop.time() + limits.header_timeout_s
+
+        def on_message_complete(self) -> None:
+            self._body_due = 0.0
+            super().on_message_complete()
 
         @classmethod
         def _sweep(cls, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
             try:
                 now = loop.time()
                 for conn in list(connections):
-                    if isinstance(conn, cls) and 0 < conn._headers_due <= now:
-                        try:
+                    if not isinstance(conn, cls):
+                        continue
+                    try:
+                        if 0 < conn._headers_due <= now:
                             conn._headers_overdue(now)
-                        except Exception:  # one connection's trouble must not end the sweeps
-                            log.exception("HTTP header timeout: closing a connection failed")
+                        elif 0 < conn._body_due <= now:
+                            conn._body_overdue(now)
+                    except Exception:  # one connection's trouble must not end the sweeps
+                        log.exception("HTTP request timeout: closing a connection failed")
             finally:
                 if connections:
                     loop.call_later(period, cls._sweep, loop, connections)
@@ -208,6 +228,22 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
             self.timed_out.hit(limits.header_timeout_s)
             if self._request_begun:
                 self.transport.write(timeout_body)
+            self.transport.close()
+
+        def _body_overdue(self, now: float) -> None:
+            if self.transport.is_closing():
+                return
+            if self.flow.read_paused:
+                # uvicorn stopped reading until the app takes what is buffered: the wait is ours.
+                self._body_due = now + limits.header_timeout_s
+                return
+            self._body_due = 0.0
+            self.timed_out.hit(limits.header_timeout_s)
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_started:
+                # The app waits for the body and wakes only on connection_lost, which marks the
+                # cycle disconnected first: no answer of its own follows this one.
+                self.transport.write(body_timeout_body)
             self.transport.close()
 
     return LimitedHttpToolsProtocol

@@ -27,7 +27,8 @@ names are ignored):
 * ``kraft.http.max.connections``: HTTP connections the embedded API holds at most; one more is
   answered 503 and closed (default 1000; ``api.limits``);
 * ``kraft.http.header.timeout.ms``: an HTTP connection whose request headers are not complete
-  this long after it connected or the request began is closed (default 10000);
+  this long after it connected or the request began is closed, and one whose body is not
+  complete this long after its headers (default 10000);
 * ``kraft.log.flush.inline.max.ms``: fsync on the event loop itself (no hand-off to the disk
   thread) while this disk's recent fsyncs average at most this long (default 2; 0: always on the
   disk thread);

@@ -129,6 +129,35 @@ def test_headers_sent_a_byte_at_a_time_get_408(small: ServerHandle) -> None:
     assert "kraft.http.header.timeout.ms" in json.loads(body)["error"]
 
 
+def test_a_body_sent_a_byte_at_a_time_gets_408(small: ServerHandle) -> None:
+    sock = _connect(small)
+    sock.sendall(b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(BODY))
+    closed = threading.Event()
+
+    def trickle() -> None:
+        for byte in BODY:
+            if closed.is_set():
+                return
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.1)  # the whole body would take 2 s; the timeout is 0.5 s
+
+    sender = threading.Thread(target=trickle, daemon=True)
+    sender.start()
+    try:
+        reply = _read_all(sock)
+    finally:
+        closed.set()
+        sender.join(5)
+        sock.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), reply
+    assert "body" in json.loads(body)["error"]
+
+
 def test_a_slow_answer_is_not_a_header_timeout() -> None:
     """The timeout covers the client's headers, not the server's answer: an append held longer
     than the timeout, on a keep-alive connection, is answered, and the connection serves again."""
