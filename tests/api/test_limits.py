@@ -101,29 +101,34 @@ def test_a_silent_connection_is_closed_after_the_header_timeout(small: ServerHan
     assert 0.4 <= waited < 3.0
 
 
-def test_headers_sent_a_byte_at_a_time_get_408(small: ServerHandle) -> None:
-    sock = _connect(small)
-    request = b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+def _trickled(sock: socket.socket, data: bytes, every_s: float) -> bytes:
+    """Send ``data`` one byte per ``every_s`` (each byte well inside the timeout, the whole far
+    beyond it) while reading what the server answers until it closes; the answer."""
     closed = threading.Event()
 
     def trickle() -> None:
-        for byte in request:
+        for byte in data:
             if closed.is_set():
                 return
             try:
                 sock.send(bytes([byte]))
             except OSError:
                 return
-            time.sleep(0.05)  # each byte well inside the timeout; the whole far beyond it
+            time.sleep(every_s)
 
     sender = threading.Thread(target=trickle, daemon=True)
     sender.start()
     try:
-        reply = _read_all(sock)
+        return _read_all(sock)
     finally:
         closed.set()
         sender.join(5)
         sock.close()
+
+
+def test_headers_sent_a_byte_at_a_time_get_408(small: ServerHandle) -> None:
+    request = b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    reply = _trickled(_connect(small), request, 0.05)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 ")
     assert "kraft.http.header.timeout.ms" in json.loads(body)["error"]
@@ -133,26 +138,7 @@ def test_a_body_sent_a_byte_at_a_time_gets_408(small: ServerHandle) -> None:
     sock = _connect(small)
     sock.sendall(b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n" % len(BODY))
-    closed = threading.Event()
-
-    def trickle() -> None:
-        for byte in BODY:
-            if closed.is_set():
-                return
-            try:
-                sock.send(bytes([byte]))
-            except OSError:
-                return
-            time.sleep(0.1)  # the whole body would take 2 s; the timeout is 0.5 s
-
-    sender = threading.Thread(target=trickle, daemon=True)
-    sender.start()
-    try:
-        reply = _read_all(sock)
-    finally:
-        closed.set()
-        sender.join(5)
-        sock.close()
+    reply = _trickled(sock, BODY, 0.1)  # the whole body would take 2 s; the timeout is 0.5 s
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 "), reply
     assert "body" in json.loads(body)["error"]
