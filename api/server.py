@@ -24,7 +24,7 @@ from typing import Final
 import uvicorn
 from fastapi import FastAPI
 
-from api.limits import HttpLimits, limited_protocol
+from api.limits import HttpLimits, uvicorn_options
 
 __all__ = ["ServerHandle", "run_server", "serve_in_thread"]
 
@@ -117,8 +117,7 @@ def serve_in_thread(
         app,
         host=host,
         port=bound_port,
-        http=limited_protocol(limits or HttpLimits()),
-        proxy_headers=False,  # nothing reads the client's address; a layer less per request
+        **uvicorn_options(limits),
         lifespan="on",
         log_config=None,
         log_level=log_level,
@@ -167,8 +166,7 @@ def run_server(
         app,
         host=host,
         port=port,
-        http=limited_protocol(limits or HttpLimits()),
-        proxy_headers=False,  # nothing reads the client's address; a layer less per request
+        **uvicorn_options(limits),
         lifespan="on",
         log_level=log_level,
         timeout_graceful_shutdown=graceful_shutdown_s,

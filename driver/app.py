@@ -50,6 +50,7 @@ from typing import Any
 from kraft_spark import aio
 from kraft_spark.config_keys import APP_KEYS, NODE_KEYS, QUORUM_KEYS, check_known
 from kraft_spark.metrics import AppMetrics, Registry
+from kraft_spark.net.config import DEFAULT_HTTP_HEADER_TIMEOUT_MS, DEFAULT_HTTP_MAX_CONNECTIONS
 from kraft_spark.stop_signals import StopSignals
 
 log = logging.getLogger("kraft_spark.driver")
@@ -66,8 +67,8 @@ class AppConfig:
     http_port: int = 8080
     http_token: str | None = None
     # The sidecar's connection cap and header timeout (api.limits)
-    http_max_connections: int = 1000
-    http_header_timeout_s: float = 10.0
+    http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
+    http_header_timeout_s: float = DEFAULT_HTTP_HEADER_TIMEOUT_MS / 1000
     voter_base_port: int = 9093
     observer_port: int = 0
     # records is committed once per interval while there is something new (at most)

@@ -49,7 +49,8 @@ from kraft_spark.raft.config import ConfigError, QuorumConfig
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
-# The HTTP API's limits; the same defaults as api.limits (not imported: it pulls in uvicorn).
+# The HTTP listeners' limits (api.limits, whose defaults these are; kept here, with no
+# dependency on uvicorn, for the node's and the application's configuration).
 DEFAULT_HTTP_MAX_CONNECTIONS = 1000
 DEFAULT_HTTP_HEADER_TIMEOUT_MS = 10_000
 

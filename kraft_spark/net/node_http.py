@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 import uvicorn
 
 from api.app import create_app
-from api.limits import HttpLimits, limited_protocol
+from api.limits import HttpLimits, uvicorn_options
 from api.server import bind_tcp as bind_listener
 from kraft_spark.net.node_backend import NodeBackend
 
@@ -124,8 +124,7 @@ async def start_node_http(
         app,
         host=host,
         port=bound_port,
-        http=limited_protocol(limits or HttpLimits()),
-        proxy_headers=False,  # nothing reads the client's address; a layer less per request
+        **uvicorn_options(limits),
         ws="none",
         lifespan="on",
         log_config=None,  # the node's logging configuration stays as it is
