@@ -198,7 +198,7 @@ class AsyncQuorumClient:
                     if exc.not_kafka:
                         self._not_kafka[endpoint] = time.monotonic()
                         self._not_kafka_reason = last_error
-                        skipped = self._not_kafka_now()
+                        skipped.add(endpoint)
                         if skipped.issuperset(self._endpoints):
                             raise NotKafkaEndpointError(f"{what}: {last_error}") from None
                     continue
