@@ -444,18 +444,17 @@ class LeaderMixin(CoreState):
             else:
                 ls.flush_due_at = self.now + self.config.append_linger_ms
         lone = len(ls.waiters) == 1
-        if not lone:
+        if lone:
+            ls.lone_appends += 1
+        else:
             ls.concurrent_at = self.now
         hold = self.config.lone_append_hold_ms
         # Only for one writer at a time: under concurrent appends a commit is better off with
-        # the faster of two voters (measured: holds cost 16 connections 4-6 %). And only where
-        # the leader and that one voter are a majority (3 voters or fewer): with more, the
-        # commit needs the held ones too.
-        # Every HOLD_PROBE_EVERY-th lone append goes to everyone at once, so that another voter
-        # grown faster can acknowledge first and become the quickest (it never could while the
-        # appends it gets wait for the quickest's acknowledgement).
-        if lone:
-            ls.lone_appends += 1
+        # the faster of two voters (measured: holds cost 16 connections 4-6 %). Only where the
+        # leader and that one voter are a majority (3 voters or fewer): with more, the commit
+        # needs the held ones too. And every HOLD_PROBE_EVERY-th lone append goes to everyone at
+        # once, so that another voter grown faster can acknowledge first and become the
+        # quickest (it never could while the appends it gets wait for the quickest's).
         if (hold and lone and self.now - ls.concurrent_at >= CONCURRENT_WINDOW_MS
                 and len(self.voters) <= 3 and ls.quickest in self.voters
                 and ls.lone_appends % HOLD_PROBE_EVERY != 0
