@@ -60,6 +60,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.direct import MAX_DIRECT_BODY, Answer
 from kraft_spark.client.errors import (
     ClientError,
     ClusterIdMismatchError,
@@ -571,15 +572,8 @@ class _Appender:
         if key is None:
             try:
                 return await backend.append(records, timeout_s=self.commit_timeout_s), False
-            except CommitTimeoutError as exc:
-                raise ApiError(
-                    504,
-                    f"the append was sent but its commit was not confirmed within "
-                    f"{self.commit_timeout_s:g} s ({exc}); it may still commit. Retrying may "
-                    "append it twice: send an Idempotency-Key header so a retry is safe",
-                ) from None
             except ClientError as exc:
-                raise _client_error(exc) from None
+                raise self.unkeyed_failure(exc) from None
         fingerprint = _fingerprint(records)
         entry = self.entries.get(key)
         replayed = entry is not None
@@ -625,6 +619,17 @@ class _Appender:
         except ClientError as exc:
             raise _client_error(exc) from None
         return result, replayed
+
+    def unkeyed_failure(self, exc: ClientError) -> ApiError:
+        """The answer to an append without Idempotency-Key that failed with ``exc``."""
+        if isinstance(exc, CommitTimeoutError):
+            return ApiError(
+                504,
+                f"the append was sent but its commit was not confirmed within "
+                f"{self.commit_timeout_s:g} s ({exc}); it may still commit. Retrying may "
+                "append it twice: send an Idempotency-Key header so a retry is safe",
+            )
+        return _client_error(exc)
 
     def _remember(self, key: str, entry: _Entry) -> None:
         self.entries[key] = entry
@@ -891,6 +896,93 @@ class _FastAppendMiddleware:
         await send({"type": "http.response.body", "body": payload})
 
 
+class _DirectAppend:
+    """``POST /v1/records`` answered from uvicorn's protocol callbacks (``api.direct``), with no
+    ASGI task, when the backend can start an append at once (``start_append``: the embedded API
+    of the node that leads). Only the plain success path is claimed: a request with an
+    Idempotency-Key, a missing or wrong token, a body that is not JSON or fails a check, or an
+    append the backend cannot start here (this node does not lead) goes to the ASGI app, which
+    gives the same answers as before. Once started, the append's outcome is answered here with
+    the app's own messages (``_Appender.unkeyed_failure``)."""
+
+    def __init__(self, endpoint: _AppendEndpoint, token: str | None) -> None:
+        self.endpoint = endpoint
+        self.token = token.encode("utf-8") if token is not None else None
+        self.max_body = min(MAX_DIRECT_BODY, endpoint.max_body_bytes)
+        self.answered = 0  # requests answered here, not by the app (tests, diagnostics)
+
+    def wants(self, scope: Scope) -> bool:
+        if scope["method"] != "POST" or _route_path(scope) != "/v1/records":
+            return False
+        length = authorization = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                length = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"authorization":
+                authorization = value
+            elif name in (b"idempotency-key", b"transfer-encoding"):
+                return False
+        if length is None or not length.isdigit() or int(length) > self.max_body:
+            return False
+        if content_type is not None and not _is_json_content_type(content_type.decode("latin-1")):
+            return False
+        if self.token is not None:
+            scheme, _, credentials = (authorization or b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                credentials.strip(), self.token
+            ):
+                return False
+        return True
+
+    def handle(self, scope: Scope, body: bytes, answer: Answer) -> bool:
+        started = time.perf_counter()
+        appender = self.endpoint.appender
+        start_append = getattr(appender.backend, "start_append", None)
+        if start_append is None:
+            return False
+        try:
+            records = self.endpoint.records(body)
+        except ApiError:
+            return False  # the app gives the answer
+
+        def done(result: AppendResult | None, exc: BaseException | None) -> None:
+            headers: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
+            if exc is None:
+                assert result is not None
+                status, payload = 200, _append_json(result)
+                self.endpoint.metrics.appended_records.inc(len(records))
+            else:
+                if isinstance(exc, ClientError):
+                    error = appender.unkeyed_failure(exc)
+                else:
+                    log.error("unexpected error in the HTTP sidecar", exc_info=exc)
+                    error = ApiError(
+                        500, f"internal error ({type(exc).__name__}: {exc}); see this server's "
+                        "log",
+                    )
+                status, payload = error.status, _error_json(error.message)
+                headers += [
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in error.headers.items()
+                ]
+            self.endpoint.metrics.observe(
+                "POST", "/v1/records", status, (time.perf_counter() - started) * 1000.0
+            )
+            self.answered += 1
+            answer(status, headers, payload)
+
+        return bool(start_append(records, appender.commit_timeout_s, done))
+
+
+def _error_json(message: str) -> bytes:
+    """``{"error": message}`` as ``_error_response`` renders it (Starlette's JSONResponse)."""
+    return json.dumps(
+        {"error": message}, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    ).encode("utf-8")
+
+
 class _SidecarApp(FastAPI):
     """FastAPI with a front door: ``POST /v1/records`` goes to ``front`` (the fast path inside
     the same metrics and auth middleware) before FastAPI's own stack, whose error, telemetry
@@ -900,6 +992,8 @@ class _SidecarApp(FastAPI):
     stack."""
 
     front: ASGIApp | None = None
+    # Found by api.direct's protocol: appends answered without an ASGI task.
+    direct_handler: _DirectAppend | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         front = self.front
@@ -1067,6 +1161,7 @@ def create_app(
         if token is not None:
             front = _BearerAuthMiddleware(front, token=token, open_paths=open_paths)
         app.front = _HttpMetricsMiddleware(front, metrics=http_metrics)
+        app.direct_handler = _DirectAppend(endpoint, token)
 
     # ---- the other routes
     @app.get(

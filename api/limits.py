@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from api.direct import DirectHttpToolsProtocol
 from kraft_spark.net.config import DEFAULT_HTTP_HEADER_TIMEOUT_MS, DEFAULT_HTTP_MAX_CONNECTIONS
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
     # path is short, and with a timer armed and cancelled per request it looked ~4 % slower.
     period = min(1.0, limits.header_timeout_s / 4)
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    class LimitedHttpToolsProtocol(DirectHttpToolsProtocol):
         refused = _RateLimitedLog(
             "HTTP listener at its limit of %d connections (kraft.http.max.connections): "
             "refused new connections"

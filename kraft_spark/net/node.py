@@ -21,7 +21,8 @@ Everything the core decides happens on the event loop thread; the shell only car
 
 Local requests: ``submit_local`` hands the core a client request (Produce, a client Fetch,
 DescribeQuorum) from this process, as if it came from a connection; its answer resolves an
-asyncio future instead of being written to a socket (the reply's token is a ``_LocalToken``).
+asyncio future, or calls a callback (``submit_local_callback``), instead of being written to a
+socket (the reply's token is a ``_LocalToken``).
 The embedded HTTP API (``kraft.http.listener``, ``kraft_spark.net.node_http``) uses it so an
 append to the leader goes straight into its core. ``stop`` stops that HTTP server first (its
 requests in flight finish briefly), and fails local requests still unanswered at the end with
@@ -120,13 +121,36 @@ class _Token:
         self.correlation_id = header.correlation_id
 
 
+# Told the answer to a local request (or, with None, why there is none), synchronously.
+LocalCallback = Callable[[Response | None, BaseException | None], None]
+
+
 class _LocalToken:
-    """Where to send the answer to one request made in this process: an asyncio future."""
+    """Where to send the answer to one request made in this process: an asyncio future, or a
+    callback (``submit_local_callback``)."""
 
-    __slots__ = ("future",)
+    __slots__ = ("callback", "future")
 
-    def __init__(self, future: asyncio.Future[Response]) -> None:
+    def __init__(self, future: asyncio.Future[Response] | None,
+                 callback: LocalCallback | None = None) -> None:
         self.future = future
+        self.callback = callback
+
+    def settle(self, response: Response | None, error: BaseException | None) -> None:
+        if self.callback is not None:
+            try:
+                self.callback(response, error)
+            except Exception:  # the caller's bug must not cost the rest of the Ready
+                log.exception("a local request's callback failed")
+            return
+        future = self.future
+        if future is None or future.done():  # else the caller stopped waiting
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            assert response is not None
+            future.set_result(response)
 
 
 class RaftNode:
@@ -162,6 +186,10 @@ class RaftNode:
             for n, (host, port) in sorted(config.voters.items())
         ]
         self._local: set[_LocalToken] = set()
+        # True while a local request's callback runs (inside _dispatch): a submission from it
+        # drains on the next loop turn (_drain_soon), not nested in this Ready.
+        self._settling_local = False
+        self._drain_soon = False
         self._http: NodeHttpServer | None = None
         self._http_stop: asyncio.Future[None] | None = None
         self._resigning = 0  # EndQuorumEpoch requests in flight (a graceful stop waits)
@@ -384,22 +412,42 @@ class RaftNode:
         resolves with the core's answer (when a Produce commits, times out or loses its
         leader), or fails with ``NodeStoppedError`` if the node stops first. Cancelling the
         future only stops waiting: a Produce already handed over stays in the log."""
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._hand_over(message, _LocalToken(future))
+        return future
+
+    def submit_local_callback(self, message: LocalRequest, callback: LocalCallback) -> None:
+        """``submit_local`` without a future: ``callback(response, None)`` runs as soon as the
+        core answers, inside the node's handling of that answer (no loop turn in between), or
+        ``callback(None, NodeStoppedError)`` if the node stops first. It must be quick and may
+        submit again (that hand-over then completes on the next loop turn). Raises
+        ``NodeStoppedError`` at once, without calling back, if the node is not running."""
+        self._hand_over(message, _LocalToken(None, callback))
+
+    def _hand_over(self, message: LocalRequest, token: _LocalToken) -> None:
         core = self._core
         if core is None or self._stopping or self._failed is not None:
             raise NodeStoppedError(f"node {self.node_id} is not running")
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        token = _LocalToken(future)
         self._local.add(token)
         self.stats.on_request(message)
         core.handle_request(wall_ms(), -1, token, message)
+        if self._settling_local:
+            # Submitted from a local callback, in the middle of carrying out a Ready: the
+            # core's next Ready waits for the next loop turn, so this one finishes first.
+            if not self._drain_soon:
+                self._drain_soon = True
+                asyncio.get_running_loop().call_soon(self._drain_deferred)
+        else:
+            self._drain()
+
+    def _drain_deferred(self) -> None:
+        self._drain_soon = False
         self._drain()
-        return future
 
     def _abort_local(self, reason: str) -> None:
         pending, self._local = self._local, set()
         for token in pending:
-            if not token.future.done():
-                token.future.set_exception(NodeStoppedError(f"node {self.node_id}: {reason}"))
+            token.settle(None, NodeStoppedError(f"node {self.node_id}: {reason}"))
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -542,8 +590,11 @@ class RaftNode:
             token = reply.token
             if isinstance(token, _LocalToken):
                 self._local.discard(token)
-                if not token.future.done():  # else the caller stopped waiting
-                    token.future.set_result(reply.message)
+                self._settling_local = True
+                try:
+                    token.settle(reply.message, None)
+                finally:
+                    self._settling_local = False
                 continue
             assert isinstance(token, _Token)
             try:

@@ -2,9 +2,11 @@
 
 **Appends.** When this node leads, an append goes straight into its core: ``RaftNode.
 submit_local`` hands the core a ``ProduceRequest`` and the core's ``ProduceResponse`` (once
-committed) resolves a future. Appends that arrive together (in the same loop iteration, or
-while ``max_in_flight`` batches are waiting for their commit) share one ``ProduceRequest``
-through the client's ``AppendCoalescer``; each keeps its own contiguous slice of offsets.
+committed) settles it. Appends that arrive together (in the same loop iteration, or while
+``max_in_flight`` batches are waiting for their commit) share one ``ProduceRequest`` through
+``LocalAppends``; each keeps its own contiguous slice of offsets. ``start_append`` is the same
+from a callback: the HTTP API's direct path (``api.direct``) answers a lone append straight
+from the core's answer, with no task and no loop turn in between.
 
 When this node does not lead, the append is forwarded to the leader through an
 ``AsyncQuorumClient`` (bootstrap: the voters; created lazily on the node's loop), which finds
@@ -35,13 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
-from kraft_spark.client.coalesce import AppendCoalescer
-from kraft_spark.client.errors import (
-    ClientError,
-    CommitTimeoutError,
-    InvalidRecordError,
-    RecordTooLargeError,
-)
+from kraft_spark.client.errors import ClientError
 from kraft_spark.client.types import (
     AppendResult,
     CommittedRecord,
@@ -49,6 +45,7 @@ from kraft_spark.client.types import (
     QuorumInfo,
     ReplicaInfo,
 )
+from kraft_spark.net.local_appends import LocalAppends, Settle
 from kraft_spark.net.node import LocalRequest, NodeStoppedError
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
@@ -57,8 +54,6 @@ from kraft_spark.raft.messages import (
     ErrorCode,
     FetchRequest,
     FetchResponse,
-    ProduceRequest,
-    ProduceResponse,
     ReplicaState,
     Response,
 )
@@ -74,31 +69,6 @@ DEFAULT_MAX_IN_FLIGHT: Final = 16
 # their own timeout), as the stand-alone sidecar does.
 FORWARD_RETRY_BUDGET_S: Final = 5.0
 READ_MAX_BYTES: Final = 4 * 1024 * 1024
-# Past the append's own timeout (which the core enforces), a last guard against a stuck wait.
-LOCAL_WAIT_MARGIN_S: Final = 2.0
-
-
-def produce_result(response: Response) -> AppendResult:
-    """The outcome of a Produce handed to the local core while it led, in the client's terms.
-
-    Only refusals for the batch's content mean nothing was appended; every other failure
-    leaves the outcome unknown (``CommitTimeoutError``: never retried here)."""
-    if not isinstance(response, ProduceResponse):
-        raise ClientError(f"append failed: unexpected answer {type(response).__name__}")
-    error = response.error
-    if error == ErrorCode.NONE:
-        return AppendResult(response.base_offset, response.last_offset, response.epoch)
-    message = response.message or error.name
-    if error == ErrorCode.MESSAGE_TOO_LARGE:
-        raise RecordTooLargeError(f"the quorum refused the batch: {message}")
-    if error in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE):
-        raise InvalidRecordError(f"the quorum refused the batch: {message}")
-    if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT):
-        raise CommitTimeoutError(
-            f"the append was not confirmed ({error.name}: {message}); it may still commit: "
-            "check with a read before appending it again"
-        )
-    raise ClientError(f"append failed: {error.name} ({int(error)}) ({message})")
 
 
 def _replica(state: ReplicaState) -> ReplicaInfo:
@@ -108,25 +78,40 @@ def _replica(state: ReplicaState) -> ReplicaInfo:
     )
 
 
+def _stamped(records: Sequence[NewRecord]) -> tuple[Record, ...]:
+    """The records with this leader's append time."""
+    now = int(time.time() * 1000)
+    return tuple(
+        Record(key=r.key, value=r.value, timestamp_ms=now, headers=r.headers) for r in records
+    )
+
+
 class NodeBackend:
     """``QuorumBackend`` for ``node``'s embedded HTTP API; lives on the node's event loop."""
 
     def __init__(self, node: RaftNode, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self._node = node
-        self._coalescer = AppendCoalescer(self._send_batch, max_in_flight=max_in_flight)
+        self._appends = LocalAppends(node, self._forward_batch, max_in_flight=max_in_flight)
         self._client: AsyncQuorumClient | None = None
         self._closed = False
-        # Counters for tests and diagnostics: batches handed to the local core / forwarded.
-        self.local_batches = 0
-        self.forwarded_batches = 0
+        self._forwarded = 0  # appends forwarded because this node did not lead
 
     @property
     def cluster_id(self) -> str | None:
         return self._node.cluster_id or None
 
     @property
-    def coalescer(self) -> AppendCoalescer:
-        return self._coalescer
+    def local_appends(self) -> LocalAppends:
+        return self._appends
+
+    # Counters for tests and diagnostics: batches handed to the local core / forwarded.
+    @property
+    def local_batches(self) -> int:
+        return self._appends.batches_sent
+
+    @property
+    def forwarded_batches(self) -> int:
+        return self._forwarded + self._appends.forwarded_batches
 
     def _forwarder(self) -> AsyncQuorumClient:
         if self._closed:
@@ -151,30 +136,28 @@ class NodeBackend:
         if not records:
             raise ValueError("append needs at least one record")
         if self._node.is_leader:
-            now = int(time.time() * 1000)
-            batch = tuple(
-                Record(key=r.key, value=r.value, timestamp_ms=now, headers=r.headers)
-                for r in records
-            )
-            return await self._coalescer.append(batch, timeout_s)
-        self.forwarded_batches += 1
+            return await self._appends.append(_stamped(records), timeout_s)
+        self._forwarded += 1
         return await self._forwarder().append(records, timeout_s=timeout_s)
 
-    async def _send_batch(self, records: tuple[Record, ...], timeout_s: float) -> AppendResult:
-        """The coalescer's sender: one (possibly shared) batch, into the local core if this
-        node still leads, else forwarded (nothing was appended here)."""
-        node = self._node
-        if not node.is_leader:
-            self.forwarded_batches += 1
-            return await self._forwarder().append(
-                [NewRecord(r.key, r.value, r.headers) for r in records], timeout_s=timeout_s
-            )
-        # No await between the leadership check above and the hand-over below.
-        request = ProduceRequest(records, timeout_ms=max(1, int(timeout_s * 1000)))
-        future = node.submit_local(request)
-        self.local_batches += 1
-        response = await self._wait_local(future, timeout_s + LOCAL_WAIT_MARGIN_S, request)
-        return produce_result(response)
+    def start_append(
+        self, records: Sequence[NewRecord], timeout_s: float, settle: Settle
+    ) -> bool:
+        """``append`` from a callback (the HTTP API's ``api.direct`` path) while this node
+        leads: ``settle(result, error)`` is called once, usually straight from the core's answer
+        (no loop turn in between). False, and nothing done, when this node does not lead (or
+        the API is closing): the caller takes the ``append`` path."""
+        if self._closed or not records or not self._node.is_leader:
+            return False
+        self._appends.submit(_stamped(records), timeout_s, settle)
+        return True
+
+    async def _forward_batch(self, records: tuple[Record, ...], timeout_s: float) -> AppendResult:
+        """A batch found waiting on a node that no longer leads: to the leader (nothing was
+        appended here)."""
+        return await self._forwarder().append(
+            [NewRecord(r.key, r.value, r.headers) for r in records], timeout_s=timeout_s
+        )
 
     async def _wait_local(
         self, future: asyncio.Future[Response], wait_s: float, request: LocalRequest
@@ -186,13 +169,6 @@ class NodeBackend:
         guard = asyncio.get_running_loop().call_later(wait_s, expire)
         try:
             return await future
-        except (NodeStoppedError, TimeoutError) as exc:
-            if isinstance(request, ProduceRequest):
-                raise CommitTimeoutError(
-                    f"the append was not confirmed ({exc or 'no answer in time'}); it may still "
-                    "commit: check with a read before appending it again"
-                ) from exc
-            raise
         finally:
             guard.cancel()
 
@@ -244,10 +220,10 @@ class NodeBackend:
 
     async def close(self) -> None:
         self._closed = True
-        await self._coalescer.close()
+        await self._appends.close()
         client, self._client = self._client, None
         if client is not None:
             await client.close()
 
 
-__all__ = ["DEFAULT_MAX_IN_FLIGHT", "NodeBackend", "produce_result"]
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "NodeBackend"]

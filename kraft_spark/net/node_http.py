@@ -52,6 +52,7 @@ class NodeHttpServer:
     def __init__(self, server: uvicorn.Server, sock: socket.socket, backend: NodeBackend,
                  host: str, port: int) -> None:
         self._server = server
+        self.app = server.config.app
         self._sock = sock
         self.backend = backend
         self.host = host

@@ -228,8 +228,8 @@ def test_concurrent_appends_to_leader_get_distinct_contiguous_offsets(tmp_path: 
         assert all(answer["last_offset"] == answer["base_offset"] for _, answer in results)
         assert sorted(offsets) == list(range(min(offsets), min(offsets) + count))
         backend = backend_of(leader)
-        assert backend.coalescer.appends_sent == count
-        assert backend.coalescer.batches_sent <= count
+        assert backend.local_appends.appends_sent == count
+        assert backend.local_appends.batches_sent <= count
         assert backend.forwarded_batches == 0
 
         status, page = await http(url_of(leader), "GET",
@@ -291,7 +291,7 @@ def test_stop_lets_an_append_in_flight_finish(tmp_path: Path) -> None:
         pending = asyncio.ensure_future(
             http(url_of(leader), "POST", "/v1/records", {"key": "last", "value": 1})
         )
-        await wait_for(lambda: backend_of(leader).coalescer.appends_sent >= 1, 5,
+        await wait_for(lambda: backend_of(leader).local_appends.appends_sent >= 1, 5,
                        "the append to reach the backend")
         loop = asyncio.get_running_loop()
         started = loop.time()

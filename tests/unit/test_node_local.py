@@ -7,6 +7,7 @@ import asyncio
 import itertools
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,8 +18,9 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
 )
 from kraft_spark.client.types import AppendResult, NewRecord
+from kraft_spark.net.local_appends import produce_result
 from kraft_spark.net.node import NodeStoppedError, RaftNode
-from kraft_spark.net.node_backend import NodeBackend, produce_result
+from kraft_spark.net.node_backend import NodeBackend
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     DescribeQuorumRequest,
@@ -95,6 +97,8 @@ def test_submit_local_answers_produce_fetch_and_describe(tmp_path: Path) -> None
 
 
 def test_backend_coalesces_appends_of_one_iteration_into_one_batch(tmp_path: Path) -> None:
+    """The first append goes at once (nothing in flight); the 49 that follow in the same loop
+    turn share one batch, even though the first one commits before they arrive (one voter)."""
     async def body(nodes: list[RaftNode]) -> None:
         backend = NodeBackend(nodes[0])
         try:
@@ -102,7 +106,8 @@ def test_backend_coalesces_appends_of_one_iteration_into_one_batch(tmp_path: Pat
                 backend.append([NewRecord(f"k{i}".encode(), b"x")] * (1 + i % 3))
                 for i in range(50)
             ))
-            assert backend.coalescer.batches_sent == 1 and backend.local_batches == 1
+            assert backend.local_appends.batches_sent == 2 and backend.local_batches == 2
+            assert backend.local_appends.appends_sent == 50
             # Each append keeps its own contiguous slice, in call order.
             for i, (prev, cur) in enumerate(itertools.pairwise(results)):
                 assert cur.base_offset == prev.last_offset + 1
@@ -134,7 +139,7 @@ def test_backend_refused_shared_batch_is_split_and_only_the_culprit_fails(
             assert [type(r) for r in results[:3]] == [AppendResult] * 3
             assert isinstance(results[3], RecordTooLargeError)
             # One shared batch refused as too large, then each append on its own.
-            assert backend.coalescer.batches_sent == 5
+            assert backend.local_appends.batches_sent == 5
         finally:
             await backend.close()
 
@@ -213,5 +218,98 @@ def test_a_follower_backend_forwards_and_reads_through_the_leader(tmp_path: Path
             assert info.leader_id == leader.node_id and info.cluster_id == "test-cluster"
         finally:
             await backend.close()
+
+    asyncio.run(run_quorum(tmp_path, body))
+
+
+# --------------------------------------------------------------------------- callbacks
+
+
+def test_callbacks_run_from_the_answer_and_may_submit_again(tmp_path: Path) -> None:
+    """``submit_local_callback``: the answer reaches the callback inside the node's handling of
+    it; a submission from the callback completes on the next loop turn, after the Ready that
+    answered (the high watermark the node reports never moves back)."""
+    async def body(nodes: list[RaftNode]) -> None:
+        node = nodes[0]
+        watermarks: list[int] = []
+        node.add_commit_listener(watermarks.append)
+        answers: list[ProduceResponse] = []
+        done = asyncio.get_running_loop().create_future()
+
+        def callback(response: Any, error: BaseException | None) -> None:
+            assert error is None and isinstance(response, ProduceResponse)
+            answers.append(response)
+            if len(answers) < 5:
+                node.submit_local_callback(
+                    ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=5000), callback)
+            elif not done.done():
+                done.set_result(None)
+
+        node.submit_local_callback(ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=5000),
+                                   callback)
+        await asyncio.wait_for(done, 10)
+        assert [a.error for a in answers] == [ErrorCode.NONE] * 5
+        assert [a.base_offset for a in answers] == list(
+            range(answers[0].base_offset, answers[0].base_offset + 5))
+        assert watermarks == sorted(watermarks) and node.high_watermark > answers[-1].last_offset
+        assert not node._local
+
+    asyncio.run(run_quorum(tmp_path, body, count=1))
+
+
+def test_stop_calls_back_local_requests_still_waiting(tmp_path: Path) -> None:
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = _leader(nodes)
+        for node in nodes:
+            if node is not leader:
+                await node.stop(graceful=False)
+        told: list[tuple[Any, BaseException | None]] = []
+        leader.submit_local_callback(
+            ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=20_000),
+            lambda response, error: told.append((response, error)))
+        await leader.stop(graceful=False)
+        assert len(told) == 1 and told[0][0] is None
+        assert isinstance(told[0][1], NodeStoppedError)
+
+    asyncio.run(run_quorum(tmp_path, body))
+
+
+def test_start_append_settles_from_the_core_and_declines_off_the_leader(tmp_path: Path) -> None:
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = _leader(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        backend, off_leader = NodeBackend(leader), NodeBackend(follower)
+        try:
+            results: list[AppendResult] = []
+            errors: list[BaseException] = []
+            finished = asyncio.Event()
+
+            def settle(result: AppendResult | None, error: BaseException | None) -> None:
+                if error is not None:
+                    errors.append(error)
+                else:
+                    assert result is not None
+                    results.append(result)
+                if len(results) + len(errors) == 20:
+                    finished.set()
+
+            # One loop turn: the first goes at once, the other 19 share the next batch.
+            for i in range(20):
+                assert backend.start_append([NewRecord(f"k{i}".encode(), b"x")] * 2, 10, settle)
+            await asyncio.wait_for(finished.wait(), 10)
+            assert not errors
+            assert backend.local_batches == 2 and backend.local_appends.appends_sent == 20
+            for prev, cur in itertools.pairwise(results):
+                assert cur.base_offset == prev.last_offset + 1
+                assert cur.last_offset == cur.base_offset + 1
+            read = await backend.read(results[0].base_offset, 100)
+            assert [r.key for r in read][:4] == [b"k0", b"k0", b"k1", b"k1"]
+
+            assert not off_leader.start_append([NewRecord(b"k", b"x")], 10, settle)
+            assert off_leader.local_batches == 0 and off_leader.forwarded_batches == 0
+        finally:
+            await backend.close()
+            await off_leader.close()
+        assert not backend.start_append([NewRecord(b"k", b"x")], 10, settle)  # closed
 
     asyncio.run(run_quorum(tmp_path, body))
