@@ -22,8 +22,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kraft_spark.client.errors import ClientError, InvalidRecordError, RecordTooLargeError
 from kraft_spark.client.types import AppendResult, payload_bytes
@@ -41,6 +42,34 @@ DEFAULT_MAX_BATCH_RECORDS = 5000
 def record_bytes(record: Record) -> int:
     """The record's payload plus ~16 bytes of per-record framing in a batch."""
     return payload_bytes(record.key, record.value, record.headers) + 16
+
+
+class Pending(Protocol):
+    """An append waiting to share a batch: its records and their size (``record_bytes``)."""
+
+    records: tuple[Record, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """How large a shared batch may grow, in payload bytes and in records."""
+
+    max_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    max_records: int = DEFAULT_MAX_BATCH_RECORDS
+
+    def prefix(self, waiting: Sequence[Pending]) -> int:
+        """How many of ``waiting``, from the first, fit one batch: at least one (a lone append
+        over the limits still goes alone; the leader judges it), never splitting one."""
+        taken = size = count = 0
+        for item in waiting:
+            if taken and (size + item.size > self.max_bytes
+                          or count + len(item.records) > self.max_records):
+                break
+            taken += 1
+            size += item.size
+            count += len(item.records)
+        return taken
 
 
 @dataclass
@@ -61,8 +90,7 @@ class AppendCoalescer:
             raise ValueError("max_in_flight must be at least 1")
         self._send = send
         self._max_in_flight = max_in_flight
-        self._max_bytes = max_batch_bytes
-        self._max_records = max_batch_records
+        self._limits = BatchLimits(max_batch_bytes, max_batch_records)
         self._waiting: list[_Waiting] = []
         self._senders = 0
         self._tasks: set[asyncio.Future[None]] = set()
@@ -98,14 +126,7 @@ class AppendCoalescer:
         """The longest prefix of the waiting appends that fits one batch (at least one)."""
         # An append whose caller gave up before it was sent is dropped, not sent.
         self._waiting = [item for item in self._waiting if not item.result.done()]
-        taken, size, count = 0, 0, 0
-        for item in self._waiting:
-            if taken and (size + item.size > self._max_bytes
-                          or count + len(item.records) > self._max_records):
-                break
-            taken += 1
-            size += item.size
-            count += len(item.records)
+        taken = self._limits.prefix(self._waiting)
         group, self._waiting = self._waiting[:taken], self._waiting[taken:]
         return group
 

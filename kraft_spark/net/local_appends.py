@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Final
 from kraft_spark.client.coalesce import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_RECORDS,
+    BatchLimits,
     record_bytes,
 )
 from kraft_spark.client.errors import (
@@ -104,8 +105,7 @@ class LocalAppends:
         self._node = node
         self._forward = forward
         self._max_in_flight = max_in_flight
-        self._max_bytes = max_batch_bytes
-        self._max_records = max_batch_records
+        self._limits = BatchLimits(max_batch_bytes, max_batch_records)
         self._waiting: list[_Append] = []
         self._in_flight = 0
         self._turn_scheduled = False
@@ -159,14 +159,7 @@ class LocalAppends:
 
     def _take(self) -> list[_Append]:
         """The longest prefix of the waiting appends that fits one batch (at least one)."""
-        taken = size = count = 0
-        for item in self._waiting:
-            if taken and (size + item.size > self._max_bytes
-                          or count + len(item.records) > self._max_records):
-                break
-            taken += 1
-            size += item.size
-            count += len(item.records)
+        taken = self._limits.prefix(self._waiting)
         group, self._waiting = self._waiting[:taken], self._waiting[taken:]
         return group
 

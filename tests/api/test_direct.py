@@ -20,7 +20,7 @@ from kraft_spark.client.errors import ClientError, CommitTimeoutError, NoLeaderE
 from kraft_spark.client.types import AppendResult, NewRecord, QuorumInfo
 from kraft_spark.net.local_appends import Settle
 from kraft_spark.net.node import RaftNode
-from tests.net.helpers import leader_of, wait_for
+from tests.net.helpers import leader_of, the_leader, wait_for
 from tests.net.test_node_http import run_http_quorum, url_of
 
 pytestmark = pytest.mark.timeout(120)
@@ -73,12 +73,6 @@ async def exchange(url: str, data: bytes, count: int) -> list[tuple[int, dict[st
 def direct_of(node: RaftNode) -> Any:
     assert node.http is not None
     return node.http.app.direct_handler
-
-
-def the_leader(nodes: list[RaftNode]) -> RaftNode:
-    leader = leader_of(nodes)
-    assert leader is not None
-    return leader
 
 
 # --------------------------------------------------------------------------- embedded API

@@ -60,6 +60,22 @@ def leader_of(nodes: list[RaftNode]) -> RaftNode | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
+def the_leader(nodes: list[RaftNode]) -> RaftNode:
+    """The one leader among ``nodes``; fails the test when there is none (or two)."""
+    leader = leader_of(nodes)
+    assert leader is not None, "no single leader among the nodes"
+    return leader
+
+
+async def alone_as_leader(nodes: list[RaftNode]) -> RaftNode:
+    """Stops every node but the leader (kill -9 style), so nothing it appends can commit."""
+    leader = the_leader(nodes)
+    for node in nodes:
+        if node is not leader:
+            await node.stop(graceful=False)
+    return leader
+
+
 async def run_quorum(
     tmp: Path, body: Callable[[list[RaftNode]], Awaitable[None]], **kwargs: object
 ) -> None:

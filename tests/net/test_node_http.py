@@ -24,7 +24,7 @@ import pytest
 from kraft_spark.net.node import RaftNode
 from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports
 
-from .helpers import leader_of, make_nodes, run_nodes, wait_for
+from .helpers import make_nodes, run_nodes, the_leader, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,12 +76,6 @@ async def run_http_quorum(
 def url_of(node: RaftNode) -> str:
     assert node.http_url is not None
     return node.http_url
-
-
-def the_leader(nodes: list[RaftNode]) -> RaftNode:
-    leader = leader_of(nodes)
-    assert leader is not None
-    return leader
 
 
 def backend_of(node: RaftNode) -> Any:

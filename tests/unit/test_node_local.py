@@ -32,7 +32,7 @@ from kraft_spark.raft.messages import (
     ProduceResponse,
 )
 from kraft_spark.raft.records import Record
-from tests.net.helpers import FAST, leader_of, run_quorum
+from tests.net.helpers import FAST, alone_as_leader, run_quorum, the_leader
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,12 +61,6 @@ def test_produce_result_maps_the_core_answer_like_the_client() -> None:
 
 
 # --------------------------------------------------------------------------- real nodes
-
-
-def _leader(nodes: list[RaftNode]) -> RaftNode:
-    leader = leader_of(nodes)
-    assert leader is not None
-    return leader
 
 
 def test_submit_local_answers_produce_fetch_and_describe(tmp_path: Path) -> None:
@@ -150,10 +144,7 @@ def test_leadership_lost_after_handover_is_a_commit_timeout_never_a_retry(
     tmp_path: Path,
 ) -> None:
     async def body(nodes: list[RaftNode]) -> None:
-        leader = _leader(nodes)
-        for node in nodes:
-            if node is not leader:
-                await node.stop(graceful=False)
+        leader = await alone_as_leader(nodes)
         backend = NodeBackend(leader)
         try:
             end = leader.log.end_offset()
@@ -171,10 +162,7 @@ def test_leadership_lost_after_handover_is_a_commit_timeout_never_a_retry(
 
 def test_commit_not_confirmed_in_time_is_a_commit_timeout(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
-        leader = _leader(nodes)
-        for node in nodes:
-            if node is not leader:
-                await node.stop(graceful=False)
+        leader = await alone_as_leader(nodes)
         backend = NodeBackend(leader)
         try:
             with pytest.raises(CommitTimeoutError, match="REQUEST_TIMED_OUT"):
@@ -188,10 +176,7 @@ def test_commit_not_confirmed_in_time_is_a_commit_timeout(tmp_path: Path) -> Non
 
 def test_stop_fails_local_requests_still_waiting(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
-        leader = _leader(nodes)
-        for node in nodes:
-            if node is not leader:
-                await node.stop(graceful=False)
+        leader = await alone_as_leader(nodes)
         waiting = leader.submit_local(ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=20_000))
         await leader.stop(graceful=False)
         with pytest.raises(NodeStoppedError):
@@ -205,7 +190,7 @@ def test_stop_fails_local_requests_still_waiting(tmp_path: Path) -> None:
 
 def test_a_follower_backend_forwards_and_reads_through_the_leader(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
-        leader = _leader(nodes)
+        leader = the_leader(nodes)
         follower = next(n for n in nodes if n is not leader)
         backend = NodeBackend(follower)
         try:
@@ -259,10 +244,7 @@ def test_callbacks_run_from_the_answer_and_may_submit_again(tmp_path: Path) -> N
 
 def test_stop_calls_back_local_requests_still_waiting(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
-        leader = _leader(nodes)
-        for node in nodes:
-            if node is not leader:
-                await node.stop(graceful=False)
+        leader = await alone_as_leader(nodes)
         told: list[tuple[Any, BaseException | None]] = []
         leader.submit_local_callback(
             ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=20_000),
@@ -276,7 +258,7 @@ def test_stop_calls_back_local_requests_still_waiting(tmp_path: Path) -> None:
 
 def test_start_append_settles_from_the_core_and_declines_off_the_leader(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
-        leader = _leader(nodes)
+        leader = the_leader(nodes)
         follower = next(n for n in nodes if n is not leader)
         backend, off_leader = NodeBackend(leader), NodeBackend(follower)
         try:
