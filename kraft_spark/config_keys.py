@@ -19,6 +19,7 @@ NODE_KEYS = frozenset({
     "kraft.http.max.connections",
     "kraft.http.header.timeout.ms",
     "kraft.log.flush.inline.max.ms",
+    "kraft.cpu.affinity",
 })
 QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms", "kraft.quorum.lone.append.hold.ms"})
 APP_KEYS = frozenset({

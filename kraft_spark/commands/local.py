@@ -26,6 +26,7 @@ import uuid
 from typing import Any
 
 from kraft_spark.errors import CommandError
+from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
 from kraft_spark.stop_signals import StopSignals
 
 DEFAULT_BASE_PORT = 9093
@@ -52,6 +53,12 @@ def register(subparsers: Any) -> None:
                         help="require Authorization: Bearer TOKEN on the HTTP API (the sidecar's "
                         "and the nodes')")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    parser.add_argument(
+        "--cpu-affinity", choices=AFFINITY_CHOICES, default=AFFINITY_ROLE,
+        help="role (default): the leader on the lower half of this machine's CPUs, the other "
+        "voters on the upper half, following leadership (kraft.cpu.affinity); none: leave "
+        "placement to the scheduler",
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="extra node property, e.g. controller.quorum.fetch.timeout.ms=1000 (repeatable)",
@@ -183,16 +190,16 @@ def _run_local(args: argparse.Namespace) -> int:
                 raise CommandError(str(exc)) from exc
             conf = os.path.join(data_dir, f"node-{node_id}.properties")
             http_port = http_ports[node_id]
-            node_http = []
+            node_props = [f"kraft.cpu.affinity={args.cpu_affinity}"]
             if http_port is not None:
-                node_http.append(f"kraft.http.listener={args.host}:{http_port}")
+                node_props.append(f"kraft.http.listener={args.host}:{http_port}")
                 if args.http_token:
-                    node_http.append(f"kraft.http.token={args.http_token}")
+                    node_props.append(f"kraft.http.token={args.http_token}")
             with open(conf, "w", encoding="utf-8") as fh:
                 fh.write(
                     f"node.id={node_id}\nlog.dirs={log_dir}\nlisteners={args.host}:{port}\n"
                     f"controller.quorum.voters={voters}\n"
-                    + "".join(e + "\n" for e in node_http + extra)
+                    + "".join(e + "\n" for e in node_props + extra)
                 )
             log_path = os.path.join(data_dir, "logs", f"node-{node_id}.log")
             with open(log_path, "ab") as out:

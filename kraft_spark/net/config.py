@@ -32,6 +32,9 @@ names are ignored):
 * ``kraft.log.flush.inline.max.ms``: fsync on the event loop itself (no hand-off to the disk
   thread) while this disk's recent fsyncs average at most this long (default 2; 0: always on the
   disk thread);
+* ``kraft.cpu.affinity``: ``none`` (default) or ``role``: while leading, keep the process on
+  the lower half of its CPUs, otherwise on the upper half (``net.cpu_placement``; for voters
+  that share one machine, as ``kraft-spark local`` runs them);
 * ``node.disk.lost``: ``true`` when the directory was wiped after this voter may have voted
   (SPEC §10); it then catches up before voting.
 """
@@ -44,6 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kraft_spark.config_keys import check_known
+from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_NONE
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
@@ -167,6 +171,7 @@ class NodeConfig:
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
     http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
     http_header_timeout_ms: int = DEFAULT_HTTP_HEADER_TIMEOUT_MS
+    cpu_affinity: str = AFFINITY_NONE
 
     @property
     def is_voter(self) -> bool:
@@ -220,6 +225,12 @@ class NodeConfig:
             ) from None
         if inline_flush_max_ms < 0:
             raise ConfigError("kraft.log.flush.inline.max.ms must be ≥ 0 (0: never inline)")
+        cpu_affinity = props.get("kraft.cpu.affinity", AFFINITY_NONE).strip().lower()
+        if cpu_affinity not in AFFINITY_CHOICES:
+            raise ConfigError(
+                f"kraft.cpu.affinity must be one of {', '.join(AFFINITY_CHOICES)}, "
+                f"got {cpu_affinity!r}"
+            )
         quorum = QuorumConfig.from_properties(props)
         if max_idle_ms < quorum.fetch_timeout_ms:
             raise ConfigError(
@@ -245,6 +256,7 @@ class NodeConfig:
             connections_max_idle_ms=max_idle_ms,
             http_max_connections=http_max_connections,
             http_header_timeout_ms=http_header_timeout_ms,
+            cpu_affinity=cpu_affinity,
         )
 
 

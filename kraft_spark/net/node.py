@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.log.segmented_log import FlushTicket, SegmentedLog
 from kraft_spark.net.config import NodeConfig
+from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
 from kraft_spark.net.fast_wire import (
     FETCH_VERSION,
     decode_fetch_request,
@@ -166,6 +167,10 @@ class RaftNode:
         self._server: FrameServer | None = None
         self._peers: dict[int, Connection] = {}
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{config.node_id}-disk")
+        # kraft.cpu.affinity=role: the leader and the others on separate CPUs (one machine).
+        self._placement = (
+            RolePlacement.for_this_process() if config.cpu_affinity == AFFINITY_ROLE else None
+        )
         self._backlog: deque[Ready] = deque()
         self._persisting = False
         self._flushing = False
@@ -259,6 +264,8 @@ class RaftNode:
             disk_lost=cfg.disk_lost,
         )
         self.stats.boot_timestamp_ms = wall_ms()
+        if self._placement is not None:
+            self._placement.on_role(self._core.role is Role.LEADER)
         tls = cfg.tls
         self._server = FrameServer(
             cfg.host,
@@ -548,6 +555,8 @@ class RaftNode:
         for event in ready.events:
             log.info("node %d: %s", self.node_id, event)
             self.stats.on_event(event, core)
+        if ready.events and self._placement is not None:  # role changes come as events
+            self._placement.on_role(core.role is Role.LEADER)
         if ready.persist is not None or self._backlog or self._persisting:
             self._backlog.append(ready)
             if not self._persisting:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft_spark.client import QuorumClient
+from kraft_spark.client import ClientError, NewRecord, QuorumClient
 from kraft_spark.log.meta import format_log_dir
 
 from .harness import (
@@ -228,3 +228,54 @@ def test_cut_one_voter_off_and_heal(tmp_path: Path) -> None:
                 proc.kill()
         for p in proxies:
             p.close()
+
+
+def _cpus_of(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of ``pid`` (one set when the process is placed as a whole)."""
+    sets = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            sets.add(frozenset(os.sched_getaffinity(int(tid))))
+        except ProcessLookupError:  # a thread that just exited
+            continue
+    return sets
+
+
+def _wait_placed(pid: int, cpus: frozenset[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _cpus_of(pid) != {cpus}:
+        assert time.monotonic() < deadline, f"pid {pid} on {_cpus_of(pid)}, expected {set(cpus)}"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="role placement needs at least two CPUs")
+def test_cpu_placement_follows_leadership(tmp_path: Path) -> None:
+    """``kraft-spark local`` runs its voters with kraft.cpu.affinity=role: the leader on the
+    lower half of the CPUs, the others on the upper half, and a new leader moves over."""
+    cpus = sorted(os.sched_getaffinity(0))
+    half = (len(cpus) + 1) // 2
+    leading, others = frozenset(cpus[:half]), frozenset(cpus[half:])
+    with running(LocalQuorum(tmp_path)) as quorum:
+        client = QuorumClient(quorum.bootstrap)
+        try:
+            client.append([NewRecord(b"k", b"v")])
+            old, epoch = leader_and_epoch(client)
+            _wait_placed(quorum.pid(old), leading, 5)
+            for node in range(3):
+                if node != old:
+                    _wait_placed(quorum.pid(node), others, 5)
+            os.kill(quorum.pid(old), signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    new, new_epoch = leader_and_epoch(client)
+                    if new != old and new_epoch > epoch:
+                        break
+                except ClientError:  # no leader known during the handoff
+                    pass
+                assert time.monotonic() < deadline, "no new leader after the graceful stop"
+                time.sleep(0.05)
+            _wait_placed(quorum.pid(new), leading, 5)
+        finally:
+            client.close()
