@@ -3,11 +3,15 @@ one run, with the physical floor measured alongside.
 
 Systems, each started here on loopback as three members and stopped afterwards:
 
-* ``kraft-spark HTTP``: ``kraft-spark local`` (3 voter processes, default timeouts) and its
-  HTTP sidecar;
+* ``kraft-spark HTTP``: ``kraft-spark local`` (3 voter processes, default timeouts, its
+  default role-aware CPU placement) and its HTTP sidecar; ``kraft-spark HTTP in the leader``:
+  the HTTP API embedded in the leader of the same quorum;
 * ``kraft-spark native``: the asyncio client against the same quorum;
 * ``kraft-spark app``: the full Spark application (``kraft-spark run``) and its sidecar;
-* ``etcd HTTP``: etcd 3.4 through its JSON gateway (``/v3/kv/put``; batches: a txn of 100 puts);
+* ``etcd HTTP``: etcd 3.4 through its JSON gateway (``/v3/kv/put``; batches: a txn of 100 puts),
+  as packaged (unpinned), then the same members pinned like kraft-spark's voters (the leader on
+  the lower half of the CPUs, the others on the upper half); etcd targets are judged against
+  the better of the two;
 * ``PySyncObj HTTP``: ``bench.pysyncobj_node`` (journal file, no fsync).
 
 Workloads per system: 1 sequential client, 16 and 256 concurrent clients with single records,
@@ -37,7 +41,11 @@ from bench.floor import measure_floor
 from bench.wrk import HttpWorkload, WrkResult, run_wrk
 
 LEADER_HTTP = "kraft-spark HTTP in the leader"
-SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "pysyncobj", "kraft-app")
+SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "etcd-placed", "pysyncobj",
+           "kraft-app")
+# etcd-placed: etcd's members measured again (with "etcd") pinned the way kraft-spark local
+# places its voters (EtcdCluster.place_like_kraft), so that no lead rests on placement alone.
+ETCD_PLACED = "etcd HTTP, placed like kraft-spark"
 CONNECTIONS = (1, 16, 256)
 BATCH_CONNECTIONS = 16
 Log = Callable[[str], None]
@@ -146,9 +154,14 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
         if "etcd" in systems:
             log("starting etcd (3 members)")
             etcd = EtcdCluster(tempfile.mkdtemp(prefix="etcd-", dir=tmp), base_port + 20)
+            placed: dict[str, Any] | None = None
             try:
                 row: dict[str, Any] = {"name": "etcd HTTP", "points": http_points(
                     "etcd HTTP", etcd.workloads(), seconds, warmup_s, log)}
+                # The same members once more, pinned (only after the unpinned points).
+                if "etcd-placed" in systems and etcd.place_like_kraft():
+                    placed = {"name": ETCD_PLACED, "points": http_points(
+                        ETCD_PLACED, etcd.workloads(), seconds, warmup_s, log)}
             finally:
                 etcd.stop()
             log("  etcd: kill -9 of the leader under load")
@@ -159,6 +172,8 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             finally:
                 etcd.stop()
             results["systems"].append(row)
+            if placed is not None:
+                results["systems"].append(placed)
 
         if "pysyncobj" in systems:
             log("starting PySyncObj (3 nodes)")

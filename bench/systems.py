@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from bench.native import start_local, stop_local
 from bench.wrk import HttpWorkload
+from kraft_spark.net.cpu_placement import split_cpus
 
 VALUE = "v" * 100
 BATCH = 100
@@ -208,6 +209,23 @@ class EtcdCluster:
             for j in range(BATCH)]}).encode() for b in range(BATCH_BODIES)]
         return (HttpWorkload(url, "/v3/kv/put", single),
                 HttpWorkload(url, "/v3/kv/txn", batch, records_per_request=BATCH))
+
+    def place_like_kraft(self) -> bool:
+        """Pin the members as ``kraft.cpu.affinity=role`` places kraft-spark's voters: the
+        leader on the lower half of the CPUs, the others on the upper half. False (nothing
+        done) with fewer than two CPUs or no leader."""
+        split = split_cpus(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        leader = self.leader_index()
+        if split is None or leader is None:
+            return False
+        for i, proc in enumerate(self.procs):
+            cpus = split[0] if i == leader else split[1]
+            for tid in os.listdir(f"/proc/{proc.pid}/task"):  # Go runs many threads
+                try:
+                    os.sched_setaffinity(int(tid), cpus)
+                except OSError:  # a thread that exited meanwhile
+                    continue
+        return True
 
     def stop(self) -> None:
         for proc in self.procs:
