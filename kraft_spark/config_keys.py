@@ -20,6 +20,7 @@ NODE_KEYS = frozenset({
     "kraft.http.header.timeout.ms",
     "kraft.log.flush.inline.max.ms",
     "kraft.cpu.affinity",
+    "kraft.log.preallocate",
 })
 QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms", "kraft.quorum.lone.append.hold.ms"})
 APP_KEYS = frozenset({

@@ -6,8 +6,8 @@ fsync'd apart from what was merely written and can crash, tear the last write, o
 
 Durability contract, the same for both (POSIX semantics, taken at their weakest):
 
-* ``append``/``write_file``/``truncate`` change a file's contents at once for every reader, but
-  only ``fsync(path)`` makes them durable.
+* ``write_at``/``write_file``/``truncate``/``preallocate`` change a file's contents at once for
+  every reader, but only ``fsync(path)`` makes them durable.
 * Creating, renaming or removing a name changes the directory at once, but only
   ``fsync_dir(parent)`` makes the change durable.
 * ``rename`` atomically replaces the destination.
@@ -54,8 +54,14 @@ class FileSystem(Protocol):
         """Up to ``length`` bytes from ``offset`` (``-1``: to the end); short at end of file."""
         ...
 
-    def append(self, path: str, data: bytes | bytearray | memoryview) -> None:
-        """Append ``data``, creating the file if needed."""
+    def write_at(self, path: str, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at ``position`` (over or past the end), creating the file if needed."""
+        ...
+
+    def preallocate(self, path: str, size: int) -> None:
+        """Make the file at least ``size`` bytes long, the new bytes reading as zeros, with the
+        space reserved: later writes inside it then change no metadata, so their ``fsync`` skips
+        the file system's journal. Never shortens the file."""
         ...
 
     def write_file(self, path: str, data: bytes | bytearray) -> None:
@@ -64,7 +70,10 @@ class FileSystem(Protocol):
 
     def truncate(self, path: str, size: int) -> None: ...
 
-    def fsync(self, path: str) -> None: ...
+    def fsync(self, path: str) -> None:
+        """Make the file's data durable with what reading it back needs (its size), like
+        ``fdatasync``; timestamps may be lost."""
+        ...
 
     def fsync_dir(self, path: str) -> None: ...
 
@@ -103,9 +112,10 @@ class _FlockLock:
 class RealFileSystem:
     """The operating system's files, with real ``fsync`` and ``flock``.
 
-    Keeps one open descriptor per file it appends to or truncates (segments: written and read
-    many times); ``close(path)``, ``remove`` and ``rename`` drop it. Other files are opened per
-    call. Not thread-safe: the node drives its log from one thread.
+    Keeps one open descriptor per file it writes at positions, preallocates or truncates
+    (segments: written and read many times); ``close(path)``, ``remove`` and ``rename`` drop it.
+    Other files are opened per call. Not thread-safe: the node drives its log from one thread
+    (its flush worker only fsyncs, under the log's I/O lock).
     """
 
     def __init__(self) -> None:
@@ -117,7 +127,7 @@ class RealFileSystem:
         """The cached read-write descriptor of a file that is written to (segments)."""
         fd = self._fds.get(path)
         if fd is None:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             self._fds[path] = fd
         return fd
 
@@ -173,12 +183,21 @@ class RealFileSystem:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def append(self, path: str, data: bytes | bytearray | memoryview) -> None:
+    def write_at(self, path: str, position: int, data: bytes | bytearray | memoryview) -> None:
         fd = self._fd(path)
         view = memoryview(data)
         while view:
-            written = os.write(fd, view)
+            written = os.pwrite(fd, view, position)
             view = view[written:]
+            position += written
+
+    def preallocate(self, path: str, size: int) -> None:
+        """``posix_fallocate``: the blocks are allocated (as unwritten extents on ext4 and XFS,
+        read as zeros) and the size set now, in one metadata change."""
+        fd = self._fd(path)
+        current = os.fstat(fd).st_size
+        if size > current:
+            os.posix_fallocate(fd, current, size - current)
 
     def write_file(self, path: str, data: bytes | bytearray) -> None:
         self.close(path)
@@ -196,7 +215,9 @@ class RealFileSystem:
     def fsync(self, path: str) -> None:
         cached = self._fds.get(path)
         if cached is not None:
-            os.fsync(cached)
+            # Segments: fdatasync flushes the data and the size (which reading it back needs),
+            # not the timestamps; inside preallocated space that leaves the journal out of it.
+            os.fdatasync(cached)
             return
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:

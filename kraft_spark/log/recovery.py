@@ -43,7 +43,11 @@ class Recovered:
     """Files were created or removed: the directory needs an fsync."""
 
 
-def recover_partition(fs: FileSystem, pdir: str, index_interval_bytes: int) -> Recovered:
+def recover_partition(
+    fs: FileSystem, pdir: str, index_interval_bytes: int, preallocate_to: int = 0
+) -> Recovered:
+    """``preallocate_to``: the size to which the log preallocates segments (0: it does not), so
+    that a tail of zeros up to that size is recognised as a reservation, not damage."""
     names = fs.listdir(pdir)
     dir_changed = False
     for name in names:
@@ -67,6 +71,7 @@ def recover_partition(fs: FileSystem, pdir: str, index_interval_bytes: int) -> R
         dir_changed = True
     for k, base in enumerate(bases):
         seg = Segment(fs, pdir, base, index_interval_bytes)
+        seg.preallocate_to = preallocate_to
         if segments and base != segments[-1].end_offset:
             log.warning(
                 "%s: starts at offset %d but the log before it ends at %d; removing it and "

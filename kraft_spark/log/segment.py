@@ -3,6 +3,13 @@
 A segment holds whole batches with contiguous offsets, starting at ``base_offset``. Its size
 and end offset are tracked in memory (appends through this object are the only writer while the
 log is open), so reads never look past what the log has accepted.
+
+Preallocation (``preallocate_to`` > 0, Kafka's ``log.preallocate``): the first append reserves
+the file to the segment's full size, so every later append writes inside allocated space and its
+fsync flushes data only, without a journal commit for the new file size. The reserved tail reads
+as zeros. It is trimmed when the segment is sealed or the log closed; after a crash, recovery
+finds it where the batches end and drops it quietly (zeros up to exactly ``preallocate_to`` are
+the reservation; anything else there is a torn write and is cut with a warning).
 """
 
 from __future__ import annotations
@@ -71,6 +78,10 @@ class Segment:
         """Bytes of whole, accepted batches (the file is never longer while the log is open)."""
         self.end_offset = base_offset
         """The offset after the last batch (== base_offset when empty)."""
+        self.preallocate_to = 0
+        """Reserve the file to this size at the first append past its end (0: never)."""
+        self._reserved = 0
+        """The file's length when it is longer than ``size`` (a preallocated tail), else 0."""
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path}, [{self.base_offset}, {self.end_offset}), {self.size} B)"
@@ -82,10 +93,35 @@ class Segment:
 
     def append(self, data: bytes | bytearray, base_offset: int, next_offset: int) -> None:
         position = self.size
-        self.fs.append(self.log_path, data)
+        end = position + len(data)
+        if end > self._reserved and self.preallocate_to:
+            self._reserve(max(self.preallocate_to, end))
+        self.fs.write_at(self.log_path, position, data)
         self.index.on_append(base_offset, position, len(data))
-        self.size = position + len(data)
+        self.size = end
         self.end_offset = next_offset
+
+    def _reserve(self, size: int) -> None:
+        try:
+            self.fs.preallocate(self.log_path, size)
+        except OSError as exc:
+            # Only an optimisation: appends still work without it (a full disk fails them next,
+            # with the cause named there).
+            log.warning(
+                "%s: cannot preallocate %d bytes (%s); appending without preallocation",
+                self.log_path, size, exc,
+            )
+            self.preallocate_to = 0
+            return
+        self._reserved = size
+
+    def trim(self) -> bool:
+        """Drop the preallocated tail (sealing, closing); True if the file changed."""
+        if self._reserved <= self.size:
+            return False
+        self.fs.truncate(self.log_path, self.size)
+        self._reserved = 0
+        return True
 
     def truncate(self, position: int, offset: int) -> None:
         """Cut the file at ``position``, the start of the batch with base ``offset``."""
@@ -93,6 +129,7 @@ class Segment:
         self.index.truncate_to(offset)
         self.size = position
         self.end_offset = offset
+        self._reserved = 0
 
     def write_index(self) -> None:
         """Write the index file (done when the segment is sealed; fsync'd by the next flush)."""
@@ -216,17 +253,38 @@ class Segment:
         result = self.scan(0, self.base_offset, verify_crc=True, visit=on_batch)
         file_size = self.fs.size(self.log_path)
         if result.end_position < file_size:
-            log.warning(
-                "%s: truncating %d bytes at position %d (offset %d): %s",
-                self.log_path, file_size - result.end_position, result.end_position,
-                result.next_offset, result.error or "invalid data",
-            )
+            if file_size == self.preallocate_to and self._zeros_from(
+                result.end_position, file_size
+            ):
+                log.info(
+                    "%s: dropping the %d-byte preallocated tail at position %d (offset %d)",
+                    self.log_path, file_size - result.end_position, result.end_position,
+                    result.next_offset,
+                )
+                result = ScanResult(result.end_position, result.next_offset)
+            else:
+                log.warning(
+                    "%s: truncating %d bytes at position %d (offset %d): %s",
+                    self.log_path, file_size - result.end_position, result.end_position,
+                    result.next_offset, result.error or "invalid data",
+                )
             self.fs.truncate(self.log_path, result.end_position)
             self.fs.fsync(self.log_path)
         self.index = index
         self.size = result.end_position
         self.end_offset = result.next_offset
         return result
+
+    def _zeros_from(self, position: int, file_size: int) -> bool:
+        """Whether every byte from ``position`` to the end is zero. With a file exactly as long
+        as preallocation makes it, that is a reserved tail no write reached. (A torn write whose
+        surviving bytes happen to be zero there is dropped the same way, only logged at info.)"""
+        while position < file_size:
+            chunk = self.fs.read(self.log_path, position, min(_SCAN_CHUNK, file_size - position))
+            if not chunk or chunk.count(0) != len(chunk):
+                return False
+            position += len(chunk)
+        return True
 
     def load_sealed(self) -> bool:
         """Adopt the index file of a sealed segment if it checks out; False if it is missing or

@@ -29,6 +29,10 @@ covered may since have been rewritten.
 
 File-system work goes through a ``FileSystem``, so the simulator runs this exact code on
 ``SimulatedFileSystem``.
+
+``preallocate=True`` reserves each segment to ``segment_bytes`` at its first append (see
+``kraft_spark.log.segment``): appends then land in allocated space and a flush is a data-only
+fsync. Sealed segments and a closed log hold no preallocated tail.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class SegmentedLog:
         segment_bytes: int,
         tail_cache_bytes: int,
         meta: MetaProperties | None,
+        preallocate: bool = False,
     ) -> None:
         self._fs = fs
         self.log_dir = log_dir
@@ -110,6 +115,9 @@ class SegmentedLog:
         self._bases = [s.base_offset for s in segments]
         self._epochs = epochs
         self._segment_bytes = segment_bytes
+        self._preallocate_to = segment_bytes if preallocate else 0
+        for seg in segments:  # any of them may become the active one again after a truncation
+            seg.preallocate_to = self._preallocate_to
         self._tail = TailCache(tail_cache_bytes)
         self._end = segments[-1].end_offset
         self._flushed = self._end
@@ -136,6 +144,7 @@ class SegmentedLog:
         cluster_id: str | None = None,
         lock_timeout_s: float = 0.0,
         tail_cache_bytes: int = DEFAULT_TAIL_CACHE_BYTES,
+        preallocate: bool = False,
     ) -> SegmentedLog:
         """Lock ``log_dir`` (the ``log.dirs`` directory), check its identity, recover its log.
 
@@ -154,10 +163,13 @@ class SegmentedLog:
                 meta = check_meta_properties(log_dir, fs, cluster_id=cluster_id, node_id=node_id)
             pdir = partition_dir(log_dir)
             ensure_dir(fs, pdir)
-            recovered = recover_partition(fs, pdir, index_interval_bytes)
+            recovered = recover_partition(
+                fs, pdir, index_interval_bytes, segment_bytes if preallocate else 0
+            )
             self = cls(
                 fs, log_dir, lock, recovered.segments, recovered.epochs,
                 segment_bytes=segment_bytes, tail_cache_bytes=tail_cache_bytes, meta=meta,
+                preallocate=preallocate,
             )
             # What recovery kept may be in the page cache only (the previous owner was killed
             # before its flush): make it durable before reporting it as flushed.
@@ -177,6 +189,7 @@ class SegmentedLog:
             return
         try:
             if self._failed is None and self._lock.held():
+                self._trim_active()
                 self.flush()
         finally:
             for seg in self._segments:
@@ -270,11 +283,23 @@ class SegmentedLog:
         self._end = batch.next_offset
         self._tail.add(batch, len(data))
 
+    def _trim_active(self) -> None:
+        try:
+            if self._segments[-1].trim():
+                self._dirty.add(self._segments[-1].log_path)
+        except OSError as exc:
+            raise self._fail("trimming the preallocated tail", exc) from exc
+
     def _roll(self) -> Segment:
         sealed = self._segments[-1]
+        # Sealed segments end exactly at their last batch; the trim is fsync'd by the next
+        # flush, before the new segment's data (flush fsyncs paths in offset order).
+        if sealed.trim():
+            self._dirty.add(sealed.log_path)
         sealed.write_index()
         self._dirty.add(sealed.index_path)
         seg = Segment(self._fs, self.partition_dir, self._end, sealed.index.interval_bytes)
+        seg.preallocate_to = self._preallocate_to
         seg.create()
         self._segments.append(seg)
         self._bases.append(seg.base_offset)

@@ -2,9 +2,10 @@
 
 The crash model (the weakest POSIX promises, so code that survives it survives a real disk):
 
-* A file (an *inode*) has a current content and a durable content. ``append``, ``write_file``
-  and ``truncate`` change the current content; ``fsync(path)`` makes the current content
-  durable.
+* A file (an *inode*) has a current content and a durable content. ``write_at``,
+  ``write_file``, ``truncate`` and ``preallocate`` change the current content; ``fsync(path)``
+  makes the current content durable. A preallocated range reads as zeros, here as on a real
+  disk, and a crash keeps it only if it was fsync'd.
 * Names are kept the same way per directory: creating, renaming and removing a file change the
   current namespace at once; ``fsync_dir(d)`` makes the current entries of ``d`` durable.
   Directories themselves are durable as soon as they are made (a simplification: the log fsyncs
@@ -12,8 +13,8 @@ The crash model (the weakest POSIX promises, so code that survives it survives a
 * ``crash(rng, torn=False)`` is a power cut: the namespace reverts to its durable entries (an
   un-fsync'd create vanishes, an un-fsync'd remove or rename is undone) and every surviving file
   reverts to its durable content. Locks are released (the process died).
-* ``crash(rng, torn=True)`` also keeps part of the most recent un-fsync'd data write (append or
-  whole-file write) if its file survives: the writes to that file before it survive whole and
+* ``crash(rng, torn=True)`` also keeps part of the most recent un-fsync'd data write (``write_at``
+  or whole-file write) if its file survives: the writes to that file before it survive whole and
   the last one keeps a random prefix of ``rng.randrange(len)`` bytes, i.e. a torn write at the
   tail, exactly what recovery must cut off.
 * ``wipe()`` loses the disk: every file and directory is gone.
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field
 
 from kraft_spark.log.errors import LogDirLockedError
 
-_APPEND = "append"
+_WRITE = "write"
+_PREALLOCATE = "preallocate"
 _TRUNCATE = "truncate"
 _REPLACE = "replace"
 
@@ -41,6 +43,7 @@ class _Op:
     kind: str
     data: bytes = b""
     size: int = 0
+    """The new size (truncate, preallocate) or where the bytes go (write)."""
 
 
 @dataclass(eq=False)
@@ -52,8 +55,13 @@ class _Inode:
     def apply(self, target: bytearray, op: _Op, keep: int | None = None) -> bytearray:
         """``target`` with ``op`` applied (``keep``: only that prefix of the op's bytes)."""
         data = op.data if keep is None else op.data[:keep]
-        if op.kind == _APPEND:
-            target += data
+        if op.kind == _WRITE:
+            if op.size > len(target):
+                target += bytes(op.size - len(target))
+            target[op.size : op.size + len(data)] = data
+        elif op.kind == _PREALLOCATE:
+            if op.size > len(target):
+                target += bytes(op.size - len(target))
         elif op.kind == _TRUNCATE:
             if op.size < len(target):
                 del target[op.size :]
@@ -153,8 +161,11 @@ class SimulatedFileSystem:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def append(self, path: str, data: bytes | bytearray | memoryview) -> None:
-        self._record(self._create(path), _Op(0, _APPEND, bytes(data)))
+    def write_at(self, path: str, position: int, data: bytes | bytearray | memoryview) -> None:
+        self._record(self._create(path), _Op(0, _WRITE, bytes(data), size=position))
+
+    def preallocate(self, path: str, size: int) -> None:
+        self._record(self._inode(path), _Op(0, _PREALLOCATE, size=size))
 
     def write_file(self, path: str, data: bytes | bytearray) -> None:
         self._record(self._create(path), _Op(0, _REPLACE, bytes(data)))

@@ -32,6 +32,9 @@ names are ignored):
 * ``kraft.log.flush.inline.max.ms``: fsync on the event loop itself (no hand-off to the disk
   thread) while this disk's recent fsyncs average at most this long (default 2; 0: always on the
   disk thread);
+* ``kraft.log.preallocate``: ``true`` (default) or ``false``: reserve each log segment to its
+  full size at its first append (Kafka's ``log.preallocate``), so an fsync after an append
+  flushes data only; ``false`` grows segment files append by append;
 * ``kraft.cpu.affinity``: ``none`` (default) or ``role``: while leading, keep the process on
   the lower half of its CPUs, otherwise on the upper half (``net.cpu_placement``; for voters
   that share one machine, as ``kraft-spark local`` runs them);
@@ -172,6 +175,7 @@ class NodeConfig:
     http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
     http_header_timeout_ms: int = DEFAULT_HTTP_HEADER_TIMEOUT_MS
     cpu_affinity: str = AFFINITY_NONE
+    log_preallocate: bool = True
 
     @property
     def is_voter(self) -> bool:
@@ -231,6 +235,9 @@ class NodeConfig:
                 f"kraft.cpu.affinity must be one of {', '.join(AFFINITY_CHOICES)}, "
                 f"got {cpu_affinity!r}"
             )
+        preallocate = props.get("kraft.log.preallocate", "true").strip().lower()
+        if preallocate not in ("true", "false"):
+            raise ConfigError(f"kraft.log.preallocate must be true or false, got {preallocate!r}")
         quorum = QuorumConfig.from_properties(props)
         if max_idle_ms < quorum.fetch_timeout_ms:
             raise ConfigError(
@@ -257,6 +264,7 @@ class NodeConfig:
             http_max_connections=http_max_connections,
             http_header_timeout_ms=http_header_timeout_ms,
             cpu_affinity=cpu_affinity,
+            log_preallocate=preallocate == "true",
         )
 
 

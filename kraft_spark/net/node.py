@@ -244,7 +244,7 @@ class RaftNode:
             self._worker,
             lambda: SegmentedLog.open(
                 RealFileSystem(), cfg.log_dir, node_id=cfg.node_id,
-                lock_timeout_s=self._lock_timeout_s,
+                lock_timeout_s=self._lock_timeout_s, preallocate=cfg.log_preallocate,
             ),
         )
         meta = self._log.meta

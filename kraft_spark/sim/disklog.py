@@ -21,6 +21,13 @@ from kraft_spark.sim.memlog import MemoryLog
 
 LOG_DIR = "/log"
 SEGMENT_BYTES = 16 * 1024  # small, so runs roll segments often
+# As a real node (kraft.log.preallocate's default): crashes then leave preallocated tails of
+# zeros behind the last batch, and torn writes inside them, for recovery to tell apart.
+PREALLOCATE = True
+
+
+def _open(fs: SimulatedFileSystem) -> SegmentedLog:
+    return SegmentedLog.open(fs, LOG_DIR, segment_bytes=SEGMENT_BYTES, preallocate=PREALLOCATE)
 
 
 class DiskLog(MemoryLog):
@@ -34,7 +41,7 @@ class DiskLog(MemoryLog):
     @classmethod
     def fresh(cls) -> DiskLog:
         fs = SimulatedFileSystem()
-        return cls(fs, SegmentedLog.open(fs, LOG_DIR, segment_bytes=SEGMENT_BYTES), [])
+        return cls(fs, _open(fs), [])
 
     # RaftLog: reads from the real log, writes to both.
     def end_offset(self) -> int:
@@ -66,7 +73,7 @@ class DiskLog(MemoryLog):
     def crashed(self, rng: random.Random, torn: bool) -> DiskLog:
         model = super().crashed(random.Random(0), False)  # exactly the fsync'd image
         self.fs.crash(rng, torn)
-        real = SegmentedLog.open(self.fs, LOG_DIR, segment_bytes=SEGMENT_BYTES)
+        real = _open(self.fs)
         recovered = real.read(0, 1 << 62) if real.end_offset() else []
         durable = model.batches()
         if recovered[: len(durable)] != durable:

@@ -38,11 +38,12 @@ class TearingFileSystem(RealFileSystem):
         super().__init__()
         self._rng = rng
 
-    def append(self, path: str, data: bytes | bytearray | memoryview) -> None:
+    def write_at(self, path: str, position: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
             piece = self._rng.randint(1, len(view)) if len(view) > 1 else 1
-            super().append(path, view[:piece])
+            super().write_at(path, position, view[:piece])
+            position += piece
             view = view[piece:]
             if view and self._rng.random() < 0.3:
                 time.sleep(0.0005)
@@ -51,8 +52,11 @@ class TearingFileSystem(RealFileSystem):
 def main() -> None:
     log_dir, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)
+    # Every other run preallocates its segments (as nodes do by default), so kills leave both
+    # kinds of tail: torn batches at the end of the file and inside a preallocated range.
     log = SegmentedLog.open(TearingFileSystem(rng), log_dir, segment_bytes=SEGMENT_BYTES,
-                            index_interval_bytes=INDEX_INTERVAL, lock_timeout_s=10)
+                            index_interval_bytes=INDEX_INTERVAL, lock_timeout_s=10,
+                            preallocate=seed % 2 == 1)
     epoch = log.last_epoch() + 1
     print(f"READY {log.end_offset()}", flush=True)
     while True:

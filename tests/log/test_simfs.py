@@ -17,15 +17,19 @@ def fs() -> SimulatedFileSystem:
     return fs
 
 
+def append(fs: SimulatedFileSystem, path: str, data: bytes) -> None:
+    fs.write_at(path, fs.size(path) if fs.exists(path) else 0, data)
+
+
 def durable_file(fs: SimulatedFileSystem, path: str, data: bytes) -> None:
-    fs.append(path, data)
+    append(fs, path, data)
     fs.fsync(path)
     fs.fsync_dir("/d")
 
 
 def test_unsynced_writes_are_lost_and_synced_ones_kept(fs: SimulatedFileSystem) -> None:
     durable_file(fs, "/d/a", b"durable")
-    fs.append("/d/a", b"+lost")
+    append(fs, "/d/a", b"+lost")
     assert fs.read("/d/a") == b"durable+lost"
     assert fs.unsynced_paths() == ["/d/a"]
     fs.crash(random.Random(1))
@@ -42,7 +46,7 @@ def test_truncate_is_lost_without_fsync(fs: SimulatedFileSystem) -> None:
 
 
 def test_create_needs_a_directory_fsync(fs: SimulatedFileSystem) -> None:
-    fs.append("/d/new", b"data")
+    append(fs, "/d/new", b"data")
     fs.fsync("/d/new")  # the content is durable, the name is not
     fs.crash(random.Random(1))
     assert not fs.exists("/d/new")
@@ -77,9 +81,9 @@ def test_rename_is_durable_after_a_directory_fsync(fs: SimulatedFileSystem) -> N
 def test_torn_crash_keeps_a_prefix_of_the_last_write(fs: SimulatedFileSystem) -> None:
     durable_file(fs, "/d/a", b"base|")
     durable_file(fs, "/d/b", b"other|")
-    fs.append("/d/b", b"earlier-unsynced")
-    fs.append("/d/a", b"first|")
-    fs.append("/d/a", b"0123456789")
+    append(fs, "/d/b", b"earlier-unsynced")
+    append(fs, "/d/a", b"first|")
+    append(fs, "/d/a", b"0123456789")
     fs.crash(random.Random(3), torn=True)
     content = fs.read("/d/a")
     assert content.startswith(b"base|first|")
@@ -94,14 +98,14 @@ def test_torn_crash_is_deterministic_per_seed(fs: SimulatedFileSystem) -> None:
         other = SimulatedFileSystem()
         other.makedirs("/d")
         durable_file(other, "/d/a", b"x")
-        other.append("/d/a", bytes(range(200)))
+        append(other, "/d/a", bytes(range(200)))
         other.crash(random.Random(42), torn=True)
         results.add(other.read("/d/a"))
     assert len(results) == 1
 
 
 def test_torn_crash_of_an_unnamed_file_keeps_nothing(fs: SimulatedFileSystem) -> None:
-    fs.append("/d/never-named", b"abc")
+    append(fs, "/d/never-named", b"abc")
     fs.crash(random.Random(1), torn=True)
     assert not fs.exists("/d/never-named")
 
@@ -129,7 +133,7 @@ def test_missing_files_raise_like_the_os(fs: SimulatedFileSystem) -> None:
     with pytest.raises(FileNotFoundError):
         fs.read("/d/none")
     with pytest.raises(FileNotFoundError):
-        fs.append("/nodir/x", b"")
+        append(fs, "/nodir/x", b"")
     fs.makedirs("/d/sub/deeper")
     assert fs.listdir("/d") == ["sub"]
 
@@ -139,3 +143,40 @@ def test_flip_bit_changes_durable_content(fs: SimulatedFileSystem) -> None:
     fs.flip_bit("/d/a", 9)
     fs.crash(random.Random(1))
     assert fs.read("/d/a") == b"\x00\x02"
+
+
+def test_write_at_overwrites_in_place_and_pads_with_zeros(fs: SimulatedFileSystem) -> None:
+    durable_file(fs, "/d/a", b"0123456789")
+    fs.write_at("/d/a", 2, b"ab")
+    fs.write_at("/d/a", 12, b"z")
+    assert fs.read("/d/a") == b"01ab456789\0\0z"
+    fs.crash(random.Random(1))
+    assert fs.read("/d/a") == b"0123456789"
+
+
+def test_preallocation_reads_as_zeros_and_survives_only_when_fsynced(
+    fs: SimulatedFileSystem,
+) -> None:
+    durable_file(fs, "/d/a", b"head")
+    fs.preallocate("/d/a", 10)
+    fs.preallocate("/d/a", 6)  # never shortens
+    assert fs.read("/d/a") == b"head" + bytes(6)
+    fs.crash(random.Random(1))
+    assert fs.read("/d/a") == b"head"
+    fs.preallocate("/d/a", 10)
+    fs.fsync("/d/a")
+    fs.write_at("/d/a", 4, b"tail")
+    fs.crash(random.Random(1))
+    assert fs.read("/d/a") == b"head" + bytes(6)
+
+
+def test_torn_write_inside_preallocated_space_keeps_a_prefix(fs: SimulatedFileSystem) -> None:
+    durable_file(fs, "/d/a", b"head")
+    fs.preallocate("/d/a", 64)
+    fs.fsync("/d/a")
+    fs.write_at("/d/a", 4, b"0123456789")
+    fs.crash(random.Random(5), torn=True)
+    content = fs.read("/d/a")
+    assert len(content) == 64
+    kept = content[4:].rstrip(b"\0")
+    assert b"0123456789".startswith(kept) and len(kept) < 10

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from kraft_spark.client import AsyncQuorumClient, NewRecord
 from kraft_spark.client.errors import ClusterIdMismatchError, NoLeaderError
+from kraft_spark.log import DEFAULT_SEGMENT_BYTES
+from kraft_spark.log.codec import iter_batches
 from kraft_spark.net.node import RaftNode
 from kraft_spark.net.transport import Connection
 from kraft_spark.protocol import ApiKey, ErrorCode
@@ -90,7 +93,13 @@ def test_graceful_stop_hands_over_and_restart_catches_up(tmp_path: Path) -> None
             old = leader_of(nodes)
             assert old is not None
             old_epoch = old.core.epoch
+            # kraft.log.preallocate (on by default): the active segment is reserved to its full
+            # size while the node runs, and trimmed to its whole batches when it stops.
+            segment = old.log.segment_paths()[-1]
+            assert os.path.getsize(segment) == DEFAULT_SEGMENT_BYTES
             await old.stop(graceful=True)
+            assert len(list(iter_batches(Path(segment).read_bytes()))) > 0
+            assert os.path.getsize(segment) < DEFAULT_SEGMENT_BYTES
             rest = [n for n in nodes if n is not old]
             await wait_for(lambda: leader_of(rest) is not None, 5, "a new leader")
             new = leader_of(rest)

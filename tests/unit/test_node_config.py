@@ -40,6 +40,14 @@ def test_a_bad_inline_flush_setting_names_the_key(value: str, fragment: str) -> 
     assert fragment in str(caught.value)
 
 
+def test_log_preallocation_is_on_by_default_and_can_be_turned_off() -> None:
+    assert NodeConfig.from_properties(BASE).log_preallocate is True
+    off = NodeConfig.from_properties({**BASE, "kraft.log.preallocate": " FALSE "})
+    assert off.log_preallocate is False
+    with pytest.raises(ConfigError, match=r"kraft\.log\.preallocate must be true or false"):
+        NodeConfig.from_properties({**BASE, "kraft.log.preallocate": "yes"})
+
+
 def test_http_listener_and_its_token() -> None:
     config = NodeConfig.from_properties({
         **BASE, "kraft.http.listener": "127.0.0.1:0", "kraft.http.token": "s3cret",
