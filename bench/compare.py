@@ -121,7 +121,7 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
         "systems": [],
     }
     with tempfile.TemporaryDirectory(prefix="kraft-compare-") as tmp:
-        log("physical floor: fsync and loopback round trip (6 s)")
+        log("physical floor: fsync (two kinds) and loopback round trip (6 s)")
         floor = measure_floor(tmp)
         results["floor"] = {**asdict(floor), "commit_floor_ms": round(floor.commit_floor_ms, 3)}
         log(f"  {results['floor']}")

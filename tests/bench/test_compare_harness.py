@@ -13,7 +13,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bench.floor import fsync_latencies, loopback_round_trips, measure_floor, percentile
+from bench.floor import (
+    FSYNC_APPEND,
+    FSYNC_RESERVED,
+    fsync_latencies,
+    loopback_round_trips,
+    measure_floor,
+    percentile,
+)
 from bench.report import markdown, targets
 from bench.wrk import HttpWorkload, lua_script, parse_wrk_output, run_wrk
 
@@ -92,8 +99,15 @@ def test_floor_measures_real_fsyncs_and_round_trips(tmp_path: Path) -> None:
     assert 0 < len(fsyncs) <= 50 and fsyncs == sorted(fsyncs) and fsyncs[0] > 0
     assert 0 < len(rtts) <= 200 and rtts[0] > 0
     assert list(tmp_path.iterdir()) == []  # the probe file is removed
+    reserved = fsync_latencies(str(tmp_path), seconds=0.2, max_samples=50, reserved=True)
+    assert 0 < len(reserved) <= 50 and reserved[0] > 0
+    assert list(tmp_path.iterdir()) == []
     floor = measure_floor(str(tmp_path), seconds=0.1)
     assert floor.commit_floor_ms == pytest.approx(floor.fsync_p50_ms + 2 * floor.rtt_p50_ms)
+    # The floor takes the faster of the two durable writes; the other is kept for the report.
+    assert floor.fsync_kind in (FSYNC_APPEND, FSYNC_RESERVED)
+    assert floor.other_fsync_p50_ms is not None
+    assert floor.fsync_p50_ms <= floor.other_fsync_p50_ms
 
 
 def test_percentile_is_nearest_rank() -> None:
