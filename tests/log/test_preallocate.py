@@ -74,6 +74,14 @@ os._exit(0)  # no close: the reserved tail stays, as after kill -9
 """
 
 
+def killed_log(tmp_path: Path) -> tuple[str, list[Batch], str]:
+    """A log directory left by a killed writer: (directory, its batches, its one segment)."""
+    log_dir = str(tmp_path / "node")
+    expected = killed_writer_leaves(log_dir)
+    (segment,) = (str(p) for p in (Path(log_dir) / "__cluster_metadata-0").glob("*.log"))
+    return log_dir, expected, segment
+
+
 def killed_writer_leaves(log_dir: str) -> list[Batch]:
     """Run a process that appends four batches, flushes and dies without closing its log."""
     script = textwrap.dedent(KILLED_WRITER).format(
@@ -90,9 +98,7 @@ def killed_writer_leaves(log_dir: str) -> list[Batch]:
 def test_a_killed_writer_leaves_a_reserved_tail_that_recovery_drops_quietly(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    log_dir = str(tmp_path / "node")
-    expected = killed_writer_leaves(log_dir)
-    (segment,) = (str(p) for p in (Path(log_dir) / "__cluster_metadata-0").glob("*.log"))
+    log_dir, expected, segment = killed_log(tmp_path)
     assert os.path.getsize(segment) == SEGMENT_BYTES
     caplog.set_level(logging.INFO, logger="kraft_spark.log")
     with open_log(log_dir) as log:
@@ -106,9 +112,7 @@ def test_a_killed_writer_leaves_a_reserved_tail_that_recovery_drops_quietly(
 def test_a_torn_write_inside_the_reserved_tail_is_cut_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    log_dir = str(tmp_path / "node")
-    expected = killed_writer_leaves(log_dir)
-    (segment,) = (str(p) for p in (Path(log_dir) / "__cluster_metadata-0").glob("*.log"))
+    log_dir, expected, segment = killed_log(tmp_path)
     end = _data_end(segment)
     with open(segment, "r+b") as f:  # the first bytes of a fifth batch, then the power went
         f.seek(end)
