@@ -19,12 +19,13 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
 from bench.native import start_local, stop_local
 from bench.wrk import HttpWorkload
-from kraft_spark.net.cpu_placement import split_cpus
+from kraft_spark.net.cpu_placement import RolePlacement, split_cpus
 
 VALUE = "v" * 100
 BATCH = 100
@@ -151,6 +152,11 @@ class KraftLocal:
 # --------------------------------------------------------------------------- etcd
 
 
+def _threads_of(pid: int) -> list[int]:
+    """Every thread of process ``pid`` (affinity is per thread on Linux)."""
+    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+
+
 class EtcdCluster:
     """Three etcd 3.4 members (Debian's etcd-server), default heartbeat/election timeouts."""
 
@@ -214,17 +220,13 @@ class EtcdCluster:
         """Pin the members as ``kraft.cpu.affinity=role`` places kraft-spark's voters: the
         leader on the lower half of the CPUs, the others on the upper half. False (nothing
         done) with fewer than two CPUs or no leader."""
-        split = split_cpus(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         leader = self.leader_index()
-        if split is None or leader is None:
+        if split_cpus(cpus) is None or leader is None:
             return False
         for i, proc in enumerate(self.procs):
-            cpus = split[0] if i == leader else split[1]
-            for tid in os.listdir(f"/proc/{proc.pid}/task"):  # Go runs many threads
-                try:
-                    os.sched_setaffinity(int(tid), cpus)
-                except OSError:  # a thread that exited meanwhile
-                    continue
+            # kraft-spark's own placement, applied to every thread of a member (Go runs many).
+            RolePlacement(cpus, threads=partial(_threads_of, proc.pid)).on_role(i == leader)
         return True
 
     def stop(self) -> None:

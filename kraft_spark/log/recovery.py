@@ -46,8 +46,10 @@ class Recovered:
 def recover_partition(
     fs: FileSystem, pdir: str, index_interval_bytes: int, preallocate_to: int = 0
 ) -> Recovered:
-    """``preallocate_to``: the size to which the log preallocates segments (0: it does not), so
-    that a tail of zeros up to that size is recognised as a reservation, not damage."""
+    """``preallocate_to``: the size to which the log preallocates segments (0: it does not),
+    given to every segment: a tail of zeros up to that size is then recognised as a reservation,
+    not damage, and any segment (a truncation may make an older one active again) reserves
+    space when appended to."""
     names = fs.listdir(pdir)
     dir_changed = False
     for name in names:
@@ -66,6 +68,7 @@ def recover_partition(
     segments: list[Segment] = []
     if not bases:
         first = Segment(fs, pdir, 0, index_interval_bytes)
+        first.preallocate_to = preallocate_to
         first.create()
         segments.append(first)
         dir_changed = True

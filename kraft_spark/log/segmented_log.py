@@ -103,7 +103,7 @@ class SegmentedLog:
         segment_bytes: int,
         tail_cache_bytes: int,
         meta: MetaProperties | None,
-        preallocate: bool = False,
+        preallocate_to: int = 0,
     ) -> None:
         self._fs = fs
         self.log_dir = log_dir
@@ -115,9 +115,8 @@ class SegmentedLog:
         self._bases = [s.base_offset for s in segments]
         self._epochs = epochs
         self._segment_bytes = segment_bytes
-        self._preallocate_to = segment_bytes if preallocate else 0
-        for seg in segments:  # any of them may become the active one again after a truncation
-            seg.preallocate_to = self._preallocate_to
+        # For segments rolled from here on (recovery gave the recovered ones the same value).
+        self._preallocate_to = preallocate_to
         self._tail = TailCache(tail_cache_bytes)
         self._end = segments[-1].end_offset
         self._flushed = self._end
@@ -163,13 +162,12 @@ class SegmentedLog:
                 meta = check_meta_properties(log_dir, fs, cluster_id=cluster_id, node_id=node_id)
             pdir = partition_dir(log_dir)
             ensure_dir(fs, pdir)
-            recovered = recover_partition(
-                fs, pdir, index_interval_bytes, segment_bytes if preallocate else 0
-            )
+            preallocate_to = segment_bytes if preallocate else 0
+            recovered = recover_partition(fs, pdir, index_interval_bytes, preallocate_to)
             self = cls(
                 fs, log_dir, lock, recovered.segments, recovered.epochs,
                 segment_bytes=segment_bytes, tail_cache_bytes=tail_cache_bytes, meta=meta,
-                preallocate=preallocate,
+                preallocate_to=preallocate_to,
             )
             # What recovery kept may be in the page cache only (the previous owner was killed
             # before its flush): make it durable before reporting it as flushed.
