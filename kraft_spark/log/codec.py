@@ -19,6 +19,10 @@ Invariants kept by this module:
 * ``decode_batch(encode_batch(b)) == b`` for every valid ``Batch``. Record timestamps are
   absolute in ``Record`` and stored as deltas from baseTimestamp = the first record's timestamp;
   maxTimestamp is the largest record timestamp.
+* A batch is encoded once: ``encode_batch`` keeps the bytes on the batch, and a decoded batch
+  keeps the bytes it was read from, so ``encode_batch(decode_batch(x)[0]) == x`` (a follower
+  writes and a leader sends a batch byte for byte as it came, as Kafka does, even where ``x``
+  spells a varint longer than needed).
 * Every input either decodes or raises ``CorruptRecordError`` (``TruncatedBatchError`` when the
   bytes simply end too early); ``IndexError``, ``struct.error`` and ``UnicodeDecodeError`` never
   escape.
@@ -274,8 +278,13 @@ def _encode_batch_buffer_py(batch: Batch) -> bytearray:
 
 
 def encode_batch(batch: Batch) -> bytes:
-    """The Kafka v2 bytes of ``batch``."""
-    return bytes(encode_batch_buffer(batch))
+    """The Kafka v2 bytes of ``batch``, made once: they are kept on the batch (``Batch._wire``),
+    and bytes it was decoded from are used as they are."""
+    wire = batch._wire
+    if wire is None:
+        wire = bytes(encode_batch_buffer(batch))
+        object.__setattr__(batch, "_wire", wire)
+    return wire
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +368,7 @@ def decode_batch(buf: Buffer, pos: int = 0, limit: int | None = None) -> tuple[B
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
+        _wire=buf[pos:end] if pos or end != len(buf) else buf,
     )
     return batch, end
 

@@ -54,7 +54,7 @@ from kraft_spark.log.checkpoints import (
     read_quorum_state,
     write_quorum_state,
 )
-from kraft_spark.log.codec import HEADER_SIZE, LOG_OVERHEAD, decode_batch, encode_batch_buffer
+from kraft_spark.log.codec import HEADER_SIZE, LOG_OVERHEAD, decode_batch, encode_batch
 from kraft_spark.log.epoch_cache import EpochCache, format_checkpoint
 from kraft_spark.log.errors import CorruptRecordError, InvalidAppendError, LogError
 from kraft_spark.log.fs import FileLock, FileSystem
@@ -264,7 +264,7 @@ class SegmentedLog:
             raise InvalidAppendError(
                 f"batch epoch {batch.epoch} is below the log's last epoch {last_epoch}"
             )
-        data = encode_batch_buffer(batch)
+        data = encode_batch(batch)
         try:
             seg = self._segments[-1]
             if seg.size > 0 and (

@@ -56,6 +56,12 @@ class Batch:
     base_sequence: int = -1
     # Cached size; excluded from equality so two equal batches compare equal however built.
     _size: int = field(default=-1, compare=False, repr=False)
+    # The batch's Kafka v2 bytes once the codec has made or read them (``codec.encode_batch``),
+    # so a batch is encoded at most once however often it is written or sent: the leader's
+    # log and its Fetch answers, a follower's log from the bytes it was sent (Kafka appends
+    # fetched record batches as they came). Only the codec sets it, and only to bytes that
+    # decode to this very batch. Excluded from equality like ``_size``.
+    _wire: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def last_offset(self) -> int:
