@@ -3,10 +3,13 @@
 What is measured, in one run:
 
 * **append**: ``SegmentedLog.append`` + ``flush`` per batch on a real directory (encode, CRC,
-  write, index and epoch bookkeeping, fsync) from ``Batch`` objects built beforehand.
-* **floor**: ``os.write`` + ``os.fsync`` of the very same encoded bytes, batch by batch, to a
-  plain file in the same directory. Measured before and after the append run; the faster one is
-  reported, so the ratio is the strict one.
+  write, index and epoch bookkeeping, fsync) from ``Batch`` objects built beforehand, with the
+  segments preallocated as a node's are (``kraft.log.preallocate``; ``--no-preallocate``: not).
+* **floor**: the very same encoded bytes made durable batch by batch in a plain file in the
+  same directory, in two ways: appended with ``os.write`` and ``os.fsync``'d, and written in
+  place into space reserved beforehand (``posix_fallocate``) and ``os.fdatasync``'d, as
+  preallocated segments are. Each is measured before and after the append run; the fastest
+  of the four is reported (and named), so the ratio is the strict one.
 * **warm-up**: when there is more than one batch, the first one is appended and flushed before
   the clock starts, and likewise written and fsync'd first for the floor; the rates of both
   count the other batches only. The first flush of a fresh log writes the leader-epoch
@@ -26,7 +29,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 
-from kraft_spark.log.codec import decode_batch, encode_batch, encode_batch_buffer
+from kraft_spark.log.codec import decode_batch, encode_batch_buffer
 from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.log.meta import format_log_dir, read_meta_properties
 from kraft_spark.log.segmented_log import DEFAULT_SEGMENT_BYTES, SegmentedLog
@@ -49,6 +52,10 @@ class StorageBenchResult:
     timed_bytes: int
     append_s: float
     floor_s: float
+    floor_kind: str
+    """Which durable write the floor is (the faster): ``FLOOR_APPEND`` or ``FLOOR_RESERVED``."""
+    preallocate: bool
+    """Whether the log's segments were preallocated."""
     read_s: float
     open_s: float
     encode_s: float
@@ -84,7 +91,7 @@ class StorageBenchResult:
     def table(self) -> str:
         rows = [
             ("append + fsync per batch", self.append_s, True),
-            ("raw os.write + fsync floor", self.floor_s, True),
+            (f"floor: {self.floor_kind}", self.floor_s, True),
             ("read back (reopened log)", self.read_s, False),
             ("encode only, in memory", self.encode_s, False),
             ("decode only, in memory", self.decode_s, False),
@@ -92,11 +99,12 @@ class StorageBenchResult:
         lines = [
             f"storage bench: {self.records} records in {self.batches} batches of {self.batch}, "
             f"values of {self.value_bytes} B, {self.bytes / 1e6:.2f} MB of batches",
-            f"{'':28}{'seconds':>10}{'records/s':>14}{'MB/s':>10}",
+            f"segments {'preallocated' if self.preallocate else 'not preallocated'}",
+            f"{'':36}{'seconds':>10}{'records/s':>14}{'MB/s':>10}",
         ]
         for name, seconds, timed in rows:
             rps, mbps = self._rate(seconds, timed=timed)
-            lines.append(f"{name:28}{seconds:>10.4f}{rps:>14,.0f}{mbps:>10.1f}")
+            lines.append(f"{name:36}{seconds:>10.4f}{rps:>14,.0f}{mbps:>10.1f}")
         per_batch = 1e6 / self.batches
         per_timed = 1e6 / self.timed_batches
         warm = self.batches - self.timed_batches
@@ -146,20 +154,54 @@ def _build_batches(records: int, batch: int, value_bytes: int) -> list[Batch]:
     return batches
 
 
-def _floor(path: str, encoded: list[bytes], warm: int) -> float:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+FLOOR_APPEND = "append + fsync"
+FLOOR_RESERVED = "pwrite, reserved + fdatasync"
+
+
+def _floor(path: str, encoded: list[bytes], warm: int, *, reserved: bool) -> float | None:
+    """Seconds to make ``encoded[warm:]`` durable one batch at a time (after ``encoded[:warm]``):
+    appended and fsync'd, or (``reserved``) written in place into space reserved for all of
+    them and fdatasync'd. None when this file system cannot reserve space."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (0 if reserved else os.O_APPEND)
+    fd = os.open(path, flags, 0o644)
     try:
+        if reserved:
+            try:
+                os.posix_fallocate(fd, 0, max(1, sum(len(data) for data in encoded)))
+            except OSError:
+                return None
+            os.fsync(fd)  # the reservation itself is not part of any batch's write
+        position = 0
+
+        def durable(data: bytes) -> None:
+            nonlocal position
+            if reserved:
+                os.pwrite(fd, data, position)
+                os.fdatasync(fd)
+            else:
+                os.write(fd, data)
+                os.fsync(fd)
+            position += len(data)
+
         for data in encoded[:warm]:
-            os.write(fd, data)
-            os.fsync(fd)
+            durable(data)
         start = time.perf_counter()
         for data in encoded[warm:]:
-            os.write(fd, data)
-            os.fsync(fd)
+            durable(data)
         return time.perf_counter() - start
     finally:
         os.close(fd)
         os.remove(path)
+
+
+def _floors(path: str, encoded: list[bytes], warm: int) -> list[tuple[float, str]]:
+    """Both kinds of floor, as (seconds, kind)."""
+    out = []
+    for reserved, kind in ((False, FLOOR_APPEND), (True, FLOOR_RESERVED)):
+        seconds = _floor(path, encoded, warm, reserved=reserved)
+        if seconds is not None:
+            out.append((seconds, kind))
+    return out
 
 
 def run_storage_bench(
@@ -169,6 +211,7 @@ def run_storage_bench(
     batch: int,
     value_bytes: int,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    preallocate: bool = True,
 ) -> StorageBenchResult:
     if records < 1 or batch < 1 or value_bytes < 0:
         raise ValueError("--records and --batch must be ≥ 1 and --value-bytes ≥ 0")
@@ -180,7 +223,9 @@ def run_storage_bench(
     log_dir = _prepare_dir(directory)
     batches = _build_batches(records, batch, value_bytes)
 
-    encoded = [encode_batch(b) for b in batches]
+    # Encoded apart from the batches: encode_batch would keep the bytes on each batch, and the
+    # log's append below must encode them itself, as it does for a batch it is handed.
+    encoded = [bytes(encode_batch_buffer(b)) for b in batches]
     start = time.perf_counter()
     for b in batches:  # as the log does it: one buffer at a time, then dropped
         encode_batch_buffer(b)
@@ -192,10 +237,10 @@ def run_storage_bench(
 
     warm = 1 if len(batches) > 1 else 0
     floor_path = os.path.join(directory, "fsync-floor.bin")
-    floor_s = _floor(floor_path, encoded, warm)
+    floors = _floors(floor_path, encoded, warm)
 
     fs = RealFileSystem()
-    log = SegmentedLog.open(fs, log_dir, segment_bytes=segment_bytes)
+    log = SegmentedLog.open(fs, log_dir, segment_bytes=segment_bytes, preallocate=preallocate)
     try:
         start = time.perf_counter()
         for b in batches[:warm]:
@@ -209,7 +254,7 @@ def run_storage_bench(
         append_s = time.perf_counter() - start
     finally:
         log.close()
-    floor_s = min(floor_s, _floor(floor_path, encoded, warm))
+    floor_s, floor_kind = min(floors + _floors(floor_path, encoded, warm))
 
     start = time.perf_counter()
     log = SegmentedLog.open(fs, log_dir, segment_bytes=segment_bytes)
@@ -233,6 +278,7 @@ def run_storage_bench(
         bytes=sum(len(e) for e in encoded),
         timed_records=sum(len(b.records) for b in batches[warm:]),
         timed_batches=len(batches) - warm, timed_bytes=sum(len(e) for e in encoded[warm:]),
-        append_s=append_s, floor_s=floor_s, read_s=read_s, open_s=open_s, encode_s=encode_s,
+        append_s=append_s, floor_s=floor_s, floor_kind=floor_kind, preallocate=preallocate,
+        read_s=read_s, open_s=open_s, encode_s=encode_s,
         decode_s=decode_s, warmup_s=warmup_s,
     )

@@ -50,6 +50,11 @@ def register(subparsers: Any) -> None:
     storage.add_argument("--batch", type=int, default=1000, help="records per batch")
     storage.add_argument("--value-bytes", type=int, default=100)
     storage.add_argument("--segment-bytes", type=int, default=None)
+    storage.add_argument(
+        "--no-preallocate", dest="preallocate", action="store_false",
+        help="do not reserve each segment's size at its first append (a node does, by default: "
+        "kraft.log.preallocate)",
+    )
     storage.add_argument("--json", action="store_true", help="end with one JSON line")
     storage.set_defaults(func=_bench_storage)
 
@@ -110,6 +115,7 @@ def _bench_storage(args: argparse.Namespace) -> int:
         result = run_storage_bench(
             args.dir, records=args.records, batch=args.batch, value_bytes=args.value_bytes,
             segment_bytes=args.segment_bytes or DEFAULT_SEGMENT_BYTES,
+            preallocate=args.preallocate,
         )
     except (LogError, ValueError, OSError) as exc:
         raise CommandError(str(exc)) from exc

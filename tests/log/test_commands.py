@@ -9,6 +9,7 @@ import pytest
 
 from kraft_spark.cli import main
 from kraft_spark.log import RealFileSystem, SegmentedLog
+from kraft_spark.log.bench import FLOOR_APPEND, FLOOR_RESERVED
 from kraft_spark.raft.records import LeaderChange, leader_change_batch
 from tests.log.helpers import fill
 
@@ -93,7 +94,10 @@ def test_bench_storage_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     for key in ("records_per_s", "mb_per_s", "floor_mb_per_s", "read_mb_per_s"):
         assert result[key] > 0
     assert result["records"] == 300 and result["batches"] == 43
+    assert result["preallocate"] is True  # as a node's segments are
+    assert result["floor_kind"] in (FLOOR_APPEND, FLOOR_RESERVED)
     assert "append + fsync per batch" in "\n".join(out)
+    assert f"floor: {result['floor_kind']}" in "\n".join(out)
     with SegmentedLog.open(RealFileSystem(), str(tmp_path / "log")) as log:
         assert log.end_offset() == 300  # the log is left in place
     assert main(args) == 0  # and a second run replaces it
@@ -102,3 +106,14 @@ def test_bench_storage_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     (tmp_path / "other" / "log").mkdir()
     assert main(["bench", "storage", "--dir", str(tmp_path / "other"), "--records", "1"]) == 2
     assert "not a previous storage bench log" in capsys.readouterr().err
+
+
+def test_bench_storage_without_preallocation(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "storage", "--dir", str(tmp_path), "--records", "20", "--batch", "5",
+                 "--no-preallocate", "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1])["preallocate"] is False
+    assert "segments not preallocated" in out
+    with SegmentedLog.open(RealFileSystem(), str(tmp_path / "log")) as log:
+        assert log.end_offset() == 20
