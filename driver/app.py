@@ -50,7 +50,11 @@ from typing import Any
 from kraft_spark import aio
 from kraft_spark.config_keys import APP_KEYS, NODE_KEYS, QUORUM_KEYS, check_known
 from kraft_spark.metrics import AppMetrics, Registry
-from kraft_spark.net.config import DEFAULT_HTTP_HEADER_TIMEOUT_MS, DEFAULT_HTTP_MAX_CONNECTIONS
+from kraft_spark.net.config import (
+    DEFAULT_HTTP_HEADER_TIMEOUT_MS,
+    DEFAULT_HTTP_MAX_CONNECTIONS,
+    parse_boolean,
+)
 from kraft_spark.stop_signals import StopSignals
 
 log = logging.getLogger("kraft_spark.driver")
@@ -87,6 +91,8 @@ class AppConfig:
     compact_min_files: int = 100
     # the voters' kraft.log.flush.inline.max.ms (NodeConfig.inline_flush_max_ms)
     inline_flush_max_ms: float = 2.0
+    # the voters' and the observer's kraft.log.preallocate (NodeConfig.log_preallocate)
+    log_preallocate: bool = True
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
     quorum_properties: dict[str, str] = field(default_factory=dict)
@@ -283,6 +289,7 @@ class Application:
                 bind_host="127.0.0.1" if _is_local(self.spark) else "",
                 quorum_properties=cfg.quorum_properties,
                 inline_flush_max_ms=cfg.inline_flush_max_ms,
+                log_preallocate=cfg.log_preallocate,
                 known_directory_ids=self._known_directory_ids(),
             )
             sc = self.spark.sparkContext
@@ -345,7 +352,8 @@ class Application:
         format_log_dir(log_dir, cluster_id=self.cluster_id, node_id=OBSERVER_ID,
                        ignore_formatted=True)
         node = RaftNode(NodeConfig(OBSERVER_ID, log_dir, "127.0.0.1", port, voters,
-                                   QuorumConfig.from_properties(self.config.quorum_properties)))
+                                   QuorumConfig.from_properties(self.config.quorum_properties),
+                                   log_preallocate=self.config.log_preallocate))
         await node.start()
         node.add_commit_listener(self._on_commit)
         self._observer = node
@@ -614,6 +622,7 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.delta.warmup.wait.ms": ("delta_warm_up_wait_s", float, 0),
     "kraft.delta.compact.min.files": ("compact_min_files", int, 0),
     "kraft.log.flush.inline.max.ms": ("inline_flush_max_ms", float, 0),
+    "kraft.log.preallocate": ("log_preallocate", bool, None),
 }
 # Keys of `kraft-spark node` alone, which may share the file: accepted, not used here.
 _NODE_ONLY_KEYS = NODE_KEYS - APP_KEYS
@@ -637,6 +646,10 @@ def config_from_properties(props: dict[str, str]) -> AppConfig:
         if key not in _APP_KEYS or not raw:
             continue  # the quorum's (above), the node's, or unset
         attr, kind, lowest = _APP_KEYS[key]
+        if kind is bool:
+            flag: Any = parse_boolean(key, raw, default=getattr(cfg, attr))
+            cfg = replace(cfg, **{attr: flag})
+            continue
         try:
             value: Any = kind(raw)
         except ValueError:

@@ -51,6 +51,7 @@ class VoterSettings:
     bind_host: str = ""  # "" : this executor's address (127.0.0.1 in local mode)
     quorum_properties: dict[str, str] = field(default_factory=dict)
     inline_flush_max_ms: float = 2.0  # kraft.log.flush.inline.max.ms
+    log_preallocate: bool = True  # kraft.log.preallocate
     known_directory_ids: dict[int, str] = field(default_factory=dict)
     lock_timeout_s: float = 120.0
 
@@ -140,6 +141,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             quorum=QuorumConfig.from_properties(settings.quorum_properties),
             disk_lost=disk_lost,
             inline_flush_max_ms=settings.inline_flush_max_ms,
+            log_preallocate=settings.log_preallocate,
         )
         hello = {
             **me,

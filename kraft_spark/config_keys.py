@@ -37,6 +37,7 @@ APP_KEYS = frozenset({
     "kraft.delta.warmup.wait.ms",
     "kraft.delta.compact.min.files",
     "kraft.log.flush.inline.max.ms",
+    "kraft.log.preallocate",
 })
 ALL_KEYS = NODE_KEYS | QUORUM_KEYS | APP_KEYS
 

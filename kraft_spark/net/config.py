@@ -235,9 +235,8 @@ class NodeConfig:
                 f"kraft.cpu.affinity must be one of {', '.join(AFFINITY_CHOICES)}, "
                 f"got {cpu_affinity!r}"
             )
-        preallocate = props.get("kraft.log.preallocate", "true").strip().lower()
-        if preallocate not in ("true", "false"):
-            raise ConfigError(f"kraft.log.preallocate must be true or false, got {preallocate!r}")
+        preallocate = parse_boolean("kraft.log.preallocate", props.get("kraft.log.preallocate"),
+                                    default=True)
         quorum = QuorumConfig.from_properties(props)
         if max_idle_ms < quorum.fetch_timeout_ms:
             raise ConfigError(
@@ -255,7 +254,7 @@ class NodeConfig:
             max_frame_bytes=max_frame,
             tls=TlsConfig.from_properties(props),
             metrics_port=metrics_port,
-            disk_lost=props.get("node.disk.lost", "false").strip().lower() == "true",
+            disk_lost=parse_boolean("node.disk.lost", props.get("node.disk.lost"), default=False),
             http_listener=http_listener,
             http_token=http_token,
             inline_flush_max_ms=inline_flush_max_ms,
@@ -264,8 +263,20 @@ class NodeConfig:
             http_max_connections=http_max_connections,
             http_header_timeout_ms=http_header_timeout_ms,
             cpu_affinity=cpu_affinity,
-            log_preallocate=preallocate == "true",
+            log_preallocate=preallocate,
         )
+
+
+def parse_boolean(key: str, raw: str | None, *, default: bool) -> bool:
+    """``true`` or ``false`` (any case, spaces around allowed); ``default`` when absent or
+    empty. Anything else is an error naming the key, as Kafka's configs refuse it: a typo
+    such as ``node.disk.lost=ture`` must not silently mean false."""
+    value = (raw or "").strip().lower()
+    if not value:
+        return default
+    if value not in ("true", "false"):
+        raise ConfigError(f"{key} must be true or false, got {raw!r}")
+    return value == "true"
 
 
 def _positive_int(props: Mapping[str, str], key: str, default: int) -> int:

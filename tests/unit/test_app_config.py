@@ -28,6 +28,7 @@ def test_the_shipped_file_parses_to_the_documented_defaults() -> None:
     assert cfg.materialize_interval_s == 1.0
     assert cfg.compact_min_files == 100
     assert cfg.http_token is None  # empty value: unset
+    assert cfg.log_preallocate is True
     assert QuorumConfig.from_properties(cfg.quorum_properties).fetch_max_wait_ms == 500
 
 
@@ -35,6 +36,7 @@ def test_node_settings_reach_the_voters() -> None:
     cfg = config_from_properties({
         "kraft.quorum.hw.wakeup.delay.ms": "0",
         "kraft.log.flush.inline.max.ms": "0.5",
+        "kraft.log.preallocate": "False",
         "controller.quorum.fetch.max.wait.ms": "250",
         "controller.quorum.voters": "0@h:1",  # the application assigns voters itself
     })
@@ -42,6 +44,7 @@ def test_node_settings_reach_the_voters() -> None:
     assert (quorum.hw_wakeup_delay_ms, quorum.fetch_max_wait_ms) == (0, 250)
     assert "controller.quorum.voters" not in cfg.quorum_properties
     assert cfg.inline_flush_max_ms == 0.5
+    assert cfg.log_preallocate is False
 
 
 def test_milliseconds_become_seconds() -> None:
@@ -65,6 +68,7 @@ def test_milliseconds_become_seconds() -> None:
         ({"kraft.delta.compact.min.files": "-1"}, "kraft.delta.compact.min.files must be ≥ 0"),
         ({"kraft.http.max.connections": "0"}, "kraft.http.max.connections must be ≥ 1"),
         ({"kraft.http.header.timeout.ms": "0"}, "kraft.http.header.timeout.ms must be ≥ 1"),
+        ({"kraft.log.preallocate": "yes"}, "kraft.log.preallocate must be true or false"),
         ({"controller.quorum.fetch.max.wait.ms": "x"}, "controller.quorum.fetch.max.wait.ms"),
         ({"controller.quorum.fetch.timeout": "1"}, "unknown quorum setting"),
     ],

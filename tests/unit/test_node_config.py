@@ -48,6 +48,16 @@ def test_log_preallocation_is_on_by_default_and_can_be_turned_off() -> None:
         NodeConfig.from_properties({**BASE, "kraft.log.preallocate": "yes"})
 
 
+def test_a_lost_disk_must_be_said_in_so_many_words() -> None:
+    """``node.disk.lost`` lets a wiped voter rejoin without voting: a typo must stop the node,
+    not silently mean false (it then could vote twice in an epoch)."""
+    assert NodeConfig.from_properties(BASE).disk_lost is False
+    assert NodeConfig.from_properties({**BASE, "node.disk.lost": "TRUE"}).disk_lost is True
+    assert NodeConfig.from_properties({**BASE, "node.disk.lost": ""}).disk_lost is False
+    with pytest.raises(ConfigError, match=r"node\.disk\.lost must be true or false, got 'ture'"):
+        NodeConfig.from_properties({**BASE, "node.disk.lost": "ture"})
+
+
 def test_http_listener_and_its_token() -> None:
     config = NodeConfig.from_properties({
         **BASE, "kraft.http.listener": "127.0.0.1:0", "kraft.http.token": "s3cret",
