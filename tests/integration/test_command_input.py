@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import free_ports
+from .harness import consecutive_free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -33,7 +33,7 @@ def refused(result: subprocess.CompletedProcess[str], fragment: str) -> None:
 def test_local_refuses_a_port_another_process_listens_on(tmp_path: Path) -> None:
     """It used to take the other process's port for its node (it only connected to it),
     report the quorum as started, and wait for ever once its nodes had died."""
-    base = free_ports(1)[0]
+    base = consecutive_free_ports(3)
     with socket.socket() as other:
         other.bind(("127.0.0.1", base + 1))
         other.listen()
@@ -55,14 +55,15 @@ def test_local_bad_arguments(tmp_path: Path, args: tuple[str, ...], fragment: st
     if args == ("--data-dir-is-a-file",):
         data_dir.write_text("")
         args = ()
-    result = cli("local", "--data-dir", str(data_dir), "--base-port", str(free_ports(1)[0]),
-                 *args)
+    base = consecutive_free_ports(3)  # the three voters' ports
+    result = cli("local", "--data-dir", str(data_dir), "--base-port", str(base), *args)
     refused(result, fragment)
 
 
 def test_local_names_the_file_of_a_bad_cluster_id(tmp_path: Path) -> None:
     (tmp_path / "cluster.id").write_text("bad id!\n")
-    result = cli("local", "--data-dir", str(tmp_path), "--base-port", str(free_ports(1)[0]))
+    base = consecutive_free_ports(3)
+    result = cli("local", "--data-dir", str(tmp_path), "--base-port", str(base))
     refused(result, f"{tmp_path / 'cluster.id'}: invalid cluster id 'bad id!'")
     assert not (tmp_path / "node-0").exists()
 
