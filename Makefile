@@ -19,6 +19,8 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -m 'not slow'
+	# The network and API tests again on uvloop, the loop every kraft-spark process runs on.
+	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop tests/net tests/api
 
 # kraft-spark against etcd and PySyncObj (installs etcd-server and wrk with apt-get if missing);
 # writes bench/results/compare-*.{md,json,png} and bench/results/latest.md.
