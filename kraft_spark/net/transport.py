@@ -130,8 +130,9 @@ class ServerConnection:
 
     def send_frame(self, frame: bytes) -> None:
         """Send an already encoded response frame (dropped silently if the connection is
-        gone)."""
-        if not self.closed:
+        gone, or going: a transport closing after the peer's EOF may not have reported its
+        loss yet, and uvloop refuses writes to it)."""
+        if not self.closed and not self._transport.is_closing():
             self._transport.write(frame)
 
     def close(self) -> None:
@@ -451,7 +452,8 @@ class Connection:
             return self._transport
         if self._connecting is not None:
             await asyncio.shield(self._connecting)
-            if self._transport is None:
+            if self._transport is None or self._transport.is_closing():
+                # Never made, or lost again before this waiter ran.
                 raise TransportError(
                     f"cannot connect to {self.endpoint}", sent=False, refused=self._last_refused
                 )
@@ -541,6 +543,12 @@ class Connection:
             _call(done, None, TransportError(f"connection to {self.endpoint} is closed",
                                              sent=False))
             raise
+        if transport.is_closing():
+            # Connected, then lost before this task ran (the peer closed it at once, or another
+            # request's connect finished earlier): writing to it would raise on uvloop.
+            _call(done, None, TransportError(
+                f"connection to {self.endpoint} closed before the request was sent", sent=False))
+            return
         try:
             send(transport)
         except Exception as exc:  # the encoder's error: nothing was sent

@@ -171,3 +171,33 @@ def test_a_client_that_does_not_read_its_answers_stops_the_server_reading(
             await server.close()
 
     run_on(loop_kind, body)
+
+
+def test_a_peer_that_closes_every_connection_at_once_fails_requests_cleanly(
+    loop_kind: str,
+) -> None:
+    """Every request ends in a TransportError, none hangs. Concurrent requests share one
+    connect; the connection may be gone by the time one of them is written, and on uvloop a
+    write to a closed transport raises RuntimeError, which once reached a client's retry loop
+    as an unexpected error (a fault test in CI). That race is timing-dependent: this test
+    gives it many chances, it cannot force it."""
+
+    async def body() -> None:
+        async def slam(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.close()
+
+        server = await asyncio.start_server(slam, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = Connection("127.0.0.1", port, reconnect_backoff_s=0.001)
+        try:
+            for _ in range(30):
+                outcomes = await asyncio.gather(*(raw_request(client, 2.0) for _ in range(5)),
+                                                return_exceptions=True)
+                for outcome in outcomes:
+                    assert isinstance(outcome, TransportError), repr(outcome)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+
+    run_on(loop_kind, body)
