@@ -5,7 +5,8 @@ a peer's bad bytes, and backpressure from a client that does not read its answer
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import contextlib
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -24,6 +25,20 @@ def run_on(loop_kind: str, body: Callable[[], Coroutine[Any, Any, None]]) -> Non
     factory = uvloop.new_event_loop if loop_kind == "uvloop" else asyncio.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(body())
+
+
+@contextlib.asynccontextmanager
+async def server_and_client(
+    handler: Callable[[ServerConnection, RequestHeader, Any], None], **server_options: Any,
+) -> AsyncIterator[tuple[FrameServer, Connection]]:
+    server = FrameServer("127.0.0.1", 0, handler, **server_options)
+    await server.start()
+    client = Connection("127.0.0.1", server.port, reconnect_backoff_s=0.01)
+    try:
+        yield server, client
+    finally:
+        await client.close()
+        await server.close()
 
 
 def answer_api_versions(conn: ServerConnection, header: RequestHeader, body: Any) -> None:
@@ -67,10 +82,7 @@ def test_pipelined_requests_are_answered_by_correlation_id(loop_kind: str) -> No
                 for c, h in reversed(held):
                     answer_raw(c, h, b"answer to %d" % h.correlation_id)
 
-        server = FrameServer("127.0.0.1", 0, answer_in_reverse)
-        await server.start()
-        client = Connection("127.0.0.1", server.port)
-        try:
+        async with server_and_client(answer_in_reverse) as (_, client):
             answers = await asyncio.gather(*(raw_request(client) for _ in range(20)))
             # Each request got its own answer, whatever the order they came back in.
             corrs = [h.correlation_id for _, h in held]
@@ -78,9 +90,6 @@ def test_pipelined_requests_are_answered_by_correlation_id(loop_kind: str) -> No
             assert client.connected
             version = await client.request(ApiKey.API_VERSIONS, 3, {}, 5.0)  # generic codec
             assert version["error_code"] == 0
-        finally:
-            await client.close()
-            await server.close()
         assert not client.connected
 
     run_on(loop_kind, body)
@@ -88,10 +97,8 @@ def test_pipelined_requests_are_answered_by_correlation_id(loop_kind: str) -> No
 
 def test_a_bad_frame_closes_only_its_connection(loop_kind: str) -> None:
     async def body() -> None:
-        server = FrameServer("127.0.0.1", 0, answer_api_versions, max_frame_bytes=1024)
-        await server.start()
-        client = Connection("127.0.0.1", server.port)
-        try:
+        async with server_and_client(answer_api_versions, max_frame_bytes=1024) as (server,
+                                                                                  client):
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write((10_000).to_bytes(4, "big"))  # a frame over the limit
             assert await asyncio.wait_for(reader.read(), 5) == b""  # closed
@@ -99,9 +106,6 @@ def test_a_bad_frame_closes_only_its_connection(loop_kind: str) -> None:
             writer.close()
             answer = await client.request(ApiKey.API_VERSIONS, 3, {}, 5.0)
             assert answer["error_code"] == 0  # the server goes on
-        finally:
-            await client.close()
-            await server.close()
 
     run_on(loop_kind, body)
 
@@ -111,10 +115,7 @@ def test_requests_fail_when_the_peer_goes_away_and_the_next_one_reconnects(
 ) -> None:
     async def body() -> None:
         seen: list[ServerConnection] = []
-        server = FrameServer("127.0.0.1", 0, lambda conn, *_: seen.append(conn))
-        await server.start()
-        client = Connection("127.0.0.1", server.port, reconnect_backoff_s=0.01)
-        try:
+        async with server_and_client(lambda conn, *_: seen.append(conn)) as (server, client):
             pending = asyncio.ensure_future(raw_request(client))
             while not seen:
                 await asyncio.sleep(0.01)
@@ -124,9 +125,6 @@ def test_requests_fail_when_the_peer_goes_away_and_the_next_one_reconnects(
             assert caught.value.sent and not caught.value.refused
             server._handler = lambda conn, header, _: answer_raw(conn, header, b"again")
             assert await raw_request(client) == b"again"
-        finally:
-            await client.close()
-            await server.close()
 
     run_on(loop_kind, body)
 
