@@ -23,6 +23,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from kraft_spark.log.bench import DurableFile
+
 FSYNC_BLOCK = 4096
 ECHO_BYTES = 100
 
@@ -62,24 +64,13 @@ def fsync_latencies(
     path = os.path.join(directory, "fsync-floor.bin")
     block = b"\1" * FSYNC_BLOCK
     samples: list[float] = []
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        if reserved:
-            os.posix_fallocate(fd, 0, (max_samples + 1) * FSYNC_BLOCK)
-        os.pwrite(fd, block, 0)  # the first sync also writes the inode; not part of the floor
-        os.fsync(fd)
-        sync = os.fdatasync if reserved else os.fsync
-        position = FSYNC_BLOCK
+    with DurableFile(path, (max_samples + 1) * FSYNC_BLOCK if reserved else 0) as durable:
+        durable.write(block)  # the first sync also writes the inode; not part of the floor
         stop_at = time.monotonic() + seconds
         while time.monotonic() < stop_at and len(samples) < max_samples:
             started = time.perf_counter()
-            os.pwrite(fd, block, position)
-            sync(fd)
+            durable.write(block)
             samples.append(time.perf_counter() - started)
-            position += FSYNC_BLOCK
-    finally:
-        os.close(fd)
-        os.unlink(path)
     return sorted(samples)
 
 

@@ -158,40 +158,61 @@ FLOOR_APPEND = "append + fsync"
 FLOOR_RESERVED = "pwrite, reserved + fdatasync"
 
 
+class DurableFile:
+    """A scratch file made durable after every write, in one of the two ways a log can be:
+    appended and fsync'd (``reserve`` 0), or written in place inside ``reserve`` bytes reserved
+    beforehand with ``posix_fallocate`` and fdatasync'd, as preallocated segments are. The
+    reservation is made durable before the first write, so no write pays for it. Raises
+    ``OSError`` when the file system cannot reserve space. The file is removed on close. Both
+    floors use it: this storage bench's and the comparison bench's (``bench/floor.py``)."""
+
+    def __init__(self, path: str, reserve: int = 0) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._sync = os.fdatasync if reserve else os.fsync
+        self._position = 0
+        try:
+            if reserve:
+                os.posix_fallocate(self._fd, 0, reserve)
+                os.fsync(self._fd)
+        except BaseException:
+            self.close()
+            raise
+
+    def write(self, data: bytes) -> None:
+        """``data`` after what was written before, durable on return."""
+        os.pwrite(self._fd, data, self._position)
+        self._sync(self._fd)
+        self._position += len(data)
+
+    def close(self) -> None:
+        os.close(self._fd)
+        os.remove(self.path)
+
+    def __enter__(self) -> DurableFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _floor(path: str, encoded: list[bytes], warm: int, *, reserved: bool) -> float | None:
     """Seconds to make ``encoded[warm:]`` durable one batch at a time (after ``encoded[:warm]``):
     appended and fsync'd, or (``reserved``) written in place into space reserved for all of
     them and fdatasync'd. None when this file system cannot reserve space."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (0 if reserved else os.O_APPEND)
-    fd = os.open(path, flags, 0o644)
     try:
-        if reserved:
-            try:
-                os.posix_fallocate(fd, 0, max(1, sum(len(data) for data in encoded)))
-            except OSError:
-                return None
-            os.fsync(fd)  # the reservation itself is not part of any batch's write
-        position = 0
-
-        def durable(data: bytes) -> None:
-            nonlocal position
-            if reserved:
-                os.pwrite(fd, data, position)
-                os.fdatasync(fd)
-            else:
-                os.write(fd, data)
-                os.fsync(fd)
-            position += len(data)
-
+        durable = DurableFile(path, max(1, sum(len(data) for data in encoded)) if reserved else 0)
+    except OSError:
+        if not reserved:
+            raise
+        return None
+    with durable:
         for data in encoded[:warm]:
-            durable(data)
+            durable.write(data)
         start = time.perf_counter()
         for data in encoded[warm:]:
-            durable(data)
+            durable.write(data)
         return time.perf_counter() - start
-    finally:
-        os.close(fd)
-        os.remove(path)
 
 
 def _floors(path: str, encoded: list[bytes], warm: int) -> list[tuple[float, str]]:
