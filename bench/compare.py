@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from bench.disk_stalls import DiskStallWatch
 from bench.floor import measure_floor
 from bench.wrk import HttpWorkload, WrkResult, run_wrk
 
@@ -77,19 +78,32 @@ def _point(result: WrkResult) -> dict[str, Any]:
 
 
 def http_points(name: str, workloads: tuple[HttpWorkload, HttpWorkload], seconds: float,
-                warmup_s: float, log: Log) -> dict[str, Any]:
+                warmup_s: float, log: Log, *, stall_dir: str) -> dict[str, Any]:
+    """Every HTTP point of one system; each measured run beside a disk-stall probe writing
+    into ``stall_dir`` (the file system the systems' data is on)."""
     single, batch = workloads
     points: dict[str, Any] = {}
     plan = [(f"{c} client{'s' if c > 1 else ''}", single, c) for c in CONNECTIONS]
     plan.append((f"{BATCH_CONNECTIONS} clients, 100-record batches", batch, BATCH_CONNECTIONS))
     for label, workload, connections in plan:
         log(f"  {name}: {label} ({seconds:g} s)")
-        points[label] = _point(run_wrk(workload, connections, seconds, warmup_s))
+        if warmup_s > 0:
+            run_wrk(workload, connections, warmup_s, warmup_s=0)
+        with DiskStallWatch(stall_dir) as watch:
+            result = run_wrk(workload, connections, seconds, warmup_s=0)
+        points[label] = _point(result)
+        points[label]["disk_stalls"] = _stalls(watch)
         log(f"    {points[label]}")
     return points
 
 
-def native_points(bootstrap: list[str], seconds: float, log: Log) -> dict[str, Any]:
+def _stalls(watch: DiskStallWatch) -> dict[str, Any]:
+    assert watch.report is not None
+    return watch.report.as_dict()
+
+
+def native_points(bootstrap: list[str], seconds: float, log: Log, *,
+                  stall_dir: str) -> dict[str, Any]:
     from bench.native import native_load
 
     points: dict[str, Any] = {}
@@ -97,9 +111,12 @@ def native_points(bootstrap: list[str], seconds: float, log: Log) -> dict[str, A
                                   ("256 clients", 256, 1),
                                   ("16 clients, 100-record batches", 16, 100)):
         log(f"  kraft-spark native: {label} ({seconds:g} s)")
-        row = asyncio.run(native_load(bootstrap, clients, batch, seconds, label)).row()
+        # The probe also sees the load generator's 1 s warm-up (it runs inside native_load).
+        with DiskStallWatch(stall_dir) as watch:
+            row = asyncio.run(native_load(bootstrap, clients, batch, seconds, label)).row()
         points[label] = {k: row[k] for k in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms")}
         points[label]["errors"] = 0
+        points[label]["disk_stalls"] = _stalls(watch)
         log(f"    {points[label]}")
     return points
 
@@ -126,6 +143,9 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
         results["floor"] = {**asdict(floor), "commit_floor_ms": round(floor.commit_floor_ms, 3)}
         log(f"  {results['floor']}")
 
+        def points(name: str, workloads: tuple[HttpWorkload, HttpWorkload]) -> dict[str, Any]:
+            return http_points(name, workloads, seconds, warmup_s, log, stall_dir=tmp)
+
         if {"kraft-http", "kraft-leader-http", "kraft-native"} & set(systems):
             log("starting kraft-spark local (3 voters) with its HTTP sidecar and the HTTP API "
                 "embedded in each node")
@@ -133,15 +153,15 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
                                base_port + 10)
             try:
                 if "kraft-http" in systems:
-                    results["systems"].append({"name": "kraft-spark HTTP", "points": http_points(
-                        "kraft-spark HTTP", kraft.workloads(), seconds, warmup_s, log)})
+                    results["systems"].append({"name": "kraft-spark HTTP", "points": points(
+                        "kraft-spark HTTP", kraft.workloads())})
                 if "kraft-leader-http" in systems:
-                    results["systems"].append({"name": LEADER_HTTP, "points": http_points(
-                        LEADER_HTTP, kraft.leader_workloads(), seconds, warmup_s, log)})
+                    results["systems"].append({"name": LEADER_HTTP, "points": points(
+                        LEADER_HTTP, kraft.leader_workloads())})
                 if "kraft-native" in systems:
                     results["systems"].append({"name": "kraft-spark native",
-                                               "points": native_points(kraft.bootstrap,
-                                                                       seconds, log)})
+                                               "points": native_points(
+                                                   kraft.bootstrap, seconds, log, stall_dir=tmp)})
             finally:
                 kraft.stop()
             from bench.native import failovers_ms
@@ -156,12 +176,12 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             etcd = EtcdCluster(tempfile.mkdtemp(prefix="etcd-", dir=tmp), base_port + 20)
             placed: dict[str, Any] | None = None
             try:
-                row: dict[str, Any] = {"name": "etcd HTTP", "points": http_points(
-                    "etcd HTTP", etcd.workloads(), seconds, warmup_s, log)}
+                row: dict[str, Any] = {"name": "etcd HTTP", "points": points(
+                    "etcd HTTP", etcd.workloads())}
                 # The same members once more, pinned (only after the unpinned points).
                 if "etcd-placed" in systems and etcd.place_like_kraft():
-                    placed = {"name": ETCD_PLACED, "points": http_points(
-                        ETCD_PLACED, etcd.workloads(), seconds, warmup_s, log)}
+                    placed = {"name": ETCD_PLACED, "points": points(
+                        ETCD_PLACED, etcd.workloads())}
             finally:
                 etcd.stop()
             log("  etcd: kill -9 of the leader under load")
@@ -181,8 +201,7 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             try:
                 results["systems"].append({
                     "name": "PySyncObj HTTP", "note": "journal not fsynced",
-                    "points": http_points("PySyncObj HTTP", pso.workloads(), seconds,
-                                          warmup_s, log)})
+                    "points": points("PySyncObj HTTP", pso.workloads())})
             finally:
                 pso.stop()
 
@@ -190,8 +209,8 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             log("starting the Spark application (kraft-spark run)")
             app = KraftApp(tempfile.mkdtemp(prefix="app-", dir=tmp), base_port + 40)
             try:
-                results["systems"].append({"name": "kraft-spark app HTTP", "points": http_points(
-                    "kraft-spark app HTTP", app.workloads(), seconds, warmup_s, log)})
+                results["systems"].append({"name": "kraft-spark app HTTP", "points": points(
+                    "kraft-spark app HTTP", app.workloads())})
             finally:
                 app.stop()
             from bench.app_bench import run_app_bench

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.disk_stalls import INTERVAL_MS, STALL_MS
+
 WORKLOADS = ("1 client", "16 clients", "256 clients", "16 clients, 100-record batches")
 
 
@@ -94,6 +96,39 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     return out
 
 
+def _stall_cell(point: dict[str, Any] | None) -> str:
+    stalls = (point or {}).get("disk_stalls")
+    if not stalls:
+        return "—"
+    if not stalls["stalls"]:
+        return f"0 (max {stalls['max_ms']:.1f} ms)"
+    return f"{stalls['stalls']}: {stalls['stalled_ms']:.0f} ms, max {stalls['max_ms']:.0f} ms"
+
+
+def _stall_lines(results: dict[str, Any]) -> list[str]:
+    """Disk stalls seen by the independent probe (``bench.disk_stalls``) during each point."""
+    rows = [s for s in results["systems"]
+            if any("disk_stalls" in pt for pt in s.get("points", {}).values())]
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"Disk stalls during each measured point: durable writes of a separate probe process "
+        f"(512 bytes into reserved space + fdatasync every {INTERVAL_MS:g} ms, on the file "
+        f"system of the systems' data) that took over {STALL_MS:g} ms; their count, their "
+        "time added up and the slowest. A stall holds every system's commits on this disk, "
+        "and wrk (which corrects for coordinated omission) counts a stall of S ms once per "
+        "request it held back, so one long stall can set a point's p99.",
+        "",
+        "| system | " + " | ".join(WORKLOADS) + " |",
+        "| --- | " + " | ".join("---" for _ in WORKLOADS) + " |",
+    ]
+    for s in rows:
+        lines.append(f"| {s['name']} | "
+                     + " | ".join(_stall_cell(_point(s, w)) for w in WORKLOADS) + " |")
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = [
@@ -140,6 +175,7 @@ def markdown(results: dict[str, Any]) -> str:
             _fmt(s.get("failover_kill_ms"), 1), _fmt(s.get("handoff_ms"), 1),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _stall_lines(results)
     errors = [(s["name"], w, pt["errors"]) for s in results["systems"]
               for w, pt in s.get("points", {}).items() if pt.get("errors")]
     if errors:

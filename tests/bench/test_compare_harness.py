@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from bench.disk_stalls import DiskStallWatch
 from bench.floor import (
     FSYNC_APPEND,
     FSYNC_RESERVED,
@@ -186,3 +188,44 @@ def test_markdown_has_the_header_table_and_targets() -> None:
     assert "- kill -9 failover ≤ 2.5 s: **met** (900.0 ms)" in page
     assert "HTTP single records, 1 client: ≥ etcd: **MISSED**" in page
     json.dumps(_results(0.1, 1))  # the results are plain JSON
+
+
+def test_the_disk_stall_probe_makes_real_durable_writes_and_counts_the_slow_ones(
+    tmp_path: Path,
+) -> None:
+    # A threshold of 0 ms makes every durable write a "stall"; one of an hour, none.
+    with DiskStallWatch(str(tmp_path), interval_ms=5, stall_ms=0) as every:
+        time.sleep(0.3)
+    with DiskStallWatch(str(tmp_path), interval_ms=5, stall_ms=3_600_000) as none:
+        time.sleep(0.3)
+    assert every.report is not None and none.report is not None
+    assert every.report.syncs > 0 and every.report.stalls == every.report.syncs
+    assert every.report.max_ms > 0 and every.report.stalled_ms >= every.report.max_ms
+    assert none.report.syncs > 0 and none.report.stalls == 0 and none.report.stalled_ms == 0
+    assert list(tmp_path.iterdir()) == []  # the probe's file is removed
+
+
+def test_the_disk_stall_probe_names_a_directory_it_cannot_write(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(RuntimeError, match="disk-stall probe failed"), DiskStallWatch(
+        str(tmp_path / "missing")
+    ):
+        time.sleep(0.2)
+    assert f"cannot make durable writes in {tmp_path / 'missing'}" in capfd.readouterr().err
+
+
+def test_markdown_shows_the_disk_stalls_of_each_point() -> None:
+    results = _results(kraft_p50=0.25, kraft_16=7000)
+    assert "Disk stalls" not in markdown(results)  # results of runs before the probe
+    points = results["systems"][0]["points"]
+    points["1 client"]["disk_stalls"] = {"syncs": 500, "stalls": 2, "max_ms": 181.4,
+                                         "stalled_ms": 230.2}
+    points["16 clients"]["disk_stalls"] = {"syncs": 500, "stalls": 0, "max_ms": 1.26,
+                                           "stalled_ms": 0}
+    page = markdown(results)
+    row = next(line for line in page.splitlines()
+               if line.startswith("| kraft-spark HTTP |") and "stalls" not in line
+               and "ms, max" in line)
+    assert row.split(" | ")[1:4] == ["2: 230 ms, max 181 ms", "0 (max 1.3 ms)", "—"]
+    assert not any(line.startswith("| etcd HTTP | —") for line in page.splitlines())
