@@ -37,6 +37,9 @@ def register(subparsers: Any) -> None:
     )
     compare.add_argument("--seconds", type=float, default=10.0, help="per point (default 10)")
     compare.add_argument("--warmup", type=float, default=2.0, help="per point (default 2)")
+    compare.add_argument("--rounds", type=int, default=3,
+                         help="kraft-spark's and etcd's points are run this many times, the "
+                              "systems taking turns; each figure is the median (default 3)")
     compare.add_argument("--systems", default=",".join(SYSTEMS),
                          help=f"comma-separated subset of {','.join(SYSTEMS)}")
     compare.add_argument("--base-port", type=int, default=19600,
@@ -81,10 +84,14 @@ def _bench_compare(args: argparse.Namespace) -> int:
         raise CommandError(f"unknown system(s) {', '.join(unknown) or '(none)'}; choose from "
                            f"{', '.join(SYSTEMS)}")
 
+    if args.rounds < 1:
+        raise CommandError(f"--rounds must be at least 1, not {args.rounds}")
+
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     results = run_compare(seconds=args.seconds, warmup_s=args.warmup, systems=systems,
+                          rounds=args.rounds,
                           base_port=args.base_port, out_dir=args.out,
                           visibility_s=args.visibility_seconds, command=command_line(), log=log)
     print(markdown(results))

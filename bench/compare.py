@@ -25,11 +25,13 @@ Writes ``bench/results/compare-<UTC time>.{md,json,png}`` and ``bench/results/la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -77,24 +79,13 @@ def _point(result: WrkResult) -> dict[str, Any]:
             "errors": result.errors}
 
 
-def http_points(name: str, workloads: tuple[HttpWorkload, HttpWorkload], seconds: float,
-                warmup_s: float, log: Log, *, stall_dir: str) -> dict[str, Any]:
-    """Every HTTP point of one system; each measured run beside a disk-stall probe writing
-    into ``stall_dir`` (the file system the systems' data is on)."""
-    single, batch = workloads
-    points: dict[str, Any] = {}
-    plan = [(f"{c} client{'s' if c > 1 else ''}", single, c) for c in CONNECTIONS]
-    plan.append((f"{BATCH_CONNECTIONS} clients, 100-record batches", batch, BATCH_CONNECTIONS))
-    for label, workload, connections in plan:
-        log(f"  {name}: {label} ({seconds:g} s)")
-        if warmup_s > 0:
-            run_wrk(workload, connections, warmup_s, warmup_s=0)
-        with DiskStallWatch(stall_dir) as watch:
-            result = run_wrk(workload, connections, seconds, warmup_s=0)
-        points[label] = _point(result)
-        points[label]["disk_stalls"] = _stalls(watch)
-        log(f"    {points[label]}")
-    return points
+# The workloads of every system, by the label the report uses: (connections, records each).
+PLAN: tuple[tuple[str, int, int], ...] = (
+    ("1 client", 1, 1), ("16 clients", 16, 1), ("256 clients", 256, 1),
+    (f"{BATCH_CONNECTIONS} clients, 100-record batches", BATCH_CONNECTIONS, 100),
+)
+# One measured point of a system: the workload's label -> its figures.
+Measure = Callable[[str], dict[str, Any]]
 
 
 def _stalls(watch: DiskStallWatch) -> dict[str, Any]:
@@ -102,27 +93,95 @@ def _stalls(watch: DiskStallWatch) -> dict[str, Any]:
     return watch.report.as_dict()
 
 
-def native_points(bootstrap: list[str], seconds: float, log: Log, *,
-                  stall_dir: str) -> dict[str, Any]:
+def http_measure(workloads: tuple[HttpWorkload, HttpWorkload], seconds: float,
+                 warmup_s: float, *, stall_dir: str,
+                 around: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                 ) -> Measure:
+    """One HTTP point with wrk: a warm-up, then the measured run beside a disk-stall probe
+    writing into ``stall_dir`` (the file system the systems' data is on). ``around``: a
+    context entered for the whole point (etcd's pinning)."""
+    single, batch = workloads
+
+    def measure(label: str) -> dict[str, Any]:
+        _, connections, records = next(p for p in PLAN if p[0] == label)
+        workload = single if records == 1 else batch
+        with around() if around is not None else contextlib.nullcontext():
+            if warmup_s > 0:
+                run_wrk(workload, connections, warmup_s, warmup_s=0)
+            with DiskStallWatch(stall_dir) as watch:
+                result = run_wrk(workload, connections, seconds, warmup_s=0)
+        return {**_point(result), "disk_stalls": _stalls(watch)}
+
+    return measure
+
+
+def native_measure(bootstrap: list[str], seconds: float, *, stall_dir: str) -> Measure:
+    """One point of the asyncio client (its own 1 s warm-up, which the probe also sees)."""
     from bench.native import native_load
 
-    points: dict[str, Any] = {}
-    for label, clients, batch in (("1 client", 1, 1), ("16 clients", 16, 1),
-                                  ("256 clients", 256, 1),
-                                  ("16 clients, 100-record batches", 16, 100)):
-        log(f"  kraft-spark native: {label} ({seconds:g} s)")
-        # The probe also sees the load generator's 1 s warm-up (it runs inside native_load).
+    def measure(label: str) -> dict[str, Any]:
+        _, clients, batch = next(p for p in PLAN if p[0] == label)
         with DiskStallWatch(stall_dir) as watch:
             row = asyncio.run(native_load(bootstrap, clients, batch, seconds, label)).row()
-        points[label] = {k: row[k] for k in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms")}
-        points[label]["errors"] = 0
-        points[label]["disk_stalls"] = _stalls(watch)
+        point = {k: row[k] for k in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms")}
+        return {**point, "errors": 0, "disk_stalls": _stalls(watch)}
+
+    return measure
+
+
+def median_point(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One point from its rounds: the median of each figure (of the two middle ones with an
+    even count), errors and disk stalls added up (the slowest write: the slowest of all);
+    every round kept under ``rounds``."""
+    point: dict[str, Any] = {key: round(statistics.median(float(r[key]) for r in rounds), 3)
+                             for key in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms")}
+    point["errors"] = sum(r.get("errors", 0) for r in rounds)
+    stalls = [r["disk_stalls"] for r in rounds if "disk_stalls" in r]
+    if stalls:
+        point["disk_stalls"] = {
+            "syncs": sum(s["syncs"] for s in stalls),
+            "stalls": sum(s["stalls"] for s in stalls),
+            "max_ms": max(s["max_ms"] for s in stalls),
+            "stalled_ms": round(sum(s["stalled_ms"] for s in stalls), 1),
+        }
+    if len(rounds) > 1:
+        point["rounds"] = rounds
+    return point
+
+
+def interleaved_points(contenders: list[tuple[str, Measure]], rounds: int, seconds: float,
+                       log: Log) -> dict[str, dict[str, Any]]:
+    """Every point of every contender, ``rounds`` times, the systems taking turns within each
+    workload (the first one moving down each round), so that a slow period of a shared disk or
+    CPU falls on all of them alike rather than on whichever ran then; each figure is the median
+    of its rounds (``median_point``). Returns system -> workload -> point."""
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name, _ in contenders}
+    for label, _, _ in PLAN:
+        for r in range(rounds):
+            turn = r % len(contenders)
+            for name, measure in contenders[turn:] + contenders[:turn]:
+                log(f"  {label}, round {r + 1}/{rounds}: {name} ({seconds:g} s)")
+                point = measure(label)
+                runs[name].setdefault(label, []).append(point)
+                log(f"    {point}")
+    return {name: {label: median_point(pts) for label, pts in by_label.items()}
+            for name, by_label in runs.items()}
+
+
+def sequential_points(name: str, measure: Measure, seconds: float,
+                      log: Log) -> dict[str, Any]:
+    """Every point of one system, once each (the systems that are not judged)."""
+    points: dict[str, Any] = {}
+    for label, _, _ in PLAN:
+        log(f"  {name}: {label} ({seconds:g} s)")
+        points[label] = measure(label)
         log(f"    {points[label]}")
     return points
 
 
 def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_port: int,
-                out_dir: str, visibility_s: float, command: str, log: Log) -> dict[str, Any]:
+                out_dir: str, visibility_s: float, command: str, log: Log,
+                rounds: int = 3) -> dict[str, Any]:
     from bench.failover import etcd_failover_ms
     from bench.systems import EtcdCluster, KraftApp, KraftLocal, SyncObjCluster
     from bench.tools import ensure_tools, tool_versions
@@ -133,37 +192,54 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
         "meta": {
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
             "machine": machine(), "command": command, "versions": tool_versions(),
-            "seconds": seconds, "warmup_s": warmup_s,
+            "seconds": seconds, "warmup_s": warmup_s, "rounds": rounds,
         },
         "systems": [],
     }
-    with tempfile.TemporaryDirectory(prefix="kraft-compare-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kraft-compare-") as tmp, \
+            contextlib.ExitStack() as running:
         log("physical floor: fsync (two kinds) and loopback round trip (6 s)")
         floor = measure_floor(tmp)
         results["floor"] = {**asdict(floor), "commit_floor_ms": round(floor.commit_floor_ms, 3)}
         log(f"  {results['floor']}")
 
-        def points(name: str, workloads: tuple[HttpWorkload, HttpWorkload]) -> dict[str, Any]:
-            return http_points(name, workloads, seconds, warmup_s, log, stall_dir=tmp)
+        def http(workloads: tuple[HttpWorkload, HttpWorkload],
+                 around: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                 ) -> Measure:
+            return http_measure(workloads, seconds, warmup_s, stall_dir=tmp, around=around)
 
-        if {"kraft-http", "kraft-leader-http", "kraft-native"} & set(systems):
+        # kraft-spark and etcd, the systems the targets compare, run side by side and take
+        # turns point by point (interleaved_points).
+        contenders: list[tuple[str, Measure]] = []
+        kraft_wanted = {"kraft-http", "kraft-leader-http", "kraft-native"} & set(systems)
+        if kraft_wanted:
             log("starting kraft-spark local (3 voters) with its HTTP sidecar and the HTTP API "
                 "embedded in each node")
             kraft = KraftLocal(tempfile.mkdtemp(prefix="kraft-", dir=tmp), base_port,
                                base_port + 10)
-            try:
-                if "kraft-http" in systems:
-                    results["systems"].append({"name": "kraft-spark HTTP", "points": points(
-                        "kraft-spark HTTP", kraft.workloads())})
-                if "kraft-leader-http" in systems:
-                    results["systems"].append({"name": LEADER_HTTP, "points": points(
-                        LEADER_HTTP, kraft.leader_workloads())})
-                if "kraft-native" in systems:
-                    results["systems"].append({"name": "kraft-spark native",
-                                               "points": native_points(
-                                                   kraft.bootstrap, seconds, log, stall_dir=tmp)})
-            finally:
-                kraft.stop()
+            running.callback(kraft.stop)
+            if "kraft-http" in systems:
+                contenders.append(("kraft-spark HTTP", http(kraft.workloads())))
+            if "kraft-leader-http" in systems:
+                contenders.append((LEADER_HTTP, http(kraft.leader_workloads())))
+            if "kraft-native" in systems:
+                contenders.append(("kraft-spark native", native_measure(
+                    kraft.bootstrap, seconds, stall_dir=tmp)))
+        if "etcd" in systems:
+            log("starting etcd (3 members)")
+            etcd = EtcdCluster(tempfile.mkdtemp(prefix="etcd-", dir=tmp), base_port + 20)
+            running.callback(etcd.stop)
+            contenders.append(("etcd HTTP", http(etcd.workloads())))
+            if "etcd-placed" in systems and etcd.can_place_like_kraft():
+                # The same members, pinned for the length of each of their points only.
+                contenders.append((ETCD_PLACED, http(etcd.workloads(), etcd.placed_like_kraft)))
+        measured = interleaved_points(contenders, rounds, seconds, log)
+        running.close()  # stop both before the failover runs
+        for name, _ in contenders:
+            row: dict[str, Any] = {"name": name, "points": measured[name]}
+            results["systems"].append(row)
+
+        if kraft_wanted:
             from bench.native import failovers_ms
 
             kill_ms, handoff_ms = asyncio.run(failovers_ms(base_port + 50, log))
@@ -172,28 +248,16 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
                     s["failover_kill_ms"], s["handoff_ms"] = kill_ms, handoff_ms
 
         if "etcd" in systems:
-            log("starting etcd (3 members)")
-            etcd = EtcdCluster(tempfile.mkdtemp(prefix="etcd-", dir=tmp), base_port + 20)
-            placed: dict[str, Any] | None = None
-            try:
-                row: dict[str, Any] = {"name": "etcd HTTP", "points": points(
-                    "etcd HTTP", etcd.workloads())}
-                # The same members once more, pinned (only after the unpinned points).
-                if "etcd-placed" in systems and etcd.place_like_kraft():
-                    placed = {"name": ETCD_PLACED, "points": points(
-                        ETCD_PLACED, etcd.workloads())}
-            finally:
-                etcd.stop()
             log("  etcd: kill -9 of the leader under load")
             etcd = EtcdCluster(tempfile.mkdtemp(prefix="etcd-", dir=tmp), base_port + 20)
             try:
-                row["failover_kill_ms"] = etcd_failover_ms(etcd)
-                log(f"    {row['failover_kill_ms']} ms")
+                kill = etcd_failover_ms(etcd)
+                log(f"    {kill} ms")
             finally:
                 etcd.stop()
-            results["systems"].append(row)
-            if placed is not None:
-                results["systems"].append(placed)
+            for s in results["systems"]:
+                if s["name"] == "etcd HTTP":
+                    s["failover_kill_ms"] = kill
 
         if "pysyncobj" in systems:
             log("starting PySyncObj (3 nodes)")
@@ -201,7 +265,8 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             try:
                 results["systems"].append({
                     "name": "PySyncObj HTTP", "note": "journal not fsynced",
-                    "points": points("PySyncObj HTTP", pso.workloads())})
+                    "points": sequential_points("PySyncObj HTTP", http(pso.workloads()),
+                                                seconds, log)})
             finally:
                 pso.stop()
 
@@ -209,8 +274,10 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             log("starting the Spark application (kraft-spark run)")
             app = KraftApp(tempfile.mkdtemp(prefix="app-", dir=tmp), base_port + 40)
             try:
-                results["systems"].append({"name": "kraft-spark app HTTP", "points": points(
-                    "kraft-spark app HTTP", app.workloads())})
+                results["systems"].append({
+                    "name": "kraft-spark app HTTP",
+                    "points": sequential_points("kraft-spark app HTTP", http(app.workloads()),
+                                                seconds, log)})
             finally:
                 app.stop()
             from bench.app_bench import run_app_bench

@@ -129,6 +129,14 @@ def _stall_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _rounds_note(rounds: int) -> str:
+    if rounds <= 1:
+        return ""
+    return (f" kraft-spark and etcd ran side by side and took turns: {rounds} rounds of every "
+            "point, the first system moving down each round; their figures are the medians of "
+            "the rounds (PySyncObj and the Spark application: one run each).")
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = [
@@ -138,7 +146,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"- Command: `{meta['command']}`",
         f"- Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}",
         f"- Each point: {meta['seconds']:g} s after a {meta['warmup_s']:g} s warm-up; "
-        "100-byte values; wrk for every HTTP system, the asyncio client for native.",
+        "100-byte values; wrk for every HTTP system, the asyncio client for native."
+        + _rounds_note(meta.get("rounds", 1)),
         "",
     ]
     floor = results.get("floor")

@@ -9,6 +9,7 @@ leads when the point starts, so no system pays for a forwarding hop.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -228,6 +229,33 @@ class EtcdCluster:
             # kraft-spark's own placement, applied to every thread of a member (Go runs many).
             RolePlacement(cpus, threads=partial(_threads_of, proc.pid)).on_role(i == leader)
         return True
+
+    @staticmethod
+    def can_place_like_kraft() -> bool:
+        """Whether ``place_like_kraft`` has CPUs to split (two or more)."""
+        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        return split_cpus(cpus) is not None
+
+    def unpin(self) -> None:
+        """Every member's threads free again on every CPU this process may use."""
+        cpus = os.sched_getaffinity(0)
+        for proc in self.procs:
+            with contextlib.suppress(OSError):  # a member or thread that exited meanwhile
+                for tid in _threads_of(proc.pid):
+                    with contextlib.suppress(OSError):
+                        os.sched_setaffinity(tid, cpus)
+
+    @contextlib.contextmanager
+    def placed_like_kraft(self) -> Iterator[None]:
+        """The members pinned (``place_like_kraft``) for the length of the block, then free
+        again (``unpin``), so that points in between measure them as packaged."""
+        if not self.place_like_kraft():
+            raise RuntimeError("cannot place etcd's members like kraft-spark's voters: fewer "
+                               "than two CPUs, or no leader")
+        try:
+            yield
+        finally:
+            self.unpin()
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from bench.compare import PLAN, interleaved_points, median_point
 from bench.disk_stalls import DiskStallWatch
 from bench.floor import (
     FSYNC_APPEND,
@@ -229,3 +230,43 @@ def test_markdown_shows_the_disk_stalls_of_each_point() -> None:
                and "ms, max" in line)
     assert row.split(" | ")[1:4] == ["2: 230 ms, max 181 ms", "0 (max 1.3 ms)", "—"]
     assert not any(line.startswith("| etcd HTTP | —") for line in page.splitlines())
+
+
+def _figures(p50: float, *, stalls: int = 0, max_ms: float = 1.0, errors: int = 0
+             ) -> dict[str, Any]:
+    return {"ops_per_s": 1000 / p50, "records_per_s": 1000 / p50, "p50_ms": p50,
+            "p99_ms": 3 * p50, "errors": errors,
+            "disk_stalls": {"syncs": 100, "stalls": stalls, "max_ms": max_ms,
+                            "stalled_ms": 30.0 * stalls}}
+
+
+def test_a_point_of_several_rounds_is_their_median() -> None:
+    rounds = [_figures(1.0), _figures(5.0, stalls=2, max_ms=80.0, errors=3), _figures(2.0)]
+    point = median_point(rounds)
+    assert point["p50_ms"] == 2.0 and point["p99_ms"] == 6.0 and point["ops_per_s"] == 500.0
+    assert point["errors"] == 3
+    assert point["disk_stalls"] == {"syncs": 300, "stalls": 2, "max_ms": 80.0,
+                                    "stalled_ms": 60.0}
+    assert point["rounds"] == rounds  # nothing hidden: every round stays in the JSON
+    assert median_point([_figures(1.0), _figures(2.0)])["p50_ms"] == 1.5
+    assert "rounds" not in median_point([_figures(4.0)])
+
+
+def test_systems_take_turns_and_the_first_moves_down_each_round() -> None:
+    calls: list[tuple[str, str]] = []
+
+    def measure(name: str, p50: float) -> Any:
+        def run(label: str) -> dict[str, Any]:
+            calls.append((label, name))
+            return _figures(p50 + len(calls) / 1000)
+        return run
+
+    contenders = [("a", measure("a", 1.0)), ("b", measure("b", 2.0)), ("c", measure("c", 3.0))]
+    points = interleaved_points(contenders, 3, 1.0, lambda line: None)
+    first = [name for label, name in calls if label == PLAN[0][0]]
+    assert first == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [label for label, _ in calls[::9]] == [label for label, _, _ in PLAN]  # in order
+    assert set(points) == {"a", "b", "c"}
+    assert all(set(by_label) == {label for label, _, _ in PLAN} for by_label in points.values())
+    assert all(len(pt["rounds"]) == 3 for by_label in points.values() for pt in by_label.values())
+    assert 2.0 < points["b"]["1 client"]["p50_ms"] < 2.01
