@@ -19,6 +19,12 @@ and 16 clients sending 100-record batches. Failover: kill -9 of the leader under
 kraft-spark and etcd, and a graceful leader stop (SIGTERM: EndQuorumEpoch) for kraft-spark.
 The Spark application adds commit → visible in Delta under a steady load.
 
+Fairness on a shared machine: kraft-spark and etcd, the systems the targets compare, are up
+at the same time and take turns point by point, ``--rounds`` times, each figure being the
+median of its rounds (``interleaved_points``); beside every measured point a separate process
+counts the disk's stalls (``bench.disk_stalls``). PySyncObj and the Spark application run
+once each, afterwards.
+
 Writes ``bench/results/compare-<UTC time>.{md,json,png}`` and ``bench/results/latest.md``.
 """
 
