@@ -43,7 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.disk_stalls import DiskStallWatch
 from bench.floor import measure_floor
@@ -55,7 +55,6 @@ SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "etcd-plac
 # etcd-placed: etcd's members measured again (with "etcd") pinned the way kraft-spark local
 # places its voters (EtcdCluster.place_like_kraft), so that no lead rests on placement alone.
 ETCD_PLACED = "etcd HTTP, placed like kraft-spark"
-CONNECTIONS = (1, 16, 256)
 BATCH_CONNECTIONS = 16
 Log = Callable[[str], None]
 
@@ -85,13 +84,22 @@ def _point(result: WrkResult) -> dict[str, Any]:
             "errors": result.errors}
 
 
-# The workloads of every system, by the label the report uses: (connections, records each).
-PLAN: tuple[tuple[str, int, int], ...] = (
-    ("1 client", 1, 1), ("16 clients", 16, 1), ("256 clients", 256, 1),
-    (f"{BATCH_CONNECTIONS} clients, 100-record batches", BATCH_CONNECTIONS, 100),
+class Workload(NamedTuple):
+    """One point of every system: ``label`` is how the results and the report name it."""
+
+    label: str
+    connections: int
+    records: int  # per append
+
+
+# The workloads of every system, in the report's order.
+PLAN: tuple[Workload, ...] = (
+    Workload("1 client", 1, 1), Workload("16 clients", 16, 1),
+    Workload("256 clients", 256, 1),
+    Workload(f"{BATCH_CONNECTIONS} clients, 100-record batches", BATCH_CONNECTIONS, 100),
 )
-# One measured point of a system: the workload's label -> its figures.
-Measure = Callable[[str], dict[str, Any]]
+# One measured point of a system: the workload -> its figures.
+Measure = Callable[[Workload], dict[str, Any]]
 
 
 def _stalls(watch: DiskStallWatch) -> dict[str, Any]:
@@ -108,14 +116,13 @@ def http_measure(workloads: tuple[HttpWorkload, HttpWorkload], seconds: float,
     context entered for the whole point (etcd's pinning)."""
     single, batch = workloads
 
-    def measure(label: str) -> dict[str, Any]:
-        _, connections, records = next(p for p in PLAN if p[0] == label)
-        workload = single if records == 1 else batch
+    def measure(workload: Workload) -> dict[str, Any]:
+        requests = single if workload.records == 1 else batch
         with around() if around is not None else contextlib.nullcontext():
             if warmup_s > 0:
-                run_wrk(workload, connections, warmup_s, warmup_s=0)
+                run_wrk(requests, workload.connections, warmup_s, warmup_s=0)
             with DiskStallWatch(stall_dir) as watch:
-                result = run_wrk(workload, connections, seconds, warmup_s=0)
+                result = run_wrk(requests, workload.connections, seconds, warmup_s=0)
         return {**_point(result), "disk_stalls": _stalls(watch)}
 
     return measure
@@ -125,10 +132,10 @@ def native_measure(bootstrap: list[str], seconds: float, *, stall_dir: str) -> M
     """One point of the asyncio client (its own 1 s warm-up, which the probe also sees)."""
     from bench.native import native_load
 
-    def measure(label: str) -> dict[str, Any]:
-        _, clients, batch = next(p for p in PLAN if p[0] == label)
+    def measure(workload: Workload) -> dict[str, Any]:
         with DiskStallWatch(stall_dir) as watch:
-            row = asyncio.run(native_load(bootstrap, clients, batch, seconds, label)).row()
+            row = asyncio.run(native_load(bootstrap, workload.connections, workload.records,
+                                          seconds, workload.label)).row()
         point = {k: row[k] for k in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms")}
         return {**point, "errors": 0, "disk_stalls": _stalls(watch)}
 
@@ -162,13 +169,13 @@ def interleaved_points(contenders: list[tuple[str, Measure]], rounds: int, secon
     CPU falls on all of them alike rather than on whichever ran then; each figure is the median
     of its rounds (``median_point``). Returns system -> workload -> point."""
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name, _ in contenders}
-    for label, _, _ in PLAN:
+    for workload in PLAN:
         for r in range(rounds):
             turn = r % len(contenders)
             for name, measure in contenders[turn:] + contenders[:turn]:
-                log(f"  {label}, round {r + 1}/{rounds}: {name} ({seconds:g} s)")
-                point = measure(label)
-                runs[name].setdefault(label, []).append(point)
+                log(f"  {workload.label}, round {r + 1}/{rounds}: {name} ({seconds:g} s)")
+                point = measure(workload)
+                runs[name].setdefault(workload.label, []).append(point)
                 log(f"    {point}")
     return {name: {label: median_point(pts) for label, pts in by_label.items()}
             for name, by_label in runs.items()}
@@ -178,10 +185,10 @@ def sequential_points(name: str, measure: Measure, seconds: float,
                       log: Log) -> dict[str, Any]:
     """Every point of one system, once each (the systems that are not judged)."""
     points: dict[str, Any] = {}
-    for label, _, _ in PLAN:
-        log(f"  {name}: {label} ({seconds:g} s)")
-        points[label] = measure(label)
-        log(f"    {points[label]}")
+    for workload in PLAN:
+        log(f"  {name}: {workload.label} ({seconds:g} s)")
+        points[workload.label] = measure(workload)
+        log(f"    {points[workload.label]}")
     return points
 
 

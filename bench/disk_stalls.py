@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import FrameType
 
 from kraft_spark.log.bench import DurableFile
@@ -145,8 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"disk-stall probe: cannot make durable writes in {args.directory}: {exc}; "
               "give it a directory it can write", file=sys.stderr, flush=True)
         return 2
-    print(json.dumps({"syncs": report.syncs, "stalls": report.stalls, "max_ms": report.max_ms,
-                      "stalled_ms": report.stalled_ms}), flush=True)
+    print(json.dumps(asdict(report)), flush=True)
     return 0
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.compare import PLAN
 from bench.disk_stalls import INTERVAL_MS, STALL_MS
 
-WORKLOADS = ("1 client", "16 clients", "256 clients", "16 clients, 100-record batches")
+WORKLOADS = tuple(workload.label for workload in PLAN)
 
 
 def _fmt(value: Any, digits: int = 0) -> str:

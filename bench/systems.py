@@ -153,6 +153,11 @@ class KraftLocal:
 # --------------------------------------------------------------------------- etcd
 
 
+def _usable_cpus() -> set[int]:
+    """The CPUs this process may run on (none known where the platform cannot tell)."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+
+
 def _threads_of(pid: int) -> list[int]:
     """Every thread of process ``pid`` (affinity is per thread on Linux)."""
     return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
@@ -221,7 +226,7 @@ class EtcdCluster:
         """Pin the members as ``kraft.cpu.affinity=role`` places kraft-spark's voters: the
         leader on the lower half of the CPUs, the others on the upper half. False (nothing
         done) with fewer than two CPUs or no leader."""
-        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        cpus = _usable_cpus()
         leader = self.leader_index()
         if split_cpus(cpus) is None or leader is None:
             return False
@@ -233,12 +238,11 @@ class EtcdCluster:
     @staticmethod
     def can_place_like_kraft() -> bool:
         """Whether ``place_like_kraft`` has CPUs to split (two or more)."""
-        cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-        return split_cpus(cpus) is not None
+        return split_cpus(_usable_cpus()) is not None
 
     def unpin(self) -> None:
         """Every member's threads free again on every CPU this process may use."""
-        cpus = os.sched_getaffinity(0)
+        cpus = _usable_cpus()
         for proc in self.procs:
             with contextlib.suppress(OSError):  # a member or thread that exited meanwhile
                 for tid in _threads_of(proc.pid):

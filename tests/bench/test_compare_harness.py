@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bench.compare import PLAN, interleaved_points, median_point
+from bench.compare import PLAN, Workload, interleaved_points, median_point
 from bench.disk_stalls import DiskStallWatch
 from bench.floor import (
     FSYNC_APPEND,
@@ -256,14 +256,14 @@ def test_systems_take_turns_and_the_first_moves_down_each_round() -> None:
     calls: list[tuple[str, str]] = []
 
     def measure(name: str, p50: float) -> Any:
-        def run(label: str) -> dict[str, Any]:
-            calls.append((label, name))
+        def run(workload: Workload) -> dict[str, Any]:
+            calls.append((workload.label, name))
             return _figures(p50 + len(calls) / 1000)
         return run
 
     contenders = [("a", measure("a", 1.0)), ("b", measure("b", 2.0)), ("c", measure("c", 3.0))]
     points = interleaved_points(contenders, 3, 1.0, lambda line: None)
-    first = [name for label, name in calls if label == PLAN[0][0]]
+    first = [name for label, name in calls if label == PLAN[0].label]
     assert first == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert [label for label, _ in calls[::9]] == [label for label, _, _ in PLAN]  # in order
     assert set(points) == {"a", "b", "c"}
