@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from kraft_spark.net.node import RaftNode
+from kraft_spark.raft.config import QuorumConfig
 from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports
 
-from .helpers import make_nodes, run_nodes, the_leader, wait_for
+from .helpers import FAST, make_nodes, run_nodes, the_leader, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,11 +60,11 @@ async def http(
     return status, json.loads(payload) if payload else None
 
 
-def http_nodes(tmp: Path, count: int = 3) -> list[RaftNode]:
+def http_nodes(tmp: Path, count: int = 3, quorum: QuorumConfig = FAST) -> list[RaftNode]:
     """``make_nodes``' quorum, each node also serving HTTP on a free loopback port."""
     return [
         RaftNode(replace(n.config, http_listener=("127.0.0.1", 0)))
-        for n in make_nodes(tmp, count)
+        for n in make_nodes(tmp, count, quorum=quorum)
     ]
 
 
@@ -217,7 +218,9 @@ def test_concurrent_appends_to_leader_get_distinct_contiguous_offsets(tmp_path: 
             http(url_of(leader), "POST", "/v1/records", {"key": f"k{i}", "value": i})
             for i in range(count)
         ))
-        assert all(status == 200 for status, _ in results), results
+        assert all(status == 200 for status, _ in results), [
+            (i, status, answer) for i, (status, answer) in enumerate(results) if status != 200
+        ]
         offsets = [answer["base_offset"] for _, answer in results]
         assert all(answer["last_offset"] == answer["base_offset"] for _, answer in results)
         assert sorted(offsets) == list(range(min(offsets), min(offsets) + count))
@@ -234,7 +237,13 @@ def test_concurrent_appends_to_leader_get_distinct_contiguous_offsets(tmp_path: 
             answer["base_offset"]: (f"k{i}", i) for i, (_, answer) in enumerate(results)
         }
 
-    asyncio.run(run_http_quorum(tmp_path, body))
+    # Kafka's default timeouts, not the test quorum's short ones: the three nodes share one
+    # loop and fsync on it, so a disk stall of over 600 ms (this CI VM has them, up to ~0.9 s)
+    # freezes all three past FAST's fetch timeout. Once in CI one of the 50 appends got a
+    # non-200 answer, most likely from an election that such a stall set off (its status was
+    # cut from the message; the assertion now names the failed ones). This test is about
+    # concurrent appends, not elections.
+    asyncio.run(run_nodes(http_nodes(tmp_path, quorum=QuorumConfig()), body))
 
 
 def test_survivor_commits_after_the_leader_stops(tmp_path: Path) -> None:
