@@ -49,9 +49,20 @@ def _connect(handle: ServerHandle) -> socket.socket:
 
 
 def _read_all(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection."""
+    """Everything the server sends until it closes the connection. A reset after some of the
+    answer ends it too: a server that closes while bytes of ours are unread (a trickling
+    client's, sent after its answer) makes its kernel reset the connection, and the reset can
+    arrive before our read of the end of stream. A reset before any answer still raises."""
     chunks = []
-    while chunk := sock.recv(65536):
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            if not chunks:
+                raise
+            break
+        if not chunk:
+            break
         chunks.append(chunk)
     return b"".join(chunks)
 
