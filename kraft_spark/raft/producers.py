@@ -8,6 +8,7 @@ on truncation, which is why a new leader recognizes a retry of a batch its prede
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -98,3 +99,27 @@ class ProducerStateTable:
         self._producers.clear()
         for batch in batches:
             self.on_append(batch)
+
+    def export(self) -> bytes:
+        """The table as bytes, stored in every snapshot: after the log below a snapshot is
+        deleted, the table cannot be rebuilt from the log alone."""
+        table = [
+            [pid, e.producer_epoch,
+             [[b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.epoch] for b in e.batches]]
+            for pid, e in sorted(self._producers.items())
+        ]
+        return json.dumps(table, separators=(",", ":")).encode()
+
+    def load(self, data: bytes) -> None:
+        """Replace the table with one ``export`` made (b"": empty). Raises ValueError."""
+        self._producers.clear()
+        if not data:
+            return
+        try:
+            for pid, producer_epoch, batches in json.loads(data):
+                self._producers[int(pid)] = ProducerEntry(
+                    int(producer_epoch), [BatchMetadata(*map(int, b)) for b in batches]
+                )
+        except (TypeError, ValueError) as exc:
+            self._producers.clear()
+            raise ValueError(f"malformed producer state: {exc}") from exc

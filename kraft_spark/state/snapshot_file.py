@@ -1,0 +1,193 @@
+"""Snapshot files in Kafka's format (KIP-630): ``<end offset>-<epoch>.checkpoint``.
+
+A snapshot named ``(end_offset, epoch)`` holds the state after applying every record below
+``end_offset``; ``epoch`` is the epoch of the record at ``end_offset - 1``. The file is a run of
+uncompressed v2 record batches, all in the snapshot's epoch, with offsets counting from 0:
+
+1. a control batch whose one record is a SnapshotHeaderRecord (control type 3: version int16,
+   LastContainedLogTimestamp int64, empty tagged fields). Its record header ``kraft.producers``
+   carries the idempotent-producer table, which a node needs to keep recognising retries of
+   batches whose log has been deleted;
+2. data batches: one record per live key (key, value, the timestamp of its last write), with
+   record headers ``kraft.offset`` (int64) and ``kraft.epoch`` (int32) naming where that write
+   is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns;
+3. a control batch holding a SnapshotFooterRecord (control type 4: version int16, empty tags).
+
+Kafka's ``kafka-dump-log.sh`` reads these files (tests/kafka). A file is trusted only when every
+batch passes its CRC, the header comes first, the footer last and nothing follows it.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from kraft_spark.log.codec import LOG_OVERHEAD, decode_batch, encode_batch
+from kraft_spark.log.errors import CorruptRecordError
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import Batch, Record, control_key, control_type_of
+from kraft_spark.raft.snapshot_api import InvalidSnapshotError
+from kraft_spark.state.machine import Entry
+
+SUFFIX = ".checkpoint"
+PART_SUFFIX = ".checkpoint.part"
+CORRUPT_SUFFIX = ".checkpoint.corrupt"
+CONTROL_TYPE_SNAPSHOT_HEADER = 3
+CONTROL_TYPE_SNAPSHOT_FOOTER = 4
+PRODUCERS_HEADER = "kraft.producers"
+OFFSET_HEADER = "kraft.offset"
+EPOCH_HEADER = "kraft.epoch"
+# Data batches are cut at this many records or bytes (Kafka's snapshot writer: 8 KiB..1 MiB).
+RECORDS_PER_BATCH = 2000
+BYTES_PER_BATCH = 1024 * 1024
+
+_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+
+# Kafka's OffsetAndEpoch names a snapshot: its end offset (exclusive) and epoch.
+SnapshotId = OffsetAndEpoch
+
+
+def file_name(snapshot_id: SnapshotId) -> str:
+    return f"{snapshot_id.offset:020d}-{snapshot_id.epoch:010d}{SUFFIX}"
+
+
+def label(snapshot_id: SnapshotId) -> str:
+    """How logs and errors name a snapshot: ``<end offset>-<epoch>``."""
+    return f"{snapshot_id.offset}-{snapshot_id.epoch}"
+
+
+def parse_name(name: str) -> SnapshotId | None:
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    return SnapshotId(int(match.group(1)), int(match.group(2)))
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotContent:
+    snapshot_id: SnapshotId
+    entries: list[tuple[bytes, Entry]]
+    producers: bytes
+    last_timestamp_ms: int
+
+
+def _header_value(last_timestamp_ms: int) -> bytes:
+    return struct.pack(">hq", 0, last_timestamp_ms) + b"\x00"
+
+
+def _footer_value() -> bytes:
+    return struct.pack(">h", 0) + b"\x00"
+
+
+def encode_snapshot(
+    snapshot_id: SnapshotId,
+    entries: Iterable[tuple[bytes, Entry]],
+    producers: bytes,
+    last_timestamp_ms: int,
+) -> Iterator[bytes]:
+    """The file's bytes, batch by batch (a writer streams them to disk)."""
+    epoch = snapshot_id.epoch
+    header = Record(
+        key=control_key(CONTROL_TYPE_SNAPSHOT_HEADER),
+        value=_header_value(last_timestamp_ms),
+        timestamp_ms=last_timestamp_ms,
+        headers=((PRODUCERS_HEADER, producers),),
+    )
+    yield encode_batch(Batch(0, epoch, (header,), is_control=True))
+    offset = 1
+    pending: list[Record] = []
+    size = 0
+    for key, entry in entries:
+        record = Record(
+            key=key,
+            value=entry.value,
+            timestamp_ms=entry.timestamp_ms,
+            headers=(
+                (OFFSET_HEADER, _I64.pack(entry.offset)),
+                (EPOCH_HEADER, _I32.pack(entry.epoch)),
+            ),
+        )
+        pending.append(record)
+        size += record.size_estimate()
+        if len(pending) >= RECORDS_PER_BATCH or size >= BYTES_PER_BATCH:
+            yield encode_batch(Batch(offset, epoch, tuple(pending)))
+            offset += len(pending)
+            pending, size = [], 0
+    if pending:
+        yield encode_batch(Batch(offset, epoch, tuple(pending)))
+        offset += len(pending)
+    footer = Record(
+        key=control_key(CONTROL_TYPE_SNAPSHOT_FOOTER),
+        value=_footer_value(),
+        timestamp_ms=last_timestamp_ms,
+    )
+    yield encode_batch(Batch(offset, epoch, (footer,), is_control=True))
+
+
+def _entry_of(record: Record, where: str) -> tuple[bytes, Entry]:
+    headers = dict(record.headers)
+    raw_offset, raw_epoch = headers.get(OFFSET_HEADER), headers.get(EPOCH_HEADER)
+    if record.key is None or record.value is None or raw_offset is None or raw_epoch is None:
+        raise InvalidSnapshotError(f"{where}: a data record without key, value, offset or epoch")
+    if len(raw_offset) != 8 or len(raw_epoch) != 4:
+        raise InvalidSnapshotError(f"{where}: malformed kraft.offset / kraft.epoch header")
+    entry = Entry(
+        record.value, _I64.unpack(raw_offset)[0], _I32.unpack(raw_epoch)[0], record.timestamp_ms
+    )
+    return record.key, entry
+
+
+def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> SnapshotContent:
+    """Check and decode a whole snapshot file; ``InvalidSnapshotError`` names ``where`` and
+    what is wrong (CRC, truncation, missing header or footer, bytes after the footer)."""
+    pos = 0
+    expected_offset = 0
+    producers = b""
+    last_ts = -1
+    entries: list[tuple[bytes, Entry]] = []
+    seen_header = seen_footer = False
+    while pos < len(data):
+        if seen_footer:
+            raise InvalidSnapshotError(f"{where}: {len(data) - pos} bytes after the footer")
+        if len(data) - pos < LOG_OVERHEAD:
+            raise InvalidSnapshotError(f"{where}: truncated at position {pos}")
+        try:
+            batch, pos = decode_batch(data, pos)
+        except CorruptRecordError as exc:
+            raise InvalidSnapshotError(f"{where}: position {pos}: {exc}") from exc
+        if batch.base_offset != expected_offset or batch.epoch != snapshot_id.epoch:
+            raise InvalidSnapshotError(
+                f"{where}: batch at offset {batch.base_offset} epoch {batch.epoch}, expected "
+                f"offset {expected_offset} epoch {snapshot_id.epoch}"
+            )
+        expected_offset = batch.next_offset
+        if batch.is_control:
+            try:
+                ctype = control_type_of(batch.records[0].key)
+            except ValueError as exc:
+                raise InvalidSnapshotError(f"{where}: {exc}") from exc
+            first = batch.base_offset == 0
+            if ctype == CONTROL_TYPE_SNAPSHOT_HEADER and not seen_header and first:
+                seen_header = True
+                producers = dict(batch.records[0].headers).get(PRODUCERS_HEADER) or b""
+                value = batch.records[0].value or b""
+                if len(value) >= 10:
+                    last_ts = struct.unpack_from(">q", value, 2)[0]
+            elif ctype == CONTROL_TYPE_SNAPSHOT_FOOTER and seen_header:
+                seen_footer = True
+            else:
+                raise InvalidSnapshotError(
+                    f"{where}: unexpected control record type {ctype} at offset {batch.base_offset}"
+                )
+            continue
+        if not seen_header:
+            raise InvalidSnapshotError(f"{where}: data before the SnapshotHeaderRecord")
+        entries.extend(_entry_of(r, where) for r in batch.records)
+    if not seen_footer:
+        raise InvalidSnapshotError(f"{where}: no SnapshotFooterRecord (truncated file)")
+    return SnapshotContent(snapshot_id, entries, producers, last_ts)
