@@ -77,6 +77,21 @@ class EpochCache:
         del self._starts[i:]
         return True
 
+    def truncate_before(self, offset: int) -> bool:
+        """The log now starts at ``offset``: forget epochs that end at or before it, and start
+        the epoch holding it at ``offset`` (Kafka's truncateFromStart). True if changed."""
+        i = bisect_right(self._starts, offset) - 1
+        if i < 0 or (i == 0 and self._starts[0] == offset):
+            return False
+        del self._epochs[:i]
+        del self._starts[:i]
+        self._starts[0] = offset
+        return True
+
+    def clear(self) -> None:
+        self._epochs.clear()
+        self._starts.clear()
+
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch of the batch holding ``offset`` (None before the first entry).
 

@@ -59,6 +59,7 @@ from kraft_spark.log.epoch_cache import EpochCache, format_checkpoint
 from kraft_spark.log.errors import CorruptRecordError, InvalidAppendError, LogError
 from kraft_spark.log.fs import FileLock, FileSystem
 from kraft_spark.log.index import DEFAULT_INTERVAL_BYTES, MAX_RELATIVE
+from kraft_spark.log.log_start import read_log_start, write_log_start
 from kraft_spark.log.meta import LOCK_FILE, MetaProperties, check_meta_properties
 from kraft_spark.log.recovery import recover_partition
 from kraft_spark.log.segment import Segment
@@ -128,6 +129,8 @@ class SegmentedLog:
         self._io_lock = threading.RLock()
         self._generation = 0
         self._ticket: FlushTicket | None = None  # the one begun and not yet ended
+        # The persisted log start offset (log-start-offset-checkpoint); see start_offset().
+        self._start = 0
 
     # -- opening and closing ----------------------------------------------------------------
 
@@ -176,6 +179,12 @@ class SegmentedLog:
                 fs.fsync_dir(pdir)
             if recovered.checkpoint_stale:
                 self._write_checkpoint()
+            self._start = read_log_start(fs, log_dir)
+            if self._start > self._end:
+                # A crash inside truncate_fully_to, after the new start was persisted.
+                self.truncate_fully_to(self._start)
+            elif self._epochs.truncate_before(self.start_offset()):
+                self._write_checkpoint()
         except BaseException:
             lock.release()
             raise
@@ -209,7 +218,9 @@ class SegmentedLog:
     # -- RaftLog queries --------------------------------------------------------------------
 
     def start_offset(self) -> int:
-        return self._segments[0].base_offset
+        """The log start offset (KIP-630): the persisted logical start, which may lie inside
+        the first segment (retention deletes whole segments only)."""
+        return max(self._start, self._segments[0].base_offset)
 
     def end_offset(self) -> int:
         return self._end
@@ -440,6 +451,92 @@ class SegmentedLog:
         self._tail.truncate_from(cut)
         self._end = cut
         self.flush()
+
+    # -- the log start (KIP-630: snapshots and retention) ------------------------------------
+
+    def segment_spans(self) -> list[tuple[int, int, int, int]]:
+        """``(base offset, end offset, bytes, newest record timestamp ms)`` of every segment,
+        oldest first (-1 for the timestamp of an empty segment)."""
+        spans = []
+        for seg in self._segments:
+            newest = -1
+            if seg.end_offset > seg.base_offset:
+                newest = seg.locate(seg.end_offset - 1)[1].max_timestamp
+            spans.append((seg.base_offset, seg.end_offset, seg.size, newest))
+        return spans
+
+    def advance_start_offset(self, offset: int) -> int:
+        """Move the log start offset (KIP-630: to a snapshot's end offset) forward to
+        ``offset`` (≤ the end), persist it in ``log-start-offset-checkpoint``, then delete the
+        segments wholly below it (never the active one). Durable when this returns: the
+        checkpoint comes first, so a crash leaves the new start with, at worst, old segments
+        that the next advance deletes. Returns the log start."""
+        with self._io_lock:
+            self._check_usable()
+            if offset <= self._start:
+                return self.start_offset()
+            if offset > self._end:
+                raise ValueError(f"log start {offset} beyond the log end {self._end}")
+            try:
+                write_log_start(self._fs, self.log_dir, offset)
+                self._start = offset
+                if self._epochs.truncate_before(offset):
+                    self._write_checkpoint()
+                doomed = 0
+                while (doomed < len(self._segments) - 1
+                       and self._segments[doomed].end_offset <= offset):
+                    doomed += 1
+                for seg in self._segments[:doomed]:
+                    self._remove_segment(seg)
+                del self._segments[:doomed]
+                del self._bases[:doomed]
+                if doomed:
+                    self._fs.fsync_dir(self.partition_dir)
+            except OSError as exc:
+                raise self._fail(f"advancing the log start to {offset}", exc) from exc
+            log.info("%s: log start offset is now %d (%d segment(s) deleted)",
+                     self.partition_dir, offset, doomed)
+            return self.start_offset()
+
+    def _remove_segment(self, seg: Segment) -> None:
+        seg.remove_files()
+        if self._fs.exists(seg.index_path):
+            self._fs.remove(seg.index_path)
+        self._dirty.discard(seg.log_path)
+        self._dirty.discard(seg.index_path)
+
+    def truncate_fully_to(self, offset: int) -> None:
+        """Replace the whole log by an empty one that starts at ``offset`` (a snapshot ending
+        at ``offset`` was installed). Durable when this returns. A crash inside leaves either
+        a contiguous part of the old log or the new empty one; the node's start-up compares it
+        with its newest snapshot and finishes the job (``truncate_fully_to`` again)."""
+        with self._io_lock:
+            self._check_usable()
+            self._generation += 1
+            self._ticket = None
+            try:
+                write_log_start(self._fs, self.log_dir, offset)
+                self._start = offset
+                for seg in self._segments:
+                    self._remove_segment(seg)
+                self._fs.fsync_dir(self.partition_dir)
+                seg = Segment(self._fs, self.partition_dir, offset,
+                              self._segments[-1].index.interval_bytes)
+                seg.preallocate_to = self._preallocate_to
+                seg.create()
+                self._fs.fsync(seg.log_path)
+                self._fs.fsync_dir(self.partition_dir)
+                self._segments = [seg]
+                self._bases = [offset]
+                self._dirty.clear()
+                self._dir_dirty = False
+                self._epochs.clear()
+                self._write_checkpoint()
+            except OSError as exc:
+                raise self._fail(f"restarting the log at offset {offset}", exc) from exc
+            self._tail.clear()
+            self._end = self._flushed = offset
+            log.info("%s: log restarted empty at offset %d", self.partition_dir, offset)
 
     # -- reads ------------------------------------------------------------------------------
 

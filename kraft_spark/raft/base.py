@@ -7,10 +7,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kraft_spark.raft.config import QuorumConfig
-from kraft_spark.raft.log_api import RaftLog
+from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
 from kraft_spark.raft.messages import NO_LEADER, Request, Response
 from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.ready import Outbound, Reply
+from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
+from kraft_spark.raft.snapshot_log import SnapshotAwareLog
 from kraft_spark.raft.state import PersistedState, Role, check_transition
 from kraft_spark.raft.vote_rules import election_timeout_ms
 
@@ -42,12 +44,20 @@ class CoreState:
         log: RaftLog,
         config: QuorumConfig,
         rng: random.Random,
+        snapshots: SnapshotStore,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.voters: tuple[int, ...] = tuple(sorted(set(voters)))
         self.is_voter = node_id in self.voters
-        self.log = log
+        # The log as the core reads it: the injected log after its start, plus the snapshot
+        # at its start (KIP-630).
+        self.log = SnapshotAwareLog(log, snapshots)
+        self.snapshots = snapshots
+        # A snapshot being downloaded from the leader (snapshot_fetch.py), and the one
+        # installed in this step (reported in the Ready).
+        self.download: SnapshotDownload | None = None
+        self.snapshot_installed: OffsetAndEpoch | None = None
         self.config = config
         self.rng = rng
         self.now = 0
@@ -154,6 +164,10 @@ class CoreState:
         self.fetch_in_flight = None
         self.awaiting_flush = False
         self.backoff_until = None
+        if self.download is not None:  # a snapshot download belongs to one leader and role
+            self.download.abort()
+            self.download = None
+            self.events.append("snapshot download aborted by a role change")
         self.events.append(f"became {self.describe_role()}")
 
     def become_unattached(self, epoch: int) -> None:
@@ -221,16 +235,26 @@ class CoreState:
     # ------------------------------------------------------------------ producer state
 
     def _rebuild_producers(self) -> None:
-        batches = []
-        offset = 0
+        """The table as of the newest snapshot (stored in it), then the log after it."""
+        latest = self.snapshots.latest_id()
+        offset = self.log.start_offset()
+        self.producers.rebuild([])
+        if latest is not None and latest.offset >= offset:
+            try:
+                self.producers.load(self.snapshots.producer_state())
+            except ValueError:
+                self.events.append("the newest snapshot's producer table is unreadable")
+            offset = latest.offset
+        first = offset
         end = self.log.end_offset()
         while offset < end:
             chunk = self.log.read(offset, SCAN_BYTES)
             if not chunk:
                 break
-            batches.extend(chunk)
+            for batch in chunk:
+                if batch.base_offset >= first:
+                    self.producers.on_append(batch)
             offset = chunk[-1].next_offset
-        self.producers.rebuild(batches)
 
     # ------------------------------------------------------------------ provided by mixins
 
@@ -244,4 +268,10 @@ class CoreState:
         raise NotImplementedError
 
     def _maybe_send_fetch(self) -> None:
+        raise NotImplementedError
+
+    def begin_snapshot_fetch(self, leader: int, snapshot_id: OffsetAndEpoch) -> None:
+        raise NotImplementedError
+
+    def on_replica_contact(self, replica_id: int) -> None:
         raise NotImplementedError

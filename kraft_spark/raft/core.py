@@ -55,6 +55,8 @@ from kraft_spark.raft.messages import (
     ErrorCode,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     ProduceRequest,
     Request,
     Response,
@@ -62,11 +64,13 @@ from kraft_spark.raft.messages import (
     VoteResponse,
 )
 from kraft_spark.raft.ready import Ready
+from kraft_spark.raft.snapshot_api import NoSnapshots, SnapshotStore
+from kraft_spark.raft.snapshot_fetch import SnapshotFetchMixin
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.raft.vote_rules import election_timeout_ms
 
 
-class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
+class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, SnapshotFetchMixin, CoreState):
     """One node of the quorum (voter or observer)."""
 
     def __init__(
@@ -81,13 +85,19 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
         now_ms: int,
         persisted: PersistedState | None = None,
         disk_lost: bool = False,
+        snapshots: SnapshotStore | None = None,
     ) -> None:
         """``persisted`` is the quorum-state read at start-up (None when absent). ``disk_lost``
-        tells that this voter's directory was wiped after it may have voted (SPEC §10)."""
+        tells that this voter's directory was wiped after it may have voted (SPEC §10).
+        ``snapshots``: the node's snapshot store (KIP-630); its newest snapshot must not end
+        past the log's end (the shell restarts the log at it first)."""
         super().__init__(
-            node_id=node_id, cluster_id=cluster_id, voters=voters, log=log, config=config, rng=rng
+            node_id=node_id, cluster_id=cluster_id, voters=voters, log=log, config=config,
+            rng=rng, snapshots=snapshots or NoSnapshots(),
         )
         self.now = now_ms
+        # The log start is a snapshot's end offset, and snapshots cover committed records only.
+        self.high_watermark = self.log.start_offset()
         state = persisted or PersistedState(epoch=0)
         self.pending_catch_up = self.is_voter and (disk_lost or state.pending_catch_up)
         self.epoch = state.epoch
@@ -155,6 +165,8 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
             self.handle_produce(token, message)
         elif isinstance(message, DescribeQuorumRequest):
             self.handle_describe_quorum(token)
+        elif isinstance(message, FetchSnapshotRequest):
+            self.handle_fetch_snapshot_request(token, message)
         else:  # pragma: no cover - the union is exhaustive
             raise TypeError(f"unknown request {message!r}")
 
@@ -173,6 +185,8 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
             self.handle_begin_quorum_epoch_response(pending, src, message)
         elif isinstance(message, EndQuorumEpochResponse):
             self.observe_epoch(message.leader_epoch, message.leader_id)
+        elif isinstance(message, FetchSnapshotResponse):
+            self.handle_fetch_snapshot_response(request_id, pending, message)
 
     def on_request_failed(self, now_ms: int, request_id: int, *, refused: bool) -> None:
         """Request ``request_id`` will never be answered: the shell could not send it or its
@@ -189,7 +203,7 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
         pending = self.in_flight.get(request_id)
         if pending is None:
             return
-        if pending.kind == "fetch":
+        if pending.kind in ("fetch", "fetch_snapshot"):
             del self.in_flight[request_id]
             self.on_request_expired(request_id, pending)
             if refused:
@@ -221,7 +235,9 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, CoreState):
             high_watermark=self.hw_changed_to,
             truncated_to=self.truncated_to,
             events=self.events,
+            snapshot_installed=self.snapshot_installed,
         )
+        self.snapshot_installed = None
         if self._persist_needed:
             ready.persist = self.persisted_state()
             self._persist_needed = False

@@ -109,7 +109,7 @@ class FollowerMixin(CoreState):
         if (
             self.role is not Role.FOLLOWER
             or not self.may_vote
-            or refused.kind != "fetch"
+            or refused.kind not in ("fetch", "fetch_snapshot")
             or refused.dest != self.leader_id
             or refused.epoch != self.epoch
             or self.leader_refused
@@ -160,6 +160,9 @@ class FollowerMixin(CoreState):
         if not self.leader_resigned:
             self.fetch_deadline = self.now + self.config.fetch_timeout_ms
         self.leader_refused = False
+        if resp.snapshot_id is not None:
+            self.begin_snapshot_fetch(pending.dest, resp.snapshot_id)
+            return
         if resp.diverging_epoch is not None:
             self._rule_apply_diverging(resp.diverging_epoch)
         else:

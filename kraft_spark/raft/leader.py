@@ -21,7 +21,7 @@ from kraft_spark.raft.messages import (
 from kraft_spark.raft.producers import SequenceCheck
 from kraft_spark.raft.progress import LeaderProgress
 from kraft_spark.raft.records import Batch, LeaderChange, leader_change_batch
-from kraft_spark.raft.replication import diverging_epoch
+from kraft_spark.raft.replication import diverging_epoch, snapshot_to_send
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.vote_rules import election_timeout_ms
 
@@ -276,7 +276,14 @@ class LeaderMixin(CoreState):
         if req.fetch_offset < 0:
             self.reply(token, self._fetch_error(ErrorCode.OFFSET_OUT_OF_RANGE))
             return
+        if req.fetch_offset < self.log.start_offset() and req.replica_id == CLIENT_REPLICA_ID:
+            # A read below the log start: those records live only in snapshots now.
+            self.reply(token, self._below_log_start(ErrorCode.OFFSET_OUT_OF_RANGE))
+            return
         if req.replica_id != CLIENT_REPLICA_ID:
+            if snapshot_to_send(self.log, req.fetch_offset, req.last_fetched_epoch) is not None:
+                self.reply(token, self._below_log_start(ErrorCode.NONE))
+                return
             diverging = diverging_epoch(self.log, req.fetch_offset, req.last_fetched_epoch)
             if diverging is not None:
                 self.reply(
@@ -313,6 +320,17 @@ class LeaderMixin(CoreState):
             ls.parked.append(ParkedFetch(token, req, self.now + req.max_wait_ms))
             if not hw_known:
                 self._schedule_hw_wakeup(ls)
+
+    def on_replica_contact(self, replica_id: int) -> None:
+        if self.leader_state is not None:
+            self.leader_state.progress.on_contact(replica_id, self.now)
+
+    def _below_log_start(self, error: ErrorCode) -> FetchResponse:
+        """KIP-630: the fetch offset is below our log start; name the snapshot to fetch."""
+        return FetchResponse(
+            error, self.node_id, self.epoch, self.high_watermark,
+            snapshot_id=self.snapshots.latest_id(), log_start_offset=self.log.start_offset(),
+        )
 
     def _has_data_for(self, req: FetchRequest) -> bool:
         limit = (

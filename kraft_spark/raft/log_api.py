@@ -24,8 +24,14 @@ class OffsetAndEpoch:
 
 
 class RaftLog(Protocol):
+    def start_offset(self) -> int:
+        """The first offset the log holds (KIP-630's log start offset): 0 until retention
+        deletes old segments or a snapshot is installed; the records below it are in the
+        node's snapshots."""
+        ...
+
     def end_offset(self) -> int:
-        """The next offset to be written (0 for an empty log)."""
+        """The next offset to be written (the start offset for an empty log)."""
         ...
 
     def last_epoch(self) -> int:
@@ -42,6 +48,11 @@ class RaftLog(Protocol):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or after ``offset`` (a batch boundary); durable on flush."""
+        ...
+
+    def truncate_fully_to(self, offset: int) -> None:
+        """Replace the whole log by an empty one starting at ``offset`` (a snapshot ending at
+        ``offset`` was installed); durable when it returns."""
         ...
 
     def flush(self) -> int:

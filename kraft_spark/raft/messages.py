@@ -37,6 +37,8 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     INVALID_RECORD = 87
     INCONSISTENT_VOTER_SET = 94
+    SNAPSHOT_NOT_FOUND = 98
+    POSITION_OUT_OF_RANGE = 99
     INCONSISTENT_CLUSTER_ID = 104
 
 
@@ -109,6 +111,34 @@ class FetchResponse:
     high_watermark: int
     diverging_epoch: OffsetAndEpoch | None = None
     batches: tuple[Batch, ...] = ()
+    # KIP-630: set when the fetch offset is below the leader's log start: fetch this snapshot
+    # (FetchSnapshot), then fetch the log from its end offset.
+    snapshot_id: OffsetAndEpoch | None = None
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    """KIP-630 FetchSnapshot (api key 59): ``max_bytes`` of snapshot ``snapshot_id`` from
+    ``position``."""
+
+    cluster_id: str
+    replica_id: int
+    current_leader_epoch: int
+    snapshot_id: OffsetAndEpoch
+    position: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    snapshot_id: OffsetAndEpoch | None = None
+    size: int = -1
+    position: int = -1
+    data: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +194,7 @@ Request = (
     | BeginQuorumEpochRequest
     | EndQuorumEpochRequest
     | FetchRequest
+    | FetchSnapshotRequest
     | ProduceRequest
     | DescribeQuorumRequest
 )
@@ -172,6 +203,7 @@ Response = (
     | BeginQuorumEpochResponse
     | EndQuorumEpochResponse
     | FetchResponse
+    | FetchSnapshotResponse
     | ProduceResponse
     | DescribeQuorumResponse
 )

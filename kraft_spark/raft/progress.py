@@ -89,6 +89,13 @@ class LeaderProgress:
         progress.on_fetch(now_ms, fetch_offset, leader_end)
         return True
 
+    def on_contact(self, replica_id: int, now_ms: int) -> None:
+        """A voter fetched a snapshot chunk (KIP-630): alive for check-quorum (as in Kafka),
+        but its offsets are unchanged (it holds the snapshot only once it is complete)."""
+        progress = self.voters.get(replica_id)
+        if progress is not None:
+            progress.last_fetch_ts = max(progress.last_fetch_ts, now_ms)
+
     def majority_flushed_offset(self, local_flushed: int) -> int:
         """The offset a majority of voters have fsync'd (unknown replicas count as 0)."""
         offsets = [local_flushed] + [max(p.end_offset, 0) for p in self.voters.values()]

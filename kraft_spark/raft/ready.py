@@ -11,7 +11,8 @@ calls ``RaftCore.take_ready()`` and carries out the Ready **in this order**:
    grouping several Readies into one fsync; then call ``on_log_flushed(now, offset)``. No message
    in ``sends``/``replies`` claims durability of unflushed records: the core reports a log offset
    to anyone (Fetch offsets, its own share of the high watermark) only after ``on_log_flushed``.
-4. ``high_watermark``: when set, records below it are committed and may be applied / exposed.
+4. ``snapshot_installed``: reload the state machine from that snapshot; then
+   ``high_watermark``: when set, records below it are committed and may be applied / exposed.
 
 ``next_deadline_ms`` is the time by which ``poll`` must be called again even if nothing arrives.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import Request, Response
 from kraft_spark.raft.state import PersistedState
 
@@ -48,6 +50,10 @@ class Ready:
     replies: list[Reply] = field(default_factory=list)
     flush_log: bool = False
     high_watermark: int | None = None
+    # KIP-630: a snapshot downloaded from the leader was installed (it is durable in the
+    # snapshot store and the log now starts at its end offset): the shell loads its state
+    # machine from it before applying anything at or after that offset.
+    snapshot_installed: OffsetAndEpoch | None = None
     # Informational, for traces, metrics and checkers: the log was truncated to this offset.
     truncated_to: int | None = None
     # Human-readable notes of role changes in this step ("became Leader epoch 3").
@@ -61,4 +67,5 @@ class Ready:
             and not self.replies
             and not self.flush_log
             and self.high_watermark is None
+            and self.snapshot_installed is None
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
+from kraft_spark.raft.snapshot_log import SnapshotAwareLog
 
 
 def diverging_epoch(
@@ -37,3 +38,27 @@ def truncation_offset(log: RaftLog, diverging: OffsetAndEpoch) -> int:
     if local.epoch == diverging.epoch:
         return min(local.offset, diverging.offset)
     return local.offset
+
+
+def snapshot_to_send(
+    log: SnapshotAwareLog, fetch_offset: int, last_fetched_epoch: int
+) -> OffsetAndEpoch | None:
+    """Leader side (KIP-630, Kafka's validateOffsetAndEpoch): the snapshot a fetcher must
+    download instead of the log, or None when the log can answer (or tell the divergence).
+
+    A snapshot is sent when the log starts after 0 and the fetcher is below the log start, or
+    at it in another epoch than the snapshot there, or in an epoch older than that snapshot's.
+    """
+    start = log.start_offset()
+    if start == 0:
+        return None
+    at_start = log.snapshot_at_start()
+    if fetch_offset < start or (
+        at_start is not None
+        and (
+            (fetch_offset == start and last_fetched_epoch != at_start.epoch)
+            or last_fetched_epoch < at_start.epoch
+        )
+    ):
+        return log.snapshots.latest_id()
+    return None

@@ -36,7 +36,7 @@ class DiskLog(MemoryLog):
     def __init__(self, fs: SimulatedFileSystem, real: SegmentedLog, model: list[Batch]) -> None:
         self.fs = fs
         self.real = real
-        super().__init__(model)
+        super().__init__(model, real.start_offset())
 
     @classmethod
     def fresh(cls) -> DiskLog:
@@ -44,6 +44,9 @@ class DiskLog(MemoryLog):
         return cls(fs, _open(fs), [])
 
     # RaftLog: reads from the real log, writes to both.
+    def start_offset(self) -> int:
+        return self.real.start_offset()
+
     def end_offset(self) -> int:
         return self.real.end_offset()
 
@@ -65,6 +68,15 @@ class DiskLog(MemoryLog):
         super().truncate_to(offset)
         # The real log makes a truncation durable before returning; so does the model.
         super().flush()
+
+    def truncate_fully_to(self, offset: int) -> None:
+        self.real.truncate_fully_to(offset)
+        super().truncate_fully_to(offset)
+
+    def advance_start_offset(self, offset: int) -> int:
+        start = self.real.advance_start_offset(offset)
+        super().advance_start_offset(start)
+        return start
 
     def flush(self) -> int:
         self.real.flush()

@@ -19,7 +19,10 @@ _Op = tuple[str, Batch | int]
 
 
 class MemoryLog:
-    def __init__(self, batches: list[Batch] | None = None) -> None:
+    def __init__(self, batches: list[Batch] | None = None, start: int = 0) -> None:
+        # The log start: the first batch's base, or where an empty log restarts (KIP-630).
+        self._start = start
+        self._durable_start = self._start
         self._batches: list[Batch] = []
         self._bases: list[int] = []
         # (epoch, start offset) of every epoch present, ascending in both.
@@ -36,6 +39,9 @@ class MemoryLog:
 
     # ------------------------------------------------------------------ RaftLog
 
+    def start_offset(self) -> int:
+        return self._start
+
     def end_offset(self) -> int:
         return self._end()
 
@@ -44,7 +50,7 @@ class MemoryLog:
 
     # The model's own view; subclasses that serve reads from elsewhere keep these intact.
     def _end(self) -> int:
-        return self._batches[-1].next_offset if self._batches else 0
+        return self._batches[-1].next_offset if self._batches else self._start
 
     def _last_epoch(self) -> int:
         return self._batches[-1].epoch if self._batches else 0
@@ -72,6 +78,39 @@ class MemoryLog:
         self._flushed = min(self._flushed, offset)
         self._pending.append(("truncate", offset))
 
+    def truncate_fully_to(self, offset: int) -> None:
+        """Durable when it returns, like the segmented log's."""
+        self.flush()
+        self._batches.clear()
+        self._bases.clear()
+        self._epochs.clear()
+        self._epoch_keys.clear()
+        self._durable.clear()
+        self._start = self._durable_start = self._flushed = offset
+        low = self.durable_truncated_to
+        self.durable_truncated_to = 0 if low is None else min(low, 0)
+
+    def advance_start_offset(self, offset: int) -> int:
+        """Retention: the log now starts at ``offset`` (durably); whole batches that end at or
+        before it are dropped. Returns the new log start."""
+        if offset <= self._start:
+            return self._start
+        self.flush()
+        drop = 0
+        while drop < len(self._batches) and self._batches[drop].next_offset <= offset:
+            drop += 1
+        del self._batches[:drop]
+        del self._bases[:drop]
+        self._start = offset
+        while len(self._epochs) > 1 and self._epochs[1][1] <= offset:
+            self._epochs.pop(0)
+            self._epoch_keys.pop(0)
+        if self._epochs:
+            self._epochs[0] = (self._epochs[0][0], offset)
+        self._durable = list(self._batches)
+        self._durable_start = offset
+        return offset
+
     def flush(self) -> int:
         for op, arg in self._pending:
             self._apply_durable(self._durable, op, arg)
@@ -80,6 +119,7 @@ class MemoryLog:
         return self._flushed
 
     def read(self, start_offset: int, max_bytes: int) -> list[Batch]:
+        start_offset = max(start_offset, self._start)
         idx = max(bisect_right(self._bases, start_offset) - 1, 0)
         out: list[Batch] = []
         size = 0
@@ -121,7 +161,7 @@ class MemoryLog:
                     assert isinstance(arg, int)
                     lowest = arg if lowest is None else min(lowest, arg)
                 _apply(image, op, arg)
-        recovered = MemoryLog(image)
+        recovered = MemoryLog(image, self._durable_start)
         recovered.durable_truncated_to = lowest
         return recovered
 

@@ -318,3 +318,57 @@ def test_no_file_descriptors_leak(tmp_path: Path) -> None:
                                    "votedId": -1, "appliedOffset": 0, "currentVoters": []})
             log.read_quorum_state()
     assert open_fds() == before
+
+
+# -- the log start (KIP-630) ----------------------------------------------------------------
+
+
+def _filled(tmp_path: Path, n: int) -> SegmentedLog:
+    from kraft_spark.log.fs import RealFileSystem
+    from kraft_spark.raft.records import Batch, Record
+
+    log = SegmentedLog.open(RealFileSystem(), str(tmp_path), segment_bytes=1024)
+    for i in range(n):
+        epoch = 1 + i // 40
+        log.append(Batch(i, epoch, (Record(b"k%d" % i, b"v" * 50, timestamp_ms=1000 + i),)))
+    log.flush()
+    return log
+
+
+def test_advancing_the_log_start_deletes_whole_segments_and_persists(tmp_path: Path) -> None:
+    from kraft_spark.log.fs import RealFileSystem
+
+    log = _filled(tmp_path, 100)
+    spans = log.segment_spans()
+    assert len(spans) > 4 and spans[0][0] == 0 and spans[-1][1] == 100
+    start = spans[3][1] + 1  # one record into the fifth segment
+    assert log.advance_start_offset(start) == start
+    assert log.segment_spans()[0][0] == spans[4][0]  # four whole segments deleted
+    assert log.start_offset() == start and log.end_offset() == 100
+    assert log.read(start, 1 << 20)[0].base_offset == start
+    assert log.epoch_entries()[0] == (1 + start // 40, start)
+    assert log.advance_start_offset(3) == start  # never backwards
+    with pytest.raises(ValueError, match="beyond the log end"):
+        log.advance_start_offset(101)
+    log.close()
+    reopened = SegmentedLog.open(RealFileSystem(), str(tmp_path), segment_bytes=1024)
+    assert (reopened.start_offset(), reopened.end_offset()) == (start, 100)
+    assert (tmp_path / "log-start-offset-checkpoint").read_text().endswith(f" 0 {start}\n")
+    assert reopened.end_offset_for_epoch(3).epoch == 3
+    reopened.close()
+
+
+def test_truncate_fully_to_restarts_an_empty_log_at_an_offset(tmp_path: Path) -> None:
+    from kraft_spark.log.fs import RealFileSystem
+    from kraft_spark.raft.records import Batch, Record
+
+    log = _filled(tmp_path, 30)
+    log.truncate_fully_to(500)
+    assert (log.start_offset(), log.end_offset(), log.last_epoch()) == (500, 500, 0)
+    log.append(Batch(500, 7, (Record(b"a", b"b"),)))
+    log.flush()
+    log.close()
+    reopened = SegmentedLog.open(RealFileSystem(), str(tmp_path), segment_bytes=1024)
+    assert (reopened.start_offset(), reopened.end_offset(), reopened.last_epoch()) == (500, 501, 7)
+    assert reopened.read(500, 100)[0].records[0].key == b"a"
+    reopened.close()
