@@ -299,6 +299,7 @@ def decode_fetch_response(payload: bytes) -> FetchResponse | None:
         high_watermark=high_watermark,
         diverging_epoch=diverging,
         batches=tuple(decode_record_set(data)),
+        log_start_offset=_start,
     )
 
 

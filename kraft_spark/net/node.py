@@ -607,7 +607,12 @@ class RaftNode:
                 continue
             assert isinstance(token, _Token)
             try:
-                if type(reply.message) is FetchResponse and token.api_version == FETCH_VERSION:
+                if (
+                    type(reply.message) is FetchResponse
+                    and token.api_version == FETCH_VERSION
+                    and reply.message.snapshot_id is None
+                    and reply.message.log_start_offset < 0
+                ):
                     token.conn.send_frame(
                         encode_fetch_response(reply.message, token.correlation_id)
                     )

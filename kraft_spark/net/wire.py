@@ -24,6 +24,7 @@ from typing import Any
 
 from kraft_spark.log.codec import decode_batches, encode_batch
 from kraft_spark.log.errors import CorruptRecordError
+from kraft_spark.net import wire_snapshot
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import (
@@ -35,6 +36,8 @@ from kraft_spark.raft.messages import (
     EndQuorumEpochResponse,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     ProduceRequest,
     ProduceResponse,
     ReplicaState,
@@ -56,6 +59,7 @@ VERSIONS: dict[int, int] = {
     ApiKey.BEGIN_QUORUM_EPOCH: 0,
     ApiKey.END_QUORUM_EPOCH: 0,
     ApiKey.DESCRIBE_QUORUM: 1,
+    ApiKey.FETCH_SNAPSHOT: wire_snapshot.VERSION,
 }
 
 ACKS_ALL = -1
@@ -168,6 +172,8 @@ def request_to_wire(msg: Request) -> tuple[int, int, Body]:
             "kraft_spark_catching_up": msg.catching_up,
         }
         return ApiKey.FETCH, VERSIONS[ApiKey.FETCH], body
+    if isinstance(msg, FetchSnapshotRequest):
+        return wire_snapshot.request_to_wire(msg)
     if isinstance(msg, VoteRequest):
         part = {
             "partition_index": 0,
@@ -215,6 +221,11 @@ def request_to_wire(msg: Request) -> tuple[int, int, Body]:
 
 def request_from_wire(api_key: int, body: Body, local_cluster_id: str) -> Request:
     """The core request of a decoded body; raises :class:`WireError`."""
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        try:
+            return wire_snapshot.request_from_wire(body, local_cluster_id)
+        except wire_snapshot.SnapshotWireError as exc:
+            raise WireError(str(exc)) from exc
     if api_key == ApiKey.FETCH:
         topic = _only(body.get("topics"), "topic in Fetch")
         if topic.get("topic") != METADATA_TOPIC:
@@ -314,6 +325,8 @@ def error_response_body(api_key: int, error: int, message: str = "") -> Body:
     if api_key in (ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
                    ApiKey.DESCRIBE_QUORUM):
         return {"error_code": error, "topics": []}
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        return wire_snapshot.error_body(error)
     raise WireError(f"no error response for api key {api_key}")
 
 
@@ -346,11 +359,18 @@ def response_to_wire(
                 "epoch": msg.diverging_epoch.epoch,
                 "end_offset": msg.diverging_epoch.offset,
             }
+        if msg.snapshot_id is not None:  # KIP-630: fetch this snapshot first
+            part["snapshot_id"] = {
+                "end_offset": msg.snapshot_id.offset, "epoch": msg.snapshot_id.epoch
+            }
+        part["log_start_offset"] = msg.log_start_offset
         return {
             "throttle_time_ms": 0,
             "error_code": top,
             "responses": [{"topic": METADATA_TOPIC, "partitions": [part]}],
         }
+    if isinstance(msg, FetchSnapshotResponse):
+        return wire_snapshot.response_to_wire(msg)
     if isinstance(msg, VoteResponse):
         top, err = split_error(msg.error)
         part = {
@@ -438,11 +458,17 @@ def _error_of(body: Body, part: Body | None) -> CoreError:
 
 def response_from_wire(api_key: int, body: Body) -> Response:
     """The core response of a decoded body (what a node gets back from a peer)."""
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        try:
+            return wire_snapshot.response_from_wire(body)
+        except wire_snapshot.SnapshotWireError as exc:
+            raise WireError(str(exc)) from exc
     if api_key == ApiKey.FETCH:
         part = first_partition(body, "responses", "partitions")
         if part is None:
             return FetchResponse(_error_of(body, None), -1, -1, -1)
         diverging = part.get("diverging_epoch")
+        snapshot = part.get("snapshot_id")
         leader = part.get("current_leader") or {}
         return FetchResponse(
             error=_error_of(body, part),
@@ -455,6 +481,12 @@ def response_from_wire(api_key: int, body: Body) -> Response:
                 else None
             ),
             batches=tuple(decode_record_set(part["records"])),
+            snapshot_id=(
+                OffsetAndEpoch(snapshot["end_offset"], snapshot["epoch"])
+                if snapshot is not None and snapshot["end_offset"] >= 0
+                else None
+            ),
+            log_start_offset=part.get("log_start_offset", -1),
         )
     if api_key == ApiKey.VOTE:
         part = first_partition(body, "topics", "partitions")

@@ -42,6 +42,7 @@ class ApiKey(IntEnum):
     BEGIN_QUORUM_EPOCH = 53
     END_QUORUM_EPOCH = 54
     DESCRIBE_QUORUM = 55
+    FETCH_SNAPSHOT = 59
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,7 @@ API_SPECS: dict[int, ApiSpec] = {
         ),
         _spec(ApiKey.END_QUORUM_EPOCH, m.END_QUORUM_EPOCH_REQUEST, m.END_QUORUM_EPOCH_RESPONSE),
         _spec(ApiKey.DESCRIBE_QUORUM, m.DESCRIBE_QUORUM_REQUEST, m.DESCRIBE_QUORUM_RESPONSE),
+        _spec(ApiKey.FETCH_SNAPSHOT, m.FETCH_SNAPSHOT_REQUEST, m.FETCH_SNAPSHOT_RESPONSE),
     )
 }
 """Every API we implement, by key."""

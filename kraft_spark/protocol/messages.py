@@ -15,6 +15,7 @@ strings of the fields we keep are Kafka's own, so the files can be compared line
 | BeginQuorumEpoch | 0        | none     |                                                    |
 | EndQuorumEpoch   | 0        | none     | PreferredSuccessors is an int32 array              |
 | DescribeQuorum   | 0-1      | 0        | v1 adds LastFetchTimestamp, LastCaughtUpTimestamp  |
+| FetchSnapshot    | 0        | 0        | KIP-630; v1's ReplicaDirectoryId is KIP-853's      |
 """
 
 from __future__ import annotations
@@ -417,6 +418,63 @@ DESCRIBE_QUORUM_RESPONSE = MessageSchema(
     ),
 )
 
+# -- FetchSnapshot (59), KIP-630 -----------------------------------------------------------------
+
+FETCH_SNAPSHOT_REQUEST = MessageSchema(
+    "FetchSnapshotRequest",
+    api_key=59,
+    valid_versions="0",
+    flexible_versions="0+",
+    fields=(
+        F("ClusterId", "string", "0+", nullable_versions="0+", default=None, tag=0,
+          tagged_versions="0+"),
+        F("ReplicaId", "int32", "0+", default=-1),
+        F("MaxBytes", "int32", "0+", default=0x7FFFFFFF),
+        F("Topics", "[]TopicSnapshot", "0+", fields=(
+            F("Name", "string", "0+"),
+            F("Partitions", "[]PartitionSnapshot", "0+", fields=(
+                F("Partition", "int32", "0+"),
+                F("CurrentLeaderEpoch", "int32", "0+"),
+                F("SnapshotId", "SnapshotId", "0+", fields=(
+                    F("EndOffset", "int64", "0+"),
+                    F("Epoch", "int32", "0+"),
+                )),
+                F("Position", "int64", "0+"),
+            )),
+        )),
+    ),
+)
+
+FETCH_SNAPSHOT_RESPONSE = MessageSchema(
+    "FetchSnapshotResponse",
+    api_key=59,
+    valid_versions="0",
+    flexible_versions="0+",
+    fields=(
+        F("ThrottleTimeMs", "int32", "0+", default=0),
+        F("ErrorCode", "int16", "0+", default=0),
+        F("Topics", "[]TopicSnapshot", "0+", fields=(
+            F("Name", "string", "0+"),
+            F("Partitions", "[]PartitionSnapshot", "0+", fields=(
+                F("Index", "int32", "0+"),
+                F("ErrorCode", "int16", "0+", default=0),
+                F("SnapshotId", "SnapshotId", "0+", fields=(
+                    F("EndOffset", "int64", "0+"),
+                    F("Epoch", "int32", "0+"),
+                )),
+                F("CurrentLeader", "LeaderIdAndEpoch", "0+", tag=0, tagged_versions="0+",
+                  fields=(
+                      F("LeaderId", "int32", "0+", default=-1),
+                      F("LeaderEpoch", "int32", "0+", default=-1),
+                  )),
+                F("Size", "int64", "0+"),
+                F("Position", "int64", "0+"),
+                F("UnalignedRecords", "records", "0+"),
+            )),
+        )),
+    ),
+)
+
 ALL_SCHEMAS: tuple[MessageSchema, ...] = (
     REQUEST_HEADER,
     RESPONSE_HEADER,
@@ -434,6 +492,8 @@ ALL_SCHEMAS: tuple[MessageSchema, ...] = (
     END_QUORUM_EPOCH_RESPONSE,
     DESCRIBE_QUORUM_REQUEST,
     DESCRIBE_QUORUM_RESPONSE,
+    FETCH_SNAPSHOT_REQUEST,
+    FETCH_SNAPSHOT_RESPONSE,
 )
 """Every schema, for table-driven tests and validation."""
 # fmt: on

@@ -31,6 +31,8 @@ from kraft_spark.raft.messages import (
     ErrorCode,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     ProduceRequest,
     ProduceResponse,
     ReplicaState,
@@ -52,6 +54,7 @@ REQUESTS: list[Request] = [
     ProduceRequest((Record(b"k", b"v", 1234, (("h", b"x"), ("n", None))),
                     Record(None, None, 1235)), 3000, 42, 0, 17),
     DescribeQuorumRequest(),
+    FetchSnapshotRequest(CLUSTER, 2, 7, OffsetAndEpoch(1000, 6), 4096, 1 << 20),
 ]
 
 
@@ -86,6 +89,14 @@ RESPONSES: list[tuple[int, Response]] = [
     (ApiKey.FETCH, FetchResponse(ErrorCode.NONE, 1, 3, 11, None, BATCHES)),
     (ApiKey.FETCH, FetchResponse(ErrorCode.NONE, 1, 3, 11, OffsetAndEpoch(7, 2))),
     (ApiKey.FETCH, FetchResponse(ErrorCode.NOT_LEADER_OR_FOLLOWER, 2, 4, -1)),
+    (ApiKey.FETCH, FetchResponse(ErrorCode.NONE, 1, 3, 11, snapshot_id=OffsetAndEpoch(9, 2),
+                                 log_start_offset=9)),
+    (ApiKey.FETCH, FetchResponse(ErrorCode.OFFSET_OUT_OF_RANGE, 1, 3, 11,
+                                 snapshot_id=OffsetAndEpoch(9, 2), log_start_offset=9)),
+    (ApiKey.FETCH_SNAPSHOT, FetchSnapshotResponse(
+        ErrorCode.NONE, 1, 3, OffsetAndEpoch(9, 2), 5000, 4096, b"\x00raw bytes")),
+    (ApiKey.FETCH_SNAPSHOT, FetchSnapshotResponse(ErrorCode.SNAPSHOT_NOT_FOUND, 1, 3)),
+    (ApiKey.FETCH_SNAPSHOT, FetchSnapshotResponse(ErrorCode.INCONSISTENT_CLUSTER_ID, -1, -1)),
     (ApiKey.DESCRIBE_QUORUM, DescribeQuorumResponse(
         ErrorCode.NONE, 1, 3, 11, (ReplicaState(1, 12, 1000, 999), ReplicaState(0, 11, 5, 4)),
         (ReplicaState(3000, 10, 900, -1),))),
