@@ -67,6 +67,7 @@ from kraft_spark.client.errors import (
     CommitTimeoutError,
     InvalidRecordError,
     NoLeaderError,
+    OffsetBelowLogStartError,
     RecordTooLargeError,
 )
 from kraft_spark.client.types import (
@@ -243,6 +244,8 @@ def _client_error(exc: ClientError) -> ApiError:
         return ApiError(413, f"the quorum refused the batch as too large ({exc}): send less data")
     if isinstance(exc, InvalidRecordError):
         return ApiError(422, f"the quorum refused the records as invalid: {exc}")
+    if isinstance(exc, OffsetBelowLogStartError):
+        return ApiError(410, str(exc))
     if isinstance(exc, ClusterIdMismatchError):
         return ApiError(
             502, f"the sidecar reached a node of another cluster ({exc}): fix its bootstrap list"
@@ -1028,6 +1031,7 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
         (400, "Invalid JSON"),
         (401, "Missing or wrong bearer token"),
         (413, "Body or record too large"),
+        (410, "Offset below the log start (deleted by retention; see the snapshot)"),
         (415, "Not JSON"),
         (422, "Invalid fields"),
         (503, "No leader known (see Retry-After)"),
@@ -1167,7 +1171,7 @@ def create_app(
     @app.get(
         "/v1/records",
         response_model=ReadResponse,
-        responses={k: _ERRORS[k] for k in (401, 422, 503)},
+        responses={k: _ERRORS[k] for k in (401, 410, 422, 503)},
         summary="Committed data records from an offset",
         tags=["records"],
     )

@@ -21,6 +21,7 @@ NODE_KEYS = frozenset({
     "kraft.log.flush.inline.max.ms",
     "kraft.cpu.affinity",
     "kraft.log.preallocate",
+    "kraft.retention.hold.observers",
 })
 QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms", "kraft.quorum.lone.append.hold.ms"})
 APP_KEYS = frozenset({

@@ -35,7 +35,9 @@ from kraft_spark.client.errors import (
     InvalidRecordError,
     NoLeaderError,
     NotKafkaEndpointError,
+    OffsetBelowLogStartError,
     RecordTooLargeError,
+    snapshot_label,
 )
 from kraft_spark.client.types import (
     AppendResult,
@@ -298,6 +300,11 @@ class AsyncQuorumClient:
                     f"{self._expected_cluster!r}"
                 )
             if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                start = (part or {}).get("log_start_offset", -1)
+                if start > from_offset:
+                    raise OffsetBelowLogStartError(
+                        from_offset, start, snapshot_label((part or {}).get("snapshot_id"))
+                    )
                 return []
             if error in _RETRIABLE or part is None:
                 leader = (part or {}).get("current_leader") or {}

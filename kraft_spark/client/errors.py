@@ -32,3 +32,32 @@ class ClusterIdMismatchError(ClientError):
 class NotKafkaEndpointError(ClientError):
     """Every endpoint the client could try answered in HTTP: they are API ports, not Raft
     listeners. Not retriable: the bootstrap list is wrong."""
+
+
+class OffsetBelowLogStartError(ClientError):
+    """The offset asked for is below the log start offset (KIP-630): retention deleted those
+    records after a snapshot captured their effect. Kafka's OFFSET_OUT_OF_RANGE on the wire.
+    Not retriable at that offset: read from ``log_start_offset``, or query the history in the
+    Delta ``records`` table."""
+
+    def __init__(self, from_offset: int, log_start_offset: int, snapshot: str | None) -> None:
+        self.from_offset = from_offset
+        self.log_start_offset = log_start_offset
+        self.snapshot = snapshot
+        where = f" (snapshot {snapshot} holds the state up to there)" if snapshot else ""
+        super().__init__(
+            f"offset {from_offset} is below the log start offset {log_start_offset}{where}: "
+            f"retention deleted those records; read from offset {log_start_offset}, or query "
+            "their history in the Delta records table"
+        )
+
+
+def snapshot_label(snapshot: object) -> str | None:
+    """``<end offset>-<epoch>`` of a wire or core snapshot id (None when absent)."""
+    if snapshot is None:
+        return None
+    if isinstance(snapshot, dict):
+        offset, epoch = snapshot.get("end_offset", -1), snapshot.get("epoch", -1)
+    else:
+        offset, epoch = getattr(snapshot, "offset", -1), getattr(snapshot, "epoch", -1)
+    return f"{offset}-{epoch}" if offset >= 0 else None

@@ -8,6 +8,8 @@ dump with an error that names the file, the position and the offset.
 from __future__ import annotations
 
 import os
+import re
+import struct
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -22,6 +24,10 @@ from kraft_spark.raft.records import (
     control_type_of,
     decode_leader_change,
 )
+
+# KIP-630 snapshot files (kraft_spark.state.snapshot_file writes them) and their control types.
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+_SNAPSHOT_HEADER, _SNAPSHOT_FOOTER = 3, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +54,9 @@ def segment_files(path: str) -> list[str]:
     candidates = [path, os.path.join(path, PARTITION_DIR_NAME)]
     for directory in candidates:
         if os.path.isdir(directory):
-            names = sorted(n for n in os.listdir(directory) if parse_segment_name(n) is not None)
+            listed = os.listdir(directory)
+            names = sorted(n for n in listed if parse_segment_name(n) is not None)
+            names += sorted(n for n in listed if _SNAPSHOT_NAME.match(n))
             if names:
                 return [os.path.join(directory, n) for n in names]
     raise FileNotFoundError(f"{path}: no segment files (*.log) here or in {PARTITION_DIR_NAME}/")
@@ -100,6 +108,14 @@ def describe_record(batch: Batch, i: int, record: Record) -> str:
                     f"{change.leader_id} voters: {list(change.voters)} grantingVoters: "
                     f"{list(change.granting_voters)}"
                 )
+            value = record.value or b""
+            if ctype == _SNAPSHOT_HEADER and len(value) >= 10:
+                version, last = struct.unpack_from(">hq", value)
+                return (f"{line} SnapshotHeader {{version={version}, "
+                        f"lastContainedLogTimestamp={last}}}")
+            if ctype == _SNAPSHOT_FOOTER and len(value) >= 2:
+                version = struct.unpack_from(">h", value)[0]
+                return f"{line} SnapshotFooter {{version={version}}}"
             return f"{line} controlType: {ctype}"
         except ValueError as exc:
             return f"{line} control record not decodable: {exc}"
@@ -111,10 +127,17 @@ def dump_segment(path: str, out: TextIO, *, print_data: bool = False) -> Invalid
 
     Reads the whole file at once: segments are bounded by the segment size (64 MiB default).
     """
-    base = parse_segment_name(os.path.basename(path))
+    name = os.path.basename(path)
+    base = parse_segment_name(name)
+    snapshot = _SNAPSHOT_NAME.match(name)
     print(f"Dumping {path}", file=out)
     if base is not None:
         print(f"Log starting offset: {base}", file=out)
+    elif snapshot is not None:
+        # A snapshot's batches count from 0; its name carries the log offset it ends at.
+        base = 0
+        print(f"Snapshot end offset: {int(snapshot.group(1))}, epoch: {int(snapshot.group(2))}",
+              file=out)
     with open(path, "rb") as f:
         data = f.read()
     position = 0

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from kraft_spark.config_keys import check_known
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_NONE
 from kraft_spark.raft.config import ConfigError, QuorumConfig
+from kraft_spark.state.policy import SnapshotConfig
 
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 1000
@@ -176,6 +177,7 @@ class NodeConfig:
     http_header_timeout_ms: int = DEFAULT_HTTP_HEADER_TIMEOUT_MS
     cpu_affinity: str = AFFINITY_NONE
     log_preallocate: bool = True
+    snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
 
     @property
     def is_voter(self) -> bool:
@@ -264,6 +266,7 @@ class NodeConfig:
             http_header_timeout_ms=http_header_timeout_ms,
             cpu_affinity=cpu_affinity,
             log_preallocate=preallocate,
+            snapshots=SnapshotConfig.from_properties(props),
         )
 
 

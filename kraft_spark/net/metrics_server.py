@@ -53,6 +53,21 @@ def render_node_metrics(node: RaftNode) -> str:
     metric("high-watermark", "gauge", "high watermark", node.high_watermark)
     metric("log-end-offset", "gauge", "log end offset", node.log.end_offset())
     metric("log-end-epoch", "gauge", "epoch of the last log batch", node.log.last_epoch())
+    keeper = node.keeper
+    latest = keeper.store.latest_id()
+    # KIP-630: Kafka's LogStartOffset and SnapshotEmitter names, and our retention counter.
+    metric("log-start-offset", "gauge", "log start offset (KIP-630)", node.log.start_offset())
+    metric("latest-snapshot-offset", "gauge", "end offset of the newest snapshot, -1 if none",
+           latest.offset if latest else -1)
+    metric("latest-snapshot-epoch", "gauge", "epoch of the newest snapshot, -1 if none",
+           latest.epoch if latest else -1)
+    metric("latest-snapshot-generated-bytes", "gauge",
+           "size of the snapshot this node wrote last", keeper.last_snapshot_bytes)
+    metric("snapshots-generated-total", "counter", "snapshots this node wrote",
+           keeper.snapshots_generated)
+    metric("retention-passed-observer-total", "counter",
+           "times the size limit made retention delete what observers had not fetched",
+           keeper.retention_passed_observer)
     unknown = sum(1 for v in node.config.voters if v != node.node_id and not node.peer_connected(v))
     metric(
         "number-unknown-voter-connections", "gauge",

@@ -49,7 +49,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.log.segmented_log import FlushTicket, SegmentedLog
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
@@ -60,6 +59,7 @@ from kraft_spark.net.fast_wire import (
     encode_fetch_request,
     encode_fetch_response,
 )
+from kraft_spark.net.state_keeper import StateKeeper, open_storage
 from kraft_spark.net.stats import NodeStats
 from kraft_spark.net.transport import Connection, FrameServer, ServerConnection, TransportError
 from kraft_spark.net.wire import (
@@ -162,6 +162,7 @@ class RaftNode:
         self.node_id = config.node_id
         self._lock_timeout_s = lock_timeout_s
         self._log: SegmentedLog | None = None
+        self._keeper: StateKeeper | None = None
         self._core: RaftCore | None = None
         self.cluster_id = ""
         self._server: FrameServer | None = None
@@ -212,6 +213,21 @@ class RaftNode:
         return self._log
 
     @property
+    def keeper(self) -> StateKeeper:
+        """The state machine, its snapshots and retention (KIP-630)."""
+        assert self._keeper is not None, "node not started"
+        return self._keeper
+
+    def _observer_hold(self) -> int | None:
+        """Retention's hold (``kraft.retention.hold.observers``): the lowest offset a recently
+        seen observer has fetched to. Only the leader knows it; other voters hold nothing."""
+        core = self._core
+        ls = core.leader_state if core is not None else None
+        if ls is None or not ls.progress.observers:
+            return None
+        return min(max(p.end_offset, 0) for p in ls.progress.observers.values())
+
+    @property
     def port(self) -> int:
         return self._server.port if self._server is not None else self.config.port
 
@@ -240,12 +256,17 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         cfg = self.config
-        self._log = await loop.run_in_executor(
+        storage = await loop.run_in_executor(
             self._worker,
-            lambda: SegmentedLog.open(
-                RealFileSystem(), cfg.log_dir, node_id=cfg.node_id,
+            lambda: open_storage(
+                cfg.log_dir, cfg.snapshots, node_id=cfg.node_id,
                 lock_timeout_s=self._lock_timeout_s, preallocate=cfg.log_preallocate,
             ),
+        )
+        self._log = storage.log
+        self._keeper = StateKeeper(
+            storage, cfg.snapshots, node_id=cfg.node_id, now_ms=wall_ms,
+            observer_hold=self._observer_hold,
         )
         meta = self._log.meta
         assert meta is not None
@@ -261,7 +282,8 @@ class RaftNode:
             rng=random.Random(),
             now_ms=wall_ms(),
             persisted=persisted,
-            disk_lost=cfg.disk_lost,
+            disk_lost=cfg.disk_lost or storage.lost_history,
+            snapshots=storage.store,
         )
         self.stats.boot_timestamp_ms = wall_ms()
         if self._placement is not None:
@@ -334,6 +356,10 @@ class RaftNode:
         await asyncio.gather(*tasks, return_exceptions=True)
         for conn in self._peers.values():
             await conn.close()
+        if self._keeper is not None:
+            with contextlib.suppress(Exception):
+                await self._keeper.wait_idle()
+            self._keeper.close()
         if self._log is not None:
             the_log = self._log
             with contextlib.suppress(Exception):
@@ -622,9 +648,22 @@ class RaftNode:
             except Exception:
                 log.exception("node %d: cannot answer %s", self.node_id, reply.message)
                 token.conn.close()
+        keeper = self._keeper
+        if ready.snapshot_installed is not None and keeper is not None:
+            try:
+                keeper.on_snapshot_installed(ready.snapshot_installed)
+            except Exception as exc:
+                self._fail(exc)
+                return
         if ready.high_watermark is not None:
             self.high_watermark = ready.high_watermark
             self.stats.on_high_watermark(ready.high_watermark)
+            if keeper is not None:
+                try:
+                    keeper.on_high_watermark(ready.high_watermark)
+                except Exception as exc:
+                    self._fail(exc)
+                    return
             for listener in self._hw_listeners:
                 try:
                     listener(ready.high_watermark)
@@ -739,6 +778,9 @@ class RaftNode:
             "high_watermark": self.high_watermark,
             "log_end_offset": self.log.end_offset(),
             "flushed_offset": self.log.flushed_offset(),
+            "log_start_offset": self.log.start_offset(),
+            "latest_snapshot": self.keeper.latest_snapshot_label(),
+            "applied_offset": self.keeper.state.applied_offset,
         }
 
 

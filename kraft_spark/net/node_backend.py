@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
-from kraft_spark.client.errors import ClientError
+from kraft_spark.client.errors import ClientError, OffsetBelowLogStartError, snapshot_label
 from kraft_spark.client.types import (
     AppendResult,
     CommittedRecord,
@@ -202,6 +202,11 @@ class NodeBackend:
                     response.batches, response.high_watermark, from_offset, limit
                 )
             if response.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                if response.log_start_offset > from_offset:
+                    raise OffsetBelowLogStartError(
+                        from_offset, response.log_start_offset,
+                        snapshot_label(response.snapshot_id),
+                    )
                 return []
         return await self._forwarder().read(from_offset, limit)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.records import Batch
 
 
@@ -33,10 +34,13 @@ class Entry(NamedTuple):
 class KeyValueState:
     """The latest value per key. Not thread-safe: one owner applies, others read copies."""
 
-    __slots__ = ("_entries", "applied_epoch", "applied_offset")
+    __slots__ = ("_entries", "applied_epoch", "applied_offset", "producers")
 
     def __init__(self, applied_offset: int = 0, applied_epoch: int = 0) -> None:
         self._entries: dict[bytes, Entry] = {}
+        # The idempotent-producer table as of ``applied_offset`` (committed batches only): what
+        # a snapshot stores, so a node that loads it recognises retries exactly as before.
+        self.producers = ProducerStateTable()
         self.applied_offset = applied_offset
         # The epoch of the last applied batch (or of the snapshot loaded): a snapshot taken now
         # is named (applied_offset, applied_epoch).
@@ -74,6 +78,7 @@ class KeyValueState:
                     entries[key] = Entry(
                         record.value, batch.base_offset + i, batch.epoch, record.timestamp_ms
                     )
+        self.producers.on_append(batch)
         self.applied_offset = batch.next_offset
         self.applied_epoch = batch.epoch
 
@@ -81,8 +86,12 @@ class KeyValueState:
         for batch in batches:
             self.apply(batch)
 
-    def load(self, entries: Iterable[tuple[bytes, Entry]], offset: int, epoch: int) -> None:
-        """Replace everything with a snapshot's content, taken at ``offset`` in ``epoch``."""
+    def load(
+        self, entries: Iterable[tuple[bytes, Entry]], offset: int, epoch: int, producers: bytes
+    ) -> None:
+        """Replace everything with a snapshot's content, taken at ``offset`` in ``epoch``.
+        Raises ValueError if the producer table is malformed."""
+        self.producers.load(producers)
         self._entries = dict(entries)
         self.applied_offset = offset
         self.applied_epoch = epoch

@@ -156,20 +156,24 @@ class FileSnapshotStore:
         entries: Iterable[tuple[bytes, Entry]],
         producers: bytes,
         last_timestamp_ms: int,
+        *,
+        fs: FileSystem | None = None,
     ) -> int:
         """Write a snapshot durably (``.part``, fsync, rename, fsync dir); returns its size.
-        Safe on a worker thread; call ``add`` on the owner's thread afterwards."""
+        Safe on a worker thread given its own ``fs`` (file handles are per FileSystem); call
+        ``add`` on the owner's thread afterwards."""
+        fs = fs or self.fs
         final = self.path_of(snapshot_id)
         part = final + ".part"
-        self.fs.write_file(part, b"")
+        fs.write_file(part, b"")
         size = 0
         for chunk in encode_snapshot(snapshot_id, entries, producers, last_timestamp_ms):
-            self.fs.write_at(part, size, chunk)
+            fs.write_at(part, size, chunk)
             size += len(chunk)
-        self.fs.fsync(part)
-        self.fs.close(part)
-        self.fs.rename(part, final)
-        self.fs.fsync_dir(self.pdir)
+        fs.fsync(part)
+        fs.close(part)
+        fs.rename(part, final)
+        fs.fsync_dir(self.pdir)
         return size
 
     def add(self, snapshot_id: SnapshotId) -> None:

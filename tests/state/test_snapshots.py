@@ -131,3 +131,20 @@ def test_producer_table_survives_export_and_load() -> None:
     assert copy.check(9, 2, 0, 3)[0].value == "duplicate"
     with pytest.raises(ValueError, match="malformed producer state"):
         copy.load(b"[[1]]")
+
+
+def test_dump_log_prints_a_checkpoint(tmp_path: Path) -> None:
+    import io
+
+    from kraft_spark.log.dump import dump
+
+    store = FileSnapshotStore(RealFileSystem(), str(tmp_path))
+    sid = OffsetAndEpoch(42, 3)
+    store.write(sid, [(b"alpha", Entry(b"one", 40, 3, 77))], b"", 77)
+    out = io.StringIO()
+    assert dump(store.path_of(sid), out, print_data=True) is None
+    text = out.getvalue()
+    assert "Snapshot end offset: 42, epoch: 3" in text
+    assert "SnapshotHeader {version=0, lastContainedLogTimestamp=77}" in text
+    assert "key: alpha payload: one" in text
+    assert "SnapshotFooter {version=0}" in text
