@@ -59,6 +59,11 @@ class EpochCache:
             last_epoch, last_start = self._epochs[-1], self._starts[-1]
             if epoch == last_epoch:
                 return False
+            if epoch > last_epoch and start_offset == last_start:
+                # The last entry holds no record: the log start moved to its offset (retention,
+                # truncate_before) before anything was appended there. The new epoch replaces it.
+                self._epochs[-1] = epoch
+                return True
             if epoch < last_epoch or start_offset <= last_start:
                 raise InvalidAppendError(
                     f"epoch {epoch} at offset {start_offset} does not follow epoch {last_epoch} "

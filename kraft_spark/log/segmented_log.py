@@ -551,9 +551,9 @@ class SegmentedLog:
             raise LogError(f"{self.partition_dir}: the log is closed or lost its directory lock")
         if start_offset < 0:
             raise ValueError(f"negative offset {start_offset}")
+        start_offset = max(start_offset, self.start_offset())
         if start_offset >= self._end:
             return []
-        start_offset = max(start_offset, self.start_offset())
         cached = self._tail.read(start_offset, max_bytes)
         if cached is not None:
             return cached

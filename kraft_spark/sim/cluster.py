@@ -29,6 +29,7 @@ from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.network import Network
+from kraft_spark.sim.snapshots import SimSnapshots
 from kraft_spark.sim.trace import Trace
 
 CLUSTER_ID = "sim-cluster-0000000000"
@@ -83,6 +84,8 @@ class Cluster:
         core_class: type[RaftCore] = RaftCore,
         trace: Trace | None = None,
         log_factory: Callable[[], MemoryLog] = MemoryLog,
+        snapshots: bool = False,
+        shell_bug: str | None = None,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -96,6 +99,11 @@ class Cluster:
         self.nodes = {i: SimNode(i, i in self.voter_ids, log_factory()) for i in ids}
         self.network = Network(random.Random(self.rng.random()))
         self.checker = Checker(self.voter_ids)
+        # KIP-630: every node's snapshot store and state machine (None: no snapshots).
+        self.snapshots = (
+            SimSnapshots(random.Random(self.rng.random()), self.checker, shell_bug)
+            if snapshots else None
+        )
         self.clients = [SimClient(client_id=-(i + 1), producer_id=1000 + i) for i in range(clients)]
         self._queue: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = 0
@@ -139,6 +147,10 @@ class Cluster:
         node.wake_at = -1
         node.flushing = node.flush_again = False
         self.checker.on_restart(node.node_id, node.log, disk_lost)
+        store = (
+            self.snapshots.on_start(node.node_id, node.log) if self.snapshots is not None
+            else None
+        )
         node.core = self.core_class(
             node_id=node.node_id,
             cluster_id=CLUSTER_ID,
@@ -150,6 +162,7 @@ class Cluster:
             persisted=node.persisted,
             # A wiped node stays wiped until its core says it caught up, across restarts.
             disk_lost=disk_lost or node.wiped,
+            snapshots=store,
         )
         self._after(node)
 
@@ -167,6 +180,8 @@ class Cluster:
             node.wiped = True
         else:
             node.log = node.log.crashed(self.rng, torn)
+        if self.snapshots is not None:
+            self.snapshots.on_crash(node.node_id, torn=torn, wipe=wipe)
         self._reset_connections(node.node_id)
         self.check_durability()
 
@@ -302,9 +317,13 @@ class Cluster:
             self._send(nid, dest, ("resp", request_id, reply.message), dest_incarnation)
         if ready.flush_log:
             self._start_flush(node)
+        if ready.snapshot_installed is not None and self.snapshots is not None:
+            self.snapshots.on_installed(nid, ready.snapshot_installed, node.log)
         if ready.high_watermark is not None:
             leading = core.epoch if core.role is Role.LEADER else None
             checker.on_high_watermark(nid, ready.high_watermark, leading, node.log)
+            if self.snapshots is not None:
+                self.snapshots.on_high_watermark(nid, ready.high_watermark, node.log)
             self.check_durability()
         checker.check_log(nid, node.log)
         deadline_us = ready.next_deadline_ms * 1000

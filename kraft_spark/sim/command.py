@@ -11,6 +11,7 @@ from kraft_spark.raft.core import RaftCore
 from kraft_spark.sim.bugs import BUGS
 from kraft_spark.sim.faults import parse_faults
 from kraft_spark.sim.runner import measure_failover, run_seed, summarize
+from kraft_spark.sim.snapshots import SHELL_BUGS
 
 
 def register(subparsers: Any) -> None:
@@ -35,7 +36,15 @@ def register(subparsers: Any) -> None:
         "--duration", type=float, default=20.0, help="simulated seconds of faults per seed"
     )
     parser.add_argument("--trace", action="store_true", help="print every event")
-    parser.add_argument("--inject-bug", choices=sorted(BUGS), help="run a deliberately broken core")
+    parser.add_argument(
+        "--inject-bug", choices=sorted([*BUGS, *SHELL_BUGS]),
+        help="run a deliberately broken core (or snapshot shell: " + ", ".join(SHELL_BUGS) + ")",
+    )
+    parser.add_argument(
+        "--no-snapshots", action="store_true",
+        help="no snapshots or retention (KIP-630); by default every node snapshots and "
+        "deletes old log often, and catches up with FetchSnapshot",
+    )
     parser.add_argument(
         "--log",
         choices=("memory", "segmented"),
@@ -90,10 +99,15 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.measure == "failover":
         return _measure(seeds, args.voters)
-    core_class: type[RaftCore] = BUGS[args.inject_bug] if args.inject_bug else RaftCore
+    bug = args.inject_bug
+    core_class: type[RaftCore] = BUGS.get(bug, RaftCore)
+    shell_bug = bug if bug in SHELL_BUGS else None
+    if shell_bug and args.no_snapshots:
+        raise CommandError(f"--inject-bug {shell_bug} needs snapshots (drop --no-snapshots)")
     echo = print if args.trace else None
     started = time.monotonic()
     events = commits = elections = 0
+    taken = installed = advanced = 0
     for n, seed in enumerate(seeds, 1):
         result = run_seed(
             seed,
@@ -104,7 +118,13 @@ def _run(args: argparse.Namespace) -> int:
             core_class=core_class,
             echo=echo,
             segmented_log=args.log == "segmented",
+            snapshots=not args.no_snapshots,
+            shell_bug=shell_bug,
         )
+        if result.snapshots is not None:
+            taken += result.snapshots.taken
+            installed += result.snapshots.installed
+            advanced += result.snapshots.starts_advanced
         events += result.events
         commits += result.commits
         elections += result.elections
@@ -119,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"--observers {args.observers} --faults {args.faults} --duration {args.duration}"
                 + (f" --inject-bug {args.inject_bug}" if args.inject_bug else "")
                 + (" --log segmented" if args.log == "segmented" else "")
+                + (" --no-snapshots" if args.no_snapshots else "")
                 + " --trace"
             )
             print(f"seeds={n} events={events} commits={commits} elections={elections} violations=1")
@@ -128,6 +149,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"... {n}/{len(seeds)} seeds clean ({rate:.1f} seeds/s)", file=sys.stderr)
     print(
         f"seeds={len(seeds)} events={events} commits={commits} elections={elections} violations=0"
+        + ("" if args.no_snapshots else
+           f" snapshots={taken} installed={installed} log-starts-advanced={advanced}")
     )
     return 0
 

@@ -33,10 +33,13 @@ def _open(fs: SimulatedFileSystem) -> SegmentedLog:
 class DiskLog(MemoryLog):
     """A MemoryLog (the model) whose RaftLog operations also drive the real log."""
 
-    def __init__(self, fs: SimulatedFileSystem, real: SegmentedLog, model: list[Batch]) -> None:
+    def __init__(
+        self, fs: SimulatedFileSystem, real: SegmentedLog, model: list[Batch],
+        start_epoch: int = 0,
+    ) -> None:
         self.fs = fs
         self.real = real
-        super().__init__(model, real.start_offset())
+        super().__init__(model, real.start_offset(), start_epoch)
 
     @classmethod
     def fresh(cls) -> DiskLog:
@@ -69,13 +72,13 @@ class DiskLog(MemoryLog):
         # The real log makes a truncation durable before returning; so does the model.
         super().flush()
 
-    def truncate_fully_to(self, offset: int) -> None:
+    def truncate_fully_to(self, offset: int, epoch: int = 0) -> None:
         self.real.truncate_fully_to(offset)
-        super().truncate_fully_to(offset)
+        super().truncate_fully_to(offset, epoch)
 
-    def advance_start_offset(self, offset: int) -> int:
+    def advance_start_offset(self, offset: int, epoch: int = 0) -> int:
         start = self.real.advance_start_offset(offset)
-        super().advance_start_offset(start)
+        super().advance_start_offset(start, epoch)
         return start
 
     def flush(self) -> int:
@@ -94,7 +97,7 @@ class DiskLog(MemoryLog):
                 f"the segmented log recovered {len(recovered)} batches that do not start with "
                 f"the {len(durable)} batches it had fsync'd",
             )
-        log = DiskLog(self.fs, real, recovered)
+        log = DiskLog(self.fs, real, recovered, model.durable_start_epoch())
         # The recovered log may differ from the model beyond the durable image (torn writes):
         # the checker must re-verify it from the durable point.
         log.durable_truncated_to = model.end_offset()

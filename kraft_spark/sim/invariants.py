@@ -72,12 +72,25 @@ class Checker:
         return start
 
     def refresh(self, node_id: int, log: MemoryLog) -> NodeView:
+        """Below its log start a node holds a snapshot instead of records; snapshots are of
+        committed records only (checked where they are taken and installed), so agreement
+        starts at the log start."""
         v = self.view(node_id)
-        v.agree_end = self._extend(log.batches(), min(v.agree_end, log.end_offset()))
+        start = log.start_offset()
+        if start > self.committed_end:
+            raise InvariantViolation(
+                "snapshot-committed",
+                f"node {node_id}'s log starts at {start}, past the committed log "
+                f"({self.committed_end})",
+            )
+        v.agree_end = self._extend(log.batches(), max(min(v.agree_end, log.end_offset()), start))
         if log.durable_truncated_to is not None:
             v.durable_agree_end = min(v.durable_agree_end, log.durable_truncated_to)
             log.durable_truncated_to = None
-        v.durable_agree_end = self._extend(log.durable_batches(), v.durable_agree_end)
+        durable_start = log.durable_start_offset()
+        v.durable_agree_end = self._extend(
+            log.durable_batches(), max(v.durable_agree_end, min(durable_start, start))
+        )
         return v
 
     # ------------------------------------------------------------------ events
@@ -234,7 +247,10 @@ class Checker:
         durable: dict[int, tuple[int, int]] = {}
         for node_id, log in logs.items():
             batches = log.durable_batches()
-            durable[node_id] = (batches[-1].epoch, batches[-1].next_offset) if batches else (0, 0)
+            durable[node_id] = (
+                (batches[-1].epoch, batches[-1].next_offset) if batches
+                else (log.durable_start_epoch(), log.durable_start_offset())
+            )
         needed = len(self.voters) // 2 + 1
         for node_id, log in logs.items():
             if node_id in non_voting:
@@ -243,7 +259,7 @@ class Checker:
             if alive[node_id]:
                 lacks, claim = (
                     v.agree_end < self.committed_end,
-                    (log.last_epoch(), log.end_offset()),
+                    (log.model_last_epoch(), log.end_offset()),
                 )
             else:
                 lacks, claim = v.durable_agree_end < self.committed_end, durable[node_id]

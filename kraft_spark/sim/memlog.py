@@ -19,10 +19,14 @@ _Op = tuple[str, Batch | int]
 
 
 class MemoryLog:
-    def __init__(self, batches: list[Batch] | None = None, start: int = 0) -> None:
-        # The log start: the first batch's base, or where an empty log restarts (KIP-630).
+    def __init__(
+        self, batches: list[Batch] | None = None, start: int = 0, start_epoch: int = 0
+    ) -> None:
+        # The log start (KIP-630) and the epoch of the snapshot that ends there: what an
+        # empty log's last epoch is (the core learns it from its snapshots).
         self._start = start
         self._durable_start = self._start
+        self.start_epoch = self._durable_start_epoch = start_epoch
         self._batches: list[Batch] = []
         self._bases: list[int] = []
         # (epoch, start offset) of every epoch present, ascending in both.
@@ -41,6 +45,20 @@ class MemoryLog:
 
     def start_offset(self) -> int:
         return self._start
+
+    def durable_start_offset(self) -> int:
+        return self._durable_start
+
+    def durable_start_epoch(self) -> int:
+        return self._durable_start_epoch
+
+    def set_start_epoch(self, epoch: int) -> None:
+        """A snapshot ending at the log start was installed (durably) in this epoch."""
+        self.start_epoch = self._durable_start_epoch = epoch
+
+    def model_last_epoch(self) -> int:
+        """The last epoch as the core sees it: the snapshot's when the log is empty."""
+        return self._batches[-1].epoch if self._batches else self.start_epoch
 
     def end_offset(self) -> int:
         return self._end()
@@ -78,8 +96,8 @@ class MemoryLog:
         self._flushed = min(self._flushed, offset)
         self._pending.append(("truncate", offset))
 
-    def truncate_fully_to(self, offset: int) -> None:
-        """Durable when it returns, like the segmented log's."""
+    def truncate_fully_to(self, offset: int, epoch: int = 0) -> None:
+        """Durable when it returns, like the segmented log's. ``epoch``: the snapshot's."""
         self.flush()
         self._batches.clear()
         self._bases.clear()
@@ -87,14 +105,16 @@ class MemoryLog:
         self._epoch_keys.clear()
         self._durable.clear()
         self._start = self._durable_start = self._flushed = offset
+        self.start_epoch = self._durable_start_epoch = epoch
         low = self.durable_truncated_to
         self.durable_truncated_to = 0 if low is None else min(low, 0)
 
-    def advance_start_offset(self, offset: int) -> int:
+    def advance_start_offset(self, offset: int, epoch: int = 0) -> int:
         """Retention: the log now starts at ``offset`` (durably); whole batches that end at or
-        before it are dropped. Returns the new log start."""
+        before it are dropped. ``epoch``: the snapshot's there. Returns the new log start."""
         if offset <= self._start:
             return self._start
+        self.start_epoch = self._durable_start_epoch = epoch
         self.flush()
         drop = 0
         while drop < len(self._batches) and self._batches[drop].next_offset <= offset:
@@ -161,7 +181,7 @@ class MemoryLog:
                     assert isinstance(arg, int)
                     lowest = arg if lowest is None else min(lowest, arg)
                 _apply(image, op, arg)
-        recovered = MemoryLog(image, self._durable_start)
+        recovered = MemoryLog(image, self._durable_start, self._durable_start_epoch)
         recovered.durable_truncated_to = lowest
         return recovered
 

@@ -14,6 +14,7 @@ from kraft_spark.sim.disklog import DiskLog
 from kraft_spark.sim.faults import FaultInjector
 from kraft_spark.sim.invariants import InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
+from kraft_spark.sim.snapshots import SnapshotStats
 from kraft_spark.sim.trace import Trace
 
 # After the faults stop, a leader must be elected and a new append must commit within this.
@@ -34,6 +35,7 @@ class SeedResult:
     elections: int
     violation: InvariantViolation | None = None
     recent_trace: list[str] = field(default_factory=list)
+    snapshots: SnapshotStats | None = None
 
 
 def run_seed(
@@ -46,6 +48,8 @@ def run_seed(
     core_class: type[RaftCore] = RaftCore,
     echo: Callable[[str], None] | None = None,
     segmented_log: bool = False,
+    snapshots: bool = True,
+    shell_bug: str | None = None,
 ) -> SeedResult:
     trace = Trace(keep=40, echo=echo)
     cluster = Cluster(
@@ -57,6 +61,8 @@ def run_seed(
         core_class=core_class,
         trace=trace,
         log_factory=DiskLog.fresh if segmented_log else MemoryLog,
+        snapshots=snapshots,
+        shell_bug=shell_bug,
     )
     fault_end = int(duration_s * 1_000_000)
     injector = FaultInjector(cluster, faults, until_us=fault_end)
@@ -81,9 +87,14 @@ def run_seed(
     except InvariantViolation as violation:
         return SeedResult(
             seed, cluster.events, cluster.checker.commits, cluster.elections, violation,
-            trace.recent(),
+            trace.recent(), _snapshot_stats(cluster),
         )  # fmt: skip
-    return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections)
+    return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections,
+                      snapshots=_snapshot_stats(cluster))
+
+
+def _snapshot_stats(cluster: Cluster) -> SnapshotStats | None:
+    return cluster.snapshots.stats if cluster.snapshots is not None else None
 
 
 def _roles(cluster: Cluster) -> str:

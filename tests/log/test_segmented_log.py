@@ -372,3 +372,22 @@ def test_truncate_fully_to_restarts_an_empty_log_at_an_offset(tmp_path: Path) ->
     assert (reopened.start_offset(), reopened.end_offset(), reopened.last_epoch()) == (500, 501, 7)
     assert reopened.read(500, 100)[0].records[0].key == b"a"
     reopened.close()
+
+
+def test_a_new_epoch_can_start_where_the_log_start_was_moved_to_the_end(tmp_path: Path) -> None:
+    """Retention up to the log end leaves an epoch entry with no record; the next leader's
+    first batch (a later epoch, same offset) replaces it (the simulator found this)."""
+    from kraft_spark.log.fs import RealFileSystem
+    from kraft_spark.raft.records import Batch, Record
+
+    log = _filled(tmp_path, 50)
+    log.advance_start_offset(50)
+    assert (log.start_offset(), log.end_offset()) == (50, 50)
+    log.append(Batch(50, 9, (Record(b"k", b"v"),)))
+    log.flush()
+    assert log.epoch_entries() == [(9, 50)]
+    log.close()
+    reopened = SegmentedLog.open(RealFileSystem(), str(tmp_path), segment_bytes=1024)
+    assert reopened.read(0, 1 << 20)[0].base_offset == 50
+    assert reopened.epoch_entries() == [(9, 50)]
+    reopened.close()
