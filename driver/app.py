@@ -47,6 +47,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from kraft_spark import aio
 from kraft_spark.config_keys import APP_KEYS, NODE_KEYS, QUORUM_KEYS, check_known
 from kraft_spark.metrics import AppMetrics, Registry
@@ -195,6 +196,7 @@ class Application:
         self._observer: Any = None
         self._observer_voters: dict[int, tuple[str, int]] = {}
         self._hw = 0
+        self._materialized = 0  # every table holds the log below this (observer retention)
         self._hw_event = threading.Event()
         self._sidecar: Any = None
         self._job_done = threading.Event()
@@ -343,6 +345,7 @@ class Application:
         from kraft_spark.net.config import NodeConfig
         from kraft_spark.net.node import RaftNode
         from kraft_spark.raft.config import QuorumConfig
+        from kraft_spark.state.policy import SnapshotConfig
 
         port = self.config.observer_port
         if self._observer is not None:
@@ -351,10 +354,13 @@ class Application:
         log_dir = os.path.join(self.config.data_dir, f"observer-{OBSERVER_ID}")
         format_log_dir(log_dir, cluster_id=self.cluster_id, node_id=OBSERVER_ID,
                        ignore_formatted=True)
+        props = self.config.quorum_properties
         node = RaftNode(NodeConfig(OBSERVER_ID, log_dir, "127.0.0.1", port, voters,
-                                   QuorumConfig.from_properties(self.config.quorum_properties),
-                                   log_preallocate=self.config.log_preallocate))
+                                   QuorumConfig.from_properties(props),
+                                   log_preallocate=self.config.log_preallocate,
+                                   snapshots=SnapshotConfig.from_properties(props)))
         await node.start()
+        hold_observer_log(node, lambda: self._materialized)
         node.add_commit_listener(self._on_commit)
         self._observer = node
         self._observer_voters = voters
@@ -484,6 +490,9 @@ class Application:
                     resume = materializer.resume_offset(tables)
                     if eager:
                         progress(f"materializing from offset {resume} into {cfg.warehouse}")
+                if bootstrap_if_needed(self._observer, self._observer_loop, materializer,
+                                       resume, progress):
+                    resume = materializer.resume_offset(tables)
                 fut: Future[tuple[list[Any], int]] = asyncio.run_coroutine_threadsafe(
                     self._read_committed(resume, cfg.materialize_max_records),
                     self._observer_loop)
@@ -509,6 +518,7 @@ class Application:
                         log.info("quorum_events/snapshot cycle took %.1f s; next in %.1f s",
                                  cycle_s, full_wait)
                 resume = materializer.resume_offset(tables)
+                self._materialized = materializer.resume_offset()
                 if RECORDS in tables:
                     lag = max(0, self._hw - materializer.table_offsets()[RECORDS])
                     self.app_metrics.materialization_lag_offsets.set(lag)
@@ -633,12 +643,14 @@ def config_from_properties(props: dict[str, str]) -> AppConfig:
     unset). Raises ValueError naming the key for a malformed value or an unknown ``kraft.*`` key
     (a typo would otherwise be silently ignored)."""
     from kraft_spark.raft.config import QuorumConfig
+    from kraft_spark.state.policy import SnapshotConfig
 
     check_known(props)
     quorum = {k: v for k, v in props.items()
               if v and ((k.startswith("controller.quorum.") and k != "controller.quorum.voters")
-                        or k in QUORUM_KEYS)}
+                        or k in QUORUM_KEYS or k.startswith("metadata."))}
     QuorumConfig.from_properties(quorum)  # ConfigError (a ValueError) names the key
+    SnapshotConfig.from_properties(quorum)  # the KIP-630 keys, passed to every node
     cfg = AppConfig(quorum_properties=quorum)
     for key, raw in props.items():
         if key in _NODE_ONLY_KEYS and raw:

@@ -124,6 +124,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         from kraft_spark.gc_tuning import tune_for_serving
         from kraft_spark.net.config import NodeConfig
         from kraft_spark.raft.config import QuorumConfig
+        from kraft_spark.state.policy import SnapshotConfig
 
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -142,6 +143,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             disk_lost=disk_lost,
             inline_flush_max_ms=settings.inline_flush_max_ms,
             log_preallocate=settings.log_preallocate,
+            snapshots=SnapshotConfig.from_properties(settings.quorum_properties),
         )
         hello = {
             **me,

@@ -318,6 +318,13 @@ class DeltaMaterializer:
             self._next[table] = offset
             self._generation[table] += 1
 
+    def forget_cached_offset(self, table: str) -> None:
+        """Another writer (``bootstrap``) committed to ``table``: read its offset again."""
+        self._drop_next(table)
+
+    def ensure_tables(self) -> None:
+        self._create_tables()
+
     def _drop_next(self, table: str) -> None:
         with self._lock:
             self._next.pop(table, None)

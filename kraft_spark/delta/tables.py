@@ -110,17 +110,21 @@ class CommitMetadata:
     first_offset: int
     last_offset: int
     high_watermark: int
+    # KIP-630: set on the commit that jumped over [first_offset, last_offset] because those
+    # records were gone from the quorum's logs: ``<end offset>-<epoch>`` of the snapshot the
+    # tables were bootstrapped from (``records`` has no rows for that range).
+    bootstrap_snapshot: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "app_id": self.app_id,
-                "first_offset": self.first_offset,
-                "last_offset": self.last_offset,
-                "high_watermark": self.high_watermark,
-            },
-            sort_keys=True,
-        )
+        data: dict[str, Any] = {
+            "app_id": self.app_id,
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
+            "high_watermark": self.high_watermark,
+        }
+        if self.bootstrap_snapshot is not None:
+            data["bootstrap_snapshot"] = self.bootstrap_snapshot
+        return json.dumps(data, sort_keys=True)
 
     @staticmethod
     def parse(text: str | None) -> CommitMetadata | None:
@@ -139,6 +143,9 @@ class CommitMetadata:
                 first_offset=int(data.get("first_offset", -1)),
                 last_offset=int(data["last_offset"]),
                 high_watermark=int(data.get("high_watermark", -1)),
+                bootstrap_snapshot=(
+                    str(data["bootstrap_snapshot"]) if "bootstrap_snapshot" in data else None
+                ),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -110,6 +110,8 @@ class StateKeeper:
         self.node_id = node_id
         self._now_ms = now_ms
         self._observer_hold = observer_hold
+        # A hold of this node's own (the driver's observer: what Delta has not materialized).
+        self.local_hold: Callable[[], int | None] | None = None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"node-{node_id}-snapshot")
         self._writer_fs = RealFileSystem()  # the writer thread's own file handles
         self._writing: asyncio.Future[None] | None = None
@@ -208,6 +210,11 @@ class StateKeeper:
 
     # ------------------------------------------------------------------ retention
 
+    def _hold(self) -> int | None:
+        holds = [self._observer_hold(), self.local_hold() if self.local_hold else None]
+        present = [h for h in holds if h is not None]
+        return min(present) if present else None
+
     def apply_retention(self) -> None:
         decision = retention_decision(
             self.config,
@@ -216,7 +223,7 @@ class StateKeeper:
             snapshots=self.store.ids(),
             snapshot_bytes=self.store.total_bytes(),
             now_ms=self._now_ms(),
-            observer_hold=self._observer_hold(),
+            observer_hold=self._hold(),
         )
         if decision.new_start is None:
             return
@@ -226,7 +233,7 @@ class StateKeeper:
             log.warning(
                 "node %d: retention moves the log start to %d past what the observers have "
                 "fetched (%s): %s; a lagging observer will bootstrap from a snapshot",
-                self.node_id, start, self._observer_hold(), decision.reason)
+                self.node_id, start, self._hold(), decision.reason)
         self.log.advance_start_offset(start)
         kept = [s for s in self.store.ids() if s.offset <= start]
         if kept:

@@ -699,3 +699,37 @@ def test_compaction_while_records_are_appended(spark: Any, tmp_path: Path) -> No
     assert read_records(spark, tmp_path) == logdata.record_rows(batches)
     assert len(commits_of(spark, tmp_path, RECORDS)) == len(batches)
     assert DeltaMaterializer(spark, str(tmp_path)).table_offsets()[RECORDS] == 16
+
+
+# ---------------------------------------------------------------------------- KIP-630 bootstrap
+
+
+def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The log lost offsets 5..11 to retention before they were materialized: the tables jump
+    to the snapshot ending at 12, ``snapshot`` equals its content, the gap is in the commits'
+    userMetadata, and materialization continues after it."""
+    from kraft_spark.delta.bootstrap import bootstrap_from_snapshot
+    from kraft_spark.raft.log_api import OffsetAndEpoch
+    from kraft_spark.state.machine import KeyValueState
+
+    batches = logdata.log()
+    warehouse = tmp_path / "wh"
+    mat = DeltaMaterializer(spark, str(warehouse))
+    mat.write(batches[:2], 5)
+    state = KeyValueState()
+    state.apply_all(batches[:5])
+    sid = OffsetAndEpoch(state.applied_offset, state.applied_epoch)
+    assert sid == OffsetAndEpoch(12, 2)
+    jumped = bootstrap_from_snapshot(mat, sid, state.items(), 12)
+    assert jumped == dict.fromkeys(TABLES, 5)
+    assert mat.table_offsets() == dict.fromkeys(TABLES, 12)
+    assert read_snapshot(spark, warehouse) == logdata.replay(batches[:5])
+    gap = commits_of(spark, warehouse, RECORDS)[-1]
+    assert (gap.first_offset, gap.last_offset, gap.bootstrap_snapshot) == (5, 11, "12-2")
+    mat.write(batches[5:], 16)
+    assert read_snapshot(spark, warehouse) == logdata.replay(batches)
+    offsets = [row[0] for row in read_records(spark, warehouse)]
+    expected = [r[0] for r in logdata.record_rows(batches) if r[0] < 5 or r[0] >= 12]
+    assert offsets == expected

@@ -1,0 +1,111 @@
+"""Bootstrapping the Delta tables from a Raft snapshot (KIP-630) when the log no longer holds
+the records they need next.
+
+The driver's observer normally materializes every committed record. When retention deleted
+records the tables have not materialized yet (a fresh warehouse for a compacted quorum, or a
+materializer that fell behind the size limit), the observer starts from a snapshot instead.
+Then, for each table still below the snapshot's end offset S:
+
+* ``snapshot``: one MERGE makes the table equal to the snapshot's content (newer values
+  updated, missing keys inserted, keys the snapshot does not hold deleted);
+* ``records`` and ``quorum_events``: an empty commit that moves the table to S.
+
+Every such commit carries, in its ``userMetadata``, the range it jumped over
+(``first_offset``..``last_offset`` = S - 1) and ``bootstrap_snapshot`` = ``<S>-<epoch>``; the
+driver also logs it. So the gap in ``records``' history is recorded, never silent, and time
+travel before it still works for what was materialized.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from kraft_spark.delta.materializer import (
+    _MERGE_SOURCE_SCHEMA,
+    _TXN_APP_ID_CONF,
+    _TXN_VERSION_CONF,
+    _USER_METADATA_CONF,
+    DeltaMaterializer,
+    _arrow_frame,
+)
+from kraft_spark.delta.tables import SCHEMAS, SNAPSHOT, TABLES, CommitMetadata
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.state.machine import Entry
+
+log = logging.getLogger(__name__)
+
+
+def bootstrap_from_snapshot(
+    materializer: DeltaMaterializer,
+    snapshot_id: OffsetAndEpoch,
+    entries: Iterable[tuple[bytes, Entry]],
+    high_watermark: int,
+) -> dict[str, int]:
+    """Move every table below ``snapshot_id.offset`` to it (see the module doc); returns the
+    first offset each table had to jump over (tables already there are left out)."""
+    offsets = materializer.table_offsets()
+    label = f"{snapshot_id.offset}-{snapshot_id.epoch}"
+    rows = [
+        (key, entry.value, entry.offset, entry.epoch, entry.timestamp_ms)
+        for key, entry in entries
+    ]
+    jumped: dict[str, int] = {}
+    for table in TABLES:
+        first = offsets[table]
+        if first >= snapshot_id.offset:
+            continue
+        meta = CommitMetadata(materializer.app_id, first, snapshot_id.offset - 1,
+                              high_watermark, bootstrap_snapshot=label)
+        log.warning(
+            "%s: offsets %d..%d are no longer in the quorum's log (retention): bootstrapping "
+            "from snapshot %s; the gap is recorded in the commit's userMetadata",
+            table, first, snapshot_id.offset - 1, label)
+        if table == SNAPSHOT:
+            _replace_snapshot(materializer, rows, meta)
+        else:
+            _empty_commit(materializer, table, meta)
+        materializer.forget_cached_offset(table)
+        jumped[table] = first
+    return jumped
+
+
+def _empty_commit(materializer: DeltaMaterializer, table: str, meta: CommitMetadata) -> None:
+    spark = materializer.spark
+    frame = spark.createDataFrame(spark.sparkContext.emptyRDD(), SCHEMAS[table])
+    (
+        frame.write.format("delta")
+        .mode("append")
+        .option("txnAppId", meta.app_id)
+        .option("txnVersion", str(meta.last_offset))
+        .option("userMetadata", meta.to_json())
+        .save(materializer.path(table))
+    )
+
+
+def _replace_snapshot(
+    materializer: DeltaMaterializer, rows: list[tuple[Any, ...]], meta: CommitMetadata
+) -> None:
+    from delta.tables import DeltaTable
+
+    materializer.ensure_tables()
+    session = materializer.spark.newSession()
+    session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+    source = _arrow_frame(session, _MERGE_SOURCE_SCHEMA, rows).coalesce(1)
+    target = DeltaTable.forPath(session, materializer.path(SNAPSHOT))
+    session.conf.set(_TXN_APP_ID_CONF, meta.app_id)
+    session.conf.set(_TXN_VERSION_CONF, str(meta.last_offset))
+    session.conf.set(_USER_METADATA_CONF, meta.to_json())
+    columns = SCHEMAS[SNAPSHOT].fieldNames()
+    (
+        target.alias("t")
+        .merge(source.alias("s"), "t.key = s.key")
+        .whenMatchedUpdate(
+            condition="t.offset <> s.offset",
+            set={c: f"s.`{c}`" for c in ("value", "offset", "epoch", "timestamp")},
+        )
+        .whenNotMatchedInsert(values={c: f"s.`{c}`" for c in columns})
+        .whenNotMatchedBySourceDelete()
+        .execute()
+    )
