@@ -193,6 +193,10 @@ class QuorumOut(BaseModel):
     currentObservers: list[int]
     voters: list[ReplicaStateOut]
     observers: list[ReplicaStateOut]
+    logStartOffset: int = Field(
+        -1, description="KIP-630: the leader's log start offset (-1: unknown)")
+    latestSnapshot: str | None = Field(
+        None, description="KIP-630: the leader's newest snapshot, <end offset>-<epoch>")
 
 
 class ReplicationRowOut(BaseModel):
@@ -1207,6 +1211,8 @@ def create_app(
             **status_summary(info),
             voters=[_replica_out(v) for v in info.voters],
             observers=[_replica_out(o) for o in info.observers],
+            logStartOffset=info.log_start_offset,
+            latestSnapshot=info.latest_snapshot,
         )
 
     @app.get(

@@ -31,6 +31,16 @@ def register(subparsers: Any) -> None:
     app.add_argument("--http-port", type=int, default=18181)
     app.set_defaults(func=_bench_app)
 
+    snaps = bench_subparsers(subparsers).add_parser(
+        "snapshots", help="KIP-630: state memory, restart and catch-up against history, disk "
+        "held, commit latency while snapshots are written",
+    )
+    snaps.add_argument("--histories", default="100000,1000000",
+                       help="comma list of history lengths in records (add 10000000 for the "
+                            "long run: ~1.3 GB of log and several minutes)")
+    snaps.add_argument("--json", action="store_true", help="end with one JSON line")
+    snaps.set_defaults(func=_bench_snapshots)
+
     compare = bench_subparsers(subparsers).add_parser(
         "compare", help="kraft-spark against etcd and PySyncObj, with the physical floor "
         "(installs etcd, wrk and PySyncObj if missing)",
@@ -60,6 +70,24 @@ def _bench_quorum(args: argparse.Namespace) -> int:
     print(format_table(rows))
     if args.json:
         print(json.dumps(rows))
+    return 0
+
+
+def _bench_snapshots(args: argparse.Namespace) -> int:
+    from bench.snapshots import run_all
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        histories = [int(h) for h in args.histories.split(",")]
+    except ValueError:
+        raise CommandError(
+            f"--histories must be a comma list of integers, got {args.histories!r}"
+        ) from None
+    result = run_all(histories, log)
+    if args.json:
+        print(json.dumps(result))
     return 0
 
 

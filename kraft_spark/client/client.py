@@ -261,6 +261,9 @@ class AsyncQuorumClient:
                 high_watermark=part["high_watermark"],
                 voters=tuple(_replica(r) for r in part["current_voters"]),
                 observers=tuple(_replica(r) for r in part["observers"]),
+                log_start_offset=(reply.get("kraft_spark_log_start") or {}).get(
+                    "log_start_offset", -1),
+                latest_snapshot=_snapshot_of(reply.get("kraft_spark_log_start")),
             )
 
         info: QuorumInfo = await self._retry("describe quorum", attempt)
@@ -502,3 +505,10 @@ class QuorumClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _snapshot_of(log_start: Any) -> str | None:
+    """``<end offset>-<epoch>`` of DescribeQuorum's KraftSparkLogStart field (None: none)."""
+    if not isinstance(log_start, dict) or log_start.get("snapshot_end_offset", -1) < 0:
+        return None
+    return f"{log_start['snapshot_end_offset']}-{log_start.get('snapshot_epoch', -1)}"

@@ -70,3 +70,7 @@ class QuorumInfo:
     high_watermark: int
     voters: tuple[ReplicaInfo, ...] = ()
     observers: tuple[ReplicaInfo, ...] = field(default=())
+    # KIP-630: the leader's log start offset (-1: unknown) and newest snapshot
+    # (``<end offset>-<epoch>``, None: none).
+    log_start_offset: int = -1
+    latest_snapshot: str | None = None

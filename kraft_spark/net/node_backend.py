@@ -220,6 +220,8 @@ class NodeBackend:
                 high_watermark=response.high_watermark,
                 voters=tuple(_replica(v) for v in response.voters),
                 observers=tuple(_replica(o) for o in response.observers),
+                log_start_offset=response.log_start_offset,
+                latest_snapshot=snapshot_label(response.latest_snapshot),
             )
         return await self._forwarder().describe_quorum()
 

@@ -407,6 +407,7 @@ def response_to_wire(
             body["node_endpoints"] = [e for e in endpoints if e["node_id"] == msg.leader_id]
         return body
     if isinstance(msg, DescribeQuorumResponse):
+        snap = msg.latest_snapshot
 
         def replicas(states: tuple[ReplicaState, ...]) -> list[Body]:
             return [
@@ -433,6 +434,11 @@ def response_to_wire(
             "topics": _topics(part),
             "kraft_spark_cluster_id": cluster_id,
             "kraft_spark_node_endpoints": endpoints or [],
+            "kraft_spark_log_start": {
+                "log_start_offset": msg.log_start_offset,
+                "snapshot_end_offset": snap.offset if snap is not None else -1,
+                "snapshot_epoch": snap.epoch if snap is not None else -1,
+            },
         }
     raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover
 
@@ -521,6 +527,8 @@ def response_from_wire(api_key: int, body: Body) -> Response:
         if part is None:
             return DescribeQuorumResponse(_error_of(body, None), -1, -1)
 
+        start = body.get("kraft_spark_log_start") or {}
+
         def states(items: list[Body]) -> tuple[ReplicaState, ...]:
             return tuple(
                 ReplicaState(
@@ -539,5 +547,10 @@ def response_from_wire(api_key: int, body: Body) -> Response:
             high_watermark=part["high_watermark"],
             voters=states(part["current_voters"]),
             observers=states(part["observers"]),
+            log_start_offset=start.get("log_start_offset", -1),
+            latest_snapshot=(
+                OffsetAndEpoch(start["snapshot_end_offset"], start["snapshot_epoch"])
+                if start.get("snapshot_end_offset", -1) >= 0 else None
+            ),
         )
     raise WireError(f"api key {api_key} is not a quorum response")

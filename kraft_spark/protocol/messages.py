@@ -415,6 +415,12 @@ DESCRIBE_QUORUM_RESPONSE = MessageSchema(
               F("Host", "string", "0+"),
               F("Port", "int32", "0+"),
           )),
+        # ...and KIP-630's state of the leader's log: where it starts, its newest snapshot.
+        F("KraftSparkLogStart", "LogStart", "0+", tag=10002, tagged_versions="0+", fields=(
+            F("LogStartOffset", "int64", "0+", default=-1),
+            F("SnapshotEndOffset", "int64", "0+", default=-1),
+            F("SnapshotEpoch", "int32", "0+", default=-1),
+        )),
     ),
 )
 

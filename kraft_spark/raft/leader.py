@@ -521,6 +521,8 @@ class LeaderMixin(CoreState):
         self.reply(
             token,
             DescribeQuorumResponse(
-                ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark, voters, observers
+                ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark, voters, observers,
+                log_start_offset=self.log.start_offset(),
+                latest_snapshot=self.snapshots.latest_id(),
             ),
         )

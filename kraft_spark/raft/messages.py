@@ -187,6 +187,9 @@ class DescribeQuorumResponse:
     high_watermark: int = -1
     voters: tuple[ReplicaState, ...] = ()
     observers: tuple[ReplicaState, ...] = ()
+    # KIP-630, the leader's: its log start offset and newest snapshot (None: none).
+    log_start_offset: int = -1
+    latest_snapshot: OffsetAndEpoch | None = None
 
 
 Request = (

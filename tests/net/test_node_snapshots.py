@@ -75,9 +75,13 @@ def test_logs_stay_bounded_and_a_wiped_voter_catches_up_from_a_snapshot(
         try:
             with pytest.raises(OffsetBelowLogStartError) as caught:
                 await client.read(0, 10)
+            info = await client.describe_quorum()
         finally:
             await client.close()
         assert caught.value.log_start_offset == leader.log.start_offset()
+        # DescribeQuorum carries the leader's log start and newest snapshot.
+        assert info.log_start_offset == leader.log.start_offset()
+        assert info.latest_snapshot == leader.describe()["latest_snapshot"]
         assert caught.value.snapshot == leader.describe()["latest_snapshot"]
         assert f"below the log start offset {leader.log.start_offset()}" in str(caught.value)
         # Wipe one follower and bring it back empty: it must take the leader's snapshot.

@@ -100,6 +100,9 @@ RESPONSES: list[tuple[int, Response]] = [
     (ApiKey.DESCRIBE_QUORUM, DescribeQuorumResponse(
         ErrorCode.NONE, 1, 3, 11, (ReplicaState(1, 12, 1000, 999), ReplicaState(0, 11, 5, 4)),
         (ReplicaState(3000, 10, 900, -1),))),
+    (ApiKey.DESCRIBE_QUORUM, DescribeQuorumResponse(
+        ErrorCode.NONE, 1, 3, 11, (ReplicaState(1, 12, 1000, 999),), (),
+        log_start_offset=9, latest_snapshot=OffsetAndEpoch(9, 2))),
 ]
 
 
