@@ -93,6 +93,10 @@ def open_storage(
     return Storage(the_log, store, state, lost)
 
 
+def _yield_gil() -> None:
+    time.sleep(0)
+
+
 class StateKeeper:
     def __init__(
         self,
@@ -180,8 +184,10 @@ class StateKeeper:
         started = time.perf_counter()
 
         def write() -> int:
+            # sleep(0) between batches: the encoder would otherwise keep the GIL for up to
+            # the interpreter's switch interval (5 ms) at a time, stalling the event loop.
             return self.store.write(sid, entries.items(), producers, self._now_ms(),
-                                    fs=self._writer_fs)
+                                    fs=self._writer_fs, between_batches=_yield_gil)
 
         future = loop.run_in_executor(self._writer, write)
         self._writing = asyncio.ensure_future(self._finish(sid, keys, future, started))

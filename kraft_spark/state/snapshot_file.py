@@ -39,8 +39,9 @@ CONTROL_TYPE_SNAPSHOT_FOOTER = 4
 PRODUCERS_HEADER = "kraft.producers"
 OFFSET_HEADER = "kraft.offset"
 EPOCH_HEADER = "kraft.epoch"
-# Data batches are cut at this many records or bytes (Kafka's snapshot writer: 8 KiB..1 MiB).
-RECORDS_PER_BATCH = 2000
+# Data batches are cut at this many records or bytes (Kafka's snapshot writer: 8 KiB..1 MiB);
+# small enough that encoding one holds the GIL well under a millisecond.
+RECORDS_PER_BATCH = 500
 BYTES_PER_BATCH = 1024 * 1024
 
 _NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")

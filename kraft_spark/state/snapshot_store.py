@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import posixpath
 from bisect import insort
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kraft_spark.log.fs import FileSystem
 from kraft_spark.raft.log_api import OffsetAndEpoch
@@ -158,10 +158,12 @@ class FileSnapshotStore:
         last_timestamp_ms: int,
         *,
         fs: FileSystem | None = None,
+        between_batches: Callable[[], None] | None = None,
     ) -> int:
         """Write a snapshot durably (``.part``, fsync, rename, fsync dir); returns its size.
         Safe on a worker thread given its own ``fs`` (file handles are per FileSystem); call
-        ``add`` on the owner's thread afterwards."""
+        ``add`` on the owner's thread afterwards. ``between_batches`` runs after each batch
+        is written (a worker passes ``time.sleep(0)``: it hands the GIL to the event loop)."""
         fs = fs or self.fs
         final = self.path_of(snapshot_id)
         part = final + ".part"
@@ -170,6 +172,8 @@ class FileSnapshotStore:
         for chunk in encode_snapshot(snapshot_id, entries, producers, last_timestamp_ms):
             fs.write_at(part, size, chunk)
             size += len(chunk)
+            if between_batches is not None:
+                between_batches()
         fs.fsync(part)
         fs.close(part)
         fs.rename(part, final)
