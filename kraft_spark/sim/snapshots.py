@@ -4,7 +4,8 @@ and retention step of every node, on each node's own simulated disk.
 Per node: a ``FileSnapshotStore`` on a ``SimulatedFileSystem`` (so crashes lose what was not
 fsync'd and leave ``.part`` files behind), and the ``KeyValueState`` the node applies committed
 records to. After every high-watermark move the node applies, takes a snapshot (at its applied
-offset, which is committed) once enough bytes were applied and the seed's dice say so, and may
+offset, which is committed) once enough bytes were applied and the seed's dice say so (now and
+then the write is cut short, leaving a torn ``.part`` behind), and may
 apply retention: the log start moves to the newest snapshot and older snapshots go. A node whose
 fetch offset falls below its leader's log start must fetch a snapshot (FetchSnapshot), which
 the simulator's faults (crashes, disk loss, partitions) interrupt at any point.
@@ -28,12 +29,14 @@ from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.state.machine import KeyValueState
+from kraft_spark.state.snapshot_file import encode_snapshot
 from kraft_spark.state.snapshot_store import FileSnapshotStore
 
 SNAP_DIR = "/snapshots"
 SNAPSHOT_EVERY_BYTES = 300  # tiny, so runs take many snapshots
 SNAPSHOT_CHANCE = 0.5
 RETENTION_CHANCE = 0.7
+TORN_PART_CHANCE = 0.05
 SHELL_BUGS = ("snapshot-past-hw", "retention-past-snapshot")
 
 
@@ -56,6 +59,7 @@ class SnapshotStats:
     taken: int = 0
     installed: int = 0
     starts_advanced: int = 0
+    torn_parts: int = 0
 
 
 class SimSnapshots:
@@ -157,6 +161,15 @@ class SimSnapshots:
                 f"node {node_id} took snapshot {sid.offset}-{sid.epoch} past the committed log "
                 f"({self.checker.committed_end})",
             )
+        if self.rng.random() < TORN_PART_CHANCE:
+            # A writer cut short (the process died mid-write): a torn, unsynced .part that a
+            # crash may keep or lose; the store must never take it for a snapshot, and removes
+            # it when it opens.
+            data = b"".join(encode_snapshot(sid, state.items(), state.producers.export(), 0))
+            ns.store.fs.write_file(ns.store.path_of(sid) + ".part",
+                                   data[: self.rng.randrange(len(data))])
+            self.stats.torn_parts += 1
+            return
         ns.store.write(sid, state.items(), state.producers.export(), 0)
         ns.store.add(sid)
         ns.bytes_since = 0
