@@ -42,7 +42,7 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
 )
 from kraft_spark.client.types import AppendResult
-from kraft_spark.net.node import NodeStoppedError
+from kraft_spark.net.node_tokens import NodeStoppedError
 from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse, Response
 from kraft_spark.raft.records import Record
 

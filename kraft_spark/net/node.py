@@ -22,7 +22,7 @@ Everything the core decides happens on the event loop thread; the shell only car
 Local requests: ``submit_local`` hands the core a client request (Produce, a client Fetch,
 DescribeQuorum) from this process, as if it came from a connection; its answer resolves an
 asyncio future, or calls a callback (``submit_local_callback``), instead of being written to a
-socket (the reply's token is a ``_LocalToken``).
+socket (the reply's token is a ``LocalToken``).
 The embedded HTTP API (``kraft.http.listener``, ``kraft_spark.net.node_http``) uses it so an
 append to the leader goes straight into its core. ``stop`` stops that HTTP server first (its
 requests in flight finish briefly), and fails local requests still unanswered at the end with
@@ -55,9 +55,18 @@ from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
 from kraft_spark.net.fast_wire import (
     FETCH_VERSION,
     decode_fetch_request,
-    decode_fetch_response,
     encode_fetch_request,
     encode_fetch_response,
+)
+from kraft_spark.net.node_tokens import (
+    LocalCallback,
+    LocalRequest,
+    LocalToken,
+    NodeStoppedError,
+    Token,
+    decode_fetch_reply,
+    request_source,
+    wall_ms,
 )
 from kraft_spark.net.state_keeper import StateKeeper, open_storage
 from kraft_spark.net.stats import NodeStats
@@ -80,15 +89,10 @@ from kraft_spark.protocol import (
 )
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import (
-    BeginQuorumEpochRequest,
-    DescribeQuorumRequest,
     EndQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
-    ProduceRequest,
-    Request,
     Response,
-    VoteRequest,
 )
 from kraft_spark.raft.ready import Outbound, Ready
 from kraft_spark.raft.state import PersistedState, Role
@@ -97,61 +101,6 @@ if TYPE_CHECKING:
     from kraft_spark.net.node_http import NodeHttpServer
 
 log = logging.getLogger(__name__)
-
-LocalRequest = ProduceRequest | FetchRequest | DescribeQuorumRequest
-
-
-class NodeStoppedError(Exception):
-    """The node stopped (or failed) before it answered a local request; a Produce among them
-    may still have been appended."""
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class _Token:
-    """Where to send the answer to one inbound request."""
-
-    __slots__ = ("api_key", "api_version", "conn", "correlation_id")
-
-    def __init__(self, conn: ServerConnection, header: RequestHeader) -> None:
-        self.conn = conn
-        self.api_key = header.api_key
-        self.api_version = header.api_version
-        self.correlation_id = header.correlation_id
-
-
-# Told the answer to a local request (or, with None, why there is none), synchronously.
-LocalCallback = Callable[[Response | None, BaseException | None], None]
-
-
-class _LocalToken:
-    """Where to send the answer to one request made in this process: an asyncio future, or a
-    callback (``submit_local_callback``)."""
-
-    __slots__ = ("callback", "future")
-
-    def __init__(self, future: asyncio.Future[Response] | None,
-                 callback: LocalCallback | None = None) -> None:
-        self.future = future
-        self.callback = callback
-
-    def settle(self, response: Response | None, error: BaseException | None) -> None:
-        if self.callback is not None:
-            try:
-                self.callback(response, error)
-            except Exception:  # the caller's bug must not cost the rest of the Ready
-                log.exception("a local request's callback failed")
-            return
-        future = self.future
-        if future is None or future.done():  # else the caller stopped waiting
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            assert response is not None
-            future.set_result(response)
 
 
 class RaftNode:
@@ -191,7 +140,7 @@ class RaftNode:
             {"node_id": n, "host": host, "port": port}
             for n, (host, port) in sorted(config.voters.items())
         ]
-        self._local: set[_LocalToken] = set()
+        self._local: set[LocalToken] = set()
         # True while a local request's callback runs (inside _dispatch): a submission from it
         # drains on the next loop turn (_drain_soon), not nested in this Ready.
         self._settling_local = False
@@ -437,7 +386,7 @@ class RaftNode:
             )
             return
         self.stats.on_request(message)
-        self._core.handle_request(wall_ms(), _source(message), _Token(conn, header), message)
+        self._core.handle_request(wall_ms(), request_source(message), Token(conn, header), message)
         self._drain()
 
     def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]:
@@ -446,7 +395,7 @@ class RaftNode:
         leader), or fails with ``NodeStoppedError`` if the node stops first. Cancelling the
         future only stops waiting: a Produce already handed over stays in the log."""
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._hand_over(message, _LocalToken(future))
+        self._hand_over(message, LocalToken(future))
         return future
 
     def submit_local_callback(self, message: LocalRequest, callback: LocalCallback) -> None:
@@ -455,9 +404,9 @@ class RaftNode:
         ``callback(None, NodeStoppedError)`` if the node stops first. It must be quick and may
         submit again (that hand-over then completes on the next loop turn). Raises
         ``NodeStoppedError`` at once, without calling back, if the node is not running."""
-        self._hand_over(message, _LocalToken(None, callback))
+        self._hand_over(message, LocalToken(None, callback))
 
-    def _hand_over(self, message: LocalRequest, token: _LocalToken) -> None:
+    def _hand_over(self, message: LocalRequest, token: LocalToken) -> None:
         core = self._core
         if core is None or self._stopping or self._failed is not None:
             raise NodeStoppedError(f"node {self.node_id} is not running")
@@ -521,12 +470,12 @@ class RaftNode:
         decode: Callable[[bytes], Response]
         if type(message) is FetchRequest:
             # The commit path: hand-written codecs (the generic ones when the bytes are unusual).
-            api_key = FETCH
+            api_key = int(ApiKey.FETCH)
 
             def encode(corr: int, client_id: str) -> bytes:
                 return encode_fetch_request(message, corr, client_id)
 
-            decode = _decode_fetch_response
+            decode = decode_fetch_reply
         else:
             api_key, version, body = request_to_wire(message)
 
@@ -623,7 +572,7 @@ class RaftNode:
                               self.config.node_id, type(out.message).__name__, out.dest)
         for reply in ready.replies:
             token = reply.token
-            if isinstance(token, _LocalToken):
+            if isinstance(token, LocalToken):
                 self._local.discard(token)
                 self._settling_local = True
                 try:
@@ -631,7 +580,7 @@ class RaftNode:
                 finally:
                     self._settling_local = False
                 continue
-            assert isinstance(token, _Token)
+            assert isinstance(token, Token)
             try:
                 if (
                     type(reply.message) is FetchResponse
@@ -782,26 +731,6 @@ class RaftNode:
             "latest_snapshot": self.keeper.latest_snapshot_label(),
             "applied_offset": self.keeper.state.applied_offset,
         }
-
-
-FETCH = int(ApiKey.FETCH)
-
-
-def _decode_fetch_response(payload: bytes) -> Response:
-    fast = decode_fetch_response(payload)
-    if fast is not None:
-        return fast
-    return response_from_wire(FETCH, decode_response(FETCH, FETCH_VERSION, payload)[1])
-
-
-def _source(message: Request) -> int:
-    if isinstance(message, FetchRequest):
-        return message.replica_id
-    if isinstance(message, VoteRequest):
-        return message.candidate_id
-    if isinstance(message, BeginQuorumEpochRequest | EndQuorumEpochRequest):
-        return message.leader_id
-    return -1
 
 
 __all__ = ["VERSIONS", "LocalRequest", "NodeStoppedError", "RaftNode", "wall_ms"]

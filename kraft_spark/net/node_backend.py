@@ -46,7 +46,7 @@ from kraft_spark.client.types import (
     ReplicaInfo,
 )
 from kraft_spark.net.local_appends import LocalAppends, Settle
-from kraft_spark.net.node import LocalRequest, NodeStoppedError
+from kraft_spark.net.node_tokens import LocalRequest, NodeStoppedError
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     DescribeQuorumRequest,

@@ -699,6 +699,9 @@ def test_quorum_endpoints_answer_describe_quorum(serve: Serve) -> None:
             {"replicaId": 3000, "logEndOffset": 4, "lastFetchTimestamp": T - 2,
              "lastCaughtUpTimestamp": -1},
         ],
+        # KIP-630 (the fake backend's QuorumInfo leaves them unknown)
+        "logStartOffset": -1,
+        "latestSnapshot": None,
     }
     rows = client.get("/v1/quorum/replication").json()
     assert [(r["nodeId"], r["lag"], r["status"]) for r in rows] == [
