@@ -196,7 +196,12 @@ def test_describe_quorum_v0_and_v1_responses() -> None:
     assert encode_response(ApiKey.DESCRIBE_QUORUM, 0, 3, _describe_body(False))[4:] == v0
     assert encode_response(ApiKey.DESCRIBE_QUORUM, 1, 3, _describe_body(True))[4:] == v1
     # Our own tagged field (absent from Kafka's bytes) decodes to its default.
-    untagged = {"kraft_spark_cluster_id": None, "kraft_spark_node_endpoints": []}
+    untagged = {
+        "kraft_spark_cluster_id": None, "kraft_spark_node_endpoints": [],
+        "kraft_spark_log_start": {
+            "log_start_offset": -1, "snapshot_end_offset": -1, "snapshot_epoch": -1,
+        },
+    }
     assert decode_response(ApiKey.DESCRIBE_QUORUM, 0, v0) == (3, _describe_body(False) | untagged)
     assert decode_response(ApiKey.DESCRIBE_QUORUM, 1, v1) == (3, _describe_body(True) | untagged)
 
