@@ -8,6 +8,7 @@ import pytest
 
 from kraft_spark.net.wire import (
     WireError,
+    error_response_body,
     request_from_wire,
     request_to_wire,
     response_from_wire,
@@ -165,3 +166,21 @@ def test_only_partition_zero_of_the_metadata_topic() -> None:
     body["topics"].append(body["topics"][0])
     with pytest.raises(WireError, match="exactly one topic"):
         request_from_wire(api_key, body, CLUSTER)
+
+
+def test_a_malformed_fetch_snapshot_is_refused_with_a_wire_error() -> None:
+    api_key, _, body = request_to_wire(
+        FetchSnapshotRequest(CLUSTER, 2, 7, OffsetAndEpoch(100, 3), 0, 4096)
+    )
+    body["topics"][0]["partitions"][0]["partition"] = 5
+    with pytest.raises(WireError, match="partition 5"):
+        request_from_wire(api_key, body, CLUSTER)
+    body["topics"][0]["name"] = "other-topic"
+    with pytest.raises(WireError, match="__cluster_metadata"):
+        request_from_wire(api_key, body, CLUSTER)
+    body["topics"] = []
+    with pytest.raises(WireError):
+        request_from_wire(api_key, body, CLUSTER)
+    # The node answers such a request with this body (INVALID_REQUEST at the top level).
+    assert error_response_body(api_key, 42) == {"throttle_time_ms": 0, "error_code": 42,
+                                                "topics": []}
