@@ -43,10 +43,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, NamedTuple
+from typing import Any
 
 from bench.disk_stalls import DiskStallWatch
 from bench.floor import measure_floor
+from bench.plan import PLAN, Workload
 from bench.wrk import HttpWorkload, WrkResult, run_wrk
 
 LEADER_HTTP = "kraft-spark HTTP in the leader"
@@ -55,7 +56,6 @@ SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "etcd-plac
 # etcd-placed: etcd's members measured again (with "etcd") pinned the way kraft-spark local
 # places its voters (EtcdCluster.place_like_kraft), so that no lead rests on placement alone.
 ETCD_PLACED = "etcd HTTP, placed like kraft-spark"
-BATCH_CONNECTIONS = 16
 Log = Callable[[str], None]
 
 
@@ -84,20 +84,6 @@ def _point(result: WrkResult) -> dict[str, Any]:
             "errors": result.errors}
 
 
-class Workload(NamedTuple):
-    """One point of every system: ``label`` is how the results and the report name it."""
-
-    label: str
-    connections: int
-    records: int  # per append
-
-
-# The workloads of every system, in the report's order.
-PLAN: tuple[Workload, ...] = (
-    Workload("1 client", 1, 1), Workload("16 clients", 16, 1),
-    Workload("256 clients", 256, 1),
-    Workload(f"{BATCH_CONNECTIONS} clients, 100-record batches", BATCH_CONNECTIONS, 100),
-)
 # One measured point of a system: the workload -> its figures.
 Measure = Callable[[Workload], dict[str, Any]]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.compare import PLAN
 from bench.disk_stalls import INTERVAL_MS, STALL_MS
+from bench.plan import PLAN
 
 WORKLOADS = tuple(workload.label for workload in PLAN)
 

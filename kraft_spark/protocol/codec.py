@@ -1,6 +1,6 @@
 """The one generic encoder/decoder: compiles a (schema, version) into read/write closures.
 
-Compilation happens once per (schema, version) (see :meth:`MessageSchema.codec`). The compiled
+Compilation happens once per (schema, version) (``MessageSchema.codec`` in ``schema``). The compiled
 form is a flat list of steps per struct: runs of consecutive fixed-width, non-nullable fields
 (int8..int64, uint16/32, float64, bool) collapse into a single precompiled ``struct.Struct`` so
 the hot path does one ``unpack_from``/``pack`` per run; every other field is one closure call.
@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kraft_spark.protocol import primitives as p
 from kraft_spark.protocol.exceptions import EncodeError, ProtocolError
+from kraft_spark.protocol.fields import NO_DEFAULT, Field
 from kraft_spark.protocol.primitives import Reader
-from kraft_spark.protocol.schema import NO_DEFAULT, Field
-
-if TYPE_CHECKING:
-    from kraft_spark.protocol.schema import MessageSchema
 
 Struct = dict[str, Any]
 ReadFn = Callable[[Reader], Any]
@@ -313,13 +310,15 @@ class BodyCodec:
     :class:`EncodeError`. Decoded dicts are fresh and owned by the caller.
     """
 
-    __slots__ = ("_default", "_read", "_write", "flexible", "schema", "version")
+    __slots__ = ("_default", "_read", "_write", "flexible", "name", "version")
 
-    def __init__(self, schema: MessageSchema, version: int) -> None:
-        self.schema = schema
+    def __init__(
+        self, name: str, fields: tuple[Field, ...], version: int, flexible: bool
+    ) -> None:
+        self.name = name
         self.version = version
-        self.flexible = schema.is_flexible(version)
-        compiled = _compile_struct(schema.fields, version, self.flexible)
+        self.flexible = flexible
+        compiled = _compile_struct(fields, version, self.flexible)
         self._read: Callable[[Reader], Struct] = compiled.read
         self._write = compiled.write
         self._default: Callable[[], Struct] = compiled.default
@@ -329,7 +328,7 @@ class BodyCodec:
         try:
             return self._read(r)
         except _DECODE_FAULTS as exc:  # defensive: primitives already raise ProtocolError
-            raise ProtocolError(f"malformed {self.schema.name} v{self.version}: {exc}") from exc
+            raise ProtocolError(f"malformed {self.name} v{self.version}: {exc}") from exc
 
     def decode(self, data: bytes | bytearray | memoryview) -> Struct:
         """Decode ``data``, which must hold exactly one struct."""
@@ -345,7 +344,7 @@ class BodyCodec:
         except EncodeError:
             raise
         except _ENCODE_FAULTS as exc:
-            raise EncodeError(f"cannot encode {self.schema.name} v{self.version}: {exc}") from exc
+            raise EncodeError(f"cannot encode {self.name} v{self.version}: {exc}") from exc
 
     def encode(self, body: Struct) -> bytes:
         out = bytearray()

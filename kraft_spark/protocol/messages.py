@@ -20,7 +20,8 @@ strings of the fields we keep are Kafka's own, so the files can be compared line
 
 from __future__ import annotations
 
-from kraft_spark.protocol.schema import Field, MessageSchema
+from kraft_spark.protocol.fields import Field
+from kraft_spark.protocol.schema import MessageSchema
 
 F = Field
 

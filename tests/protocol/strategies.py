@@ -12,7 +12,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from kraft_spark.protocol.schema import Field, MessageSchema
+from kraft_spark.protocol.fields import Field
+from kraft_spark.protocol.schema import MessageSchema
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),

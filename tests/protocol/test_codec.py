@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from kraft_spark.protocol import EncodeError, ProtocolError, SchemaError
 from kraft_spark.protocol.codec import BodyCodec
+from kraft_spark.protocol.fields import Field, snake_case
 from kraft_spark.protocol.messages import ALL_SCHEMAS, FETCH_REQUEST, VOTE_REQUEST
-from kraft_spark.protocol.schema import Field, MessageSchema, snake_case
+from kraft_spark.protocol.schema import MessageSchema
 
 from .strategies import body_strategy
 
