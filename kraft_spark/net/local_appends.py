@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from kraft_spark.client.coalesce import (
     DEFAULT_MAX_BATCH_BYTES,
@@ -42,12 +42,9 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
 )
 from kraft_spark.client.types import AppendResult
-from kraft_spark.net.node_tokens import NodeStoppedError
+from kraft_spark.net.node_tokens import LocalNode, NodeStoppedError
 from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse, Response
 from kraft_spark.raft.records import Record
-
-if TYPE_CHECKING:
-    from kraft_spark.net.node import RaftNode
 
 # Told an append's outcome: (result, None) or (None, error). Called exactly once.
 Settle = Callable[[AppendResult | None, BaseException | None], None]
@@ -93,7 +90,7 @@ class _Append:
 class LocalAppends:
     def __init__(
         self,
-        node: RaftNode,
+        node: LocalNode,
         forward: Forward,
         *,
         max_in_flight: int,

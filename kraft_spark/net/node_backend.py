@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
 from kraft_spark.client.errors import ClientError, OffsetBelowLogStartError, snapshot_label
@@ -46,7 +46,7 @@ from kraft_spark.client.types import (
     ReplicaInfo,
 )
 from kraft_spark.net.local_appends import LocalAppends, Settle
-from kraft_spark.net.node_tokens import LocalRequest, NodeStoppedError
+from kraft_spark.net.node_tokens import LocalNode, LocalRequest, NodeStoppedError
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     DescribeQuorumRequest,
@@ -58,9 +58,6 @@ from kraft_spark.raft.messages import (
     Response,
 )
 from kraft_spark.raft.records import Record
-
-if TYPE_CHECKING:
-    from kraft_spark.net.node import RaftNode
 
 # Batches handed to the local core at once, each waiting for its commit; appends beyond wait
 # and then share one batch. Local hand-over is cheap, so this is well above the client's 4.
@@ -89,7 +86,7 @@ def _stamped(records: Sequence[NewRecord]) -> tuple[Record, ...]:
 class NodeBackend:
     """``QuorumBackend`` for ``node``'s embedded HTTP API; lives on the node's event loop."""
 
-    def __init__(self, node: RaftNode, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+    def __init__(self, node: LocalNode, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self._node = node
         self._appends = LocalAppends(node, self._forward_batch, max_in_flight=max_in_flight)
         self._client: AsyncQuorumClient | None = None

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import uvicorn
 
@@ -23,9 +23,7 @@ from api.app import create_app
 from api.limits import HttpLimits, uvicorn_options
 from api.server import bind_tcp as bind_listener
 from kraft_spark.net.node_backend import NodeBackend
-
-if TYPE_CHECKING:
-    from kraft_spark.net.node import RaftNode
+from kraft_spark.net.node_tokens import LocalNode
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +110,7 @@ class NodeHttpServer:
 
 
 async def start_node_http(
-    node: RaftNode, host: str, port: int, *, token: str | None = None,
+    node: LocalNode, host: str, port: int, *, token: str | None = None,
     limits: HttpLimits | None = None,
 ) -> NodeHttpServer:
     """Serve ``api.app`` for ``node`` on ``host:port`` (0: any free port) on the running loop;

@@ -12,7 +12,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
+from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.fast_wire import FETCH_VERSION, decode_fetch_response
 from kraft_spark.net.transport import ServerConnection
 from kraft_spark.net.wire import response_from_wire
@@ -86,6 +88,23 @@ class LocalToken:
             future.set_result(response)
 
 
+
+class LocalNode(Protocol):
+    """What the local-append path and the embedded HTTP API need of a ``RaftNode``: they
+    depend on this interface, not on the node module (which starts them)."""
+
+    cluster_id: str
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]: ...
+
+    def submit_local_callback(self, message: LocalRequest, callback: LocalCallback) -> None: ...
+
 FETCH = int(ApiKey.FETCH)
 
 
@@ -107,6 +126,6 @@ def request_source(message: Request) -> int:
 
 
 __all__ = [
-    "LocalCallback", "LocalRequest", "LocalToken", "NodeStoppedError", "Token",
+    "LocalCallback", "LocalNode", "LocalRequest", "LocalToken", "NodeStoppedError", "Token",
     "decode_fetch_reply", "request_source", "wall_ms",
 ]
