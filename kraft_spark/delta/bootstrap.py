@@ -22,13 +22,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.materializer import (
-    _MERGE_SOURCE_SCHEMA,
-    _TXN_APP_ID_CONF,
-    _TXN_VERSION_CONF,
-    _USER_METADATA_CONF,
+    TXN_APP_ID_CONF,
+    TXN_VERSION_CONF,
+    USER_METADATA_CONF,
     DeltaMaterializer,
-    _arrow_frame,
 )
 from kraft_spark.delta.tables import SCHEMAS, SNAPSHOT, TABLES, CommitMetadata
 from kraft_spark.raft.log_api import OffsetAndEpoch
@@ -92,11 +91,11 @@ def _replace_snapshot(
     materializer.ensure_tables()
     session = materializer.spark.newSession()
     session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-    source = _arrow_frame(session, _MERGE_SOURCE_SCHEMA, rows).coalesce(1)
+    source = arrow_frame(session, MERGE_SOURCE_SCHEMA, rows).coalesce(1)
     target = DeltaTable.forPath(session, materializer.path(SNAPSHOT))
-    session.conf.set(_TXN_APP_ID_CONF, meta.app_id)
-    session.conf.set(_TXN_VERSION_CONF, str(meta.last_offset))
-    session.conf.set(_USER_METADATA_CONF, meta.to_json())
+    session.conf.set(TXN_APP_ID_CONF, meta.app_id)
+    session.conf.set(TXN_VERSION_CONF, str(meta.last_offset))
+    session.conf.set(USER_METADATA_CONF, meta.to_json())
     columns = SCHEMAS[SNAPSHOT].fieldNames()
     (
         target.alias("t")

@@ -27,6 +27,7 @@ from kraft_spark.delta import (
     snapshot,
     snapshot_version,
 )
+from kraft_spark.delta import direct_append as direct_append_module
 from kraft_spark.delta import materializer as materializer_module
 from kraft_spark.delta.materializer import WARM_UP_PREFIX, ResumeMismatch
 from kraft_spark.delta.tables import (
@@ -506,7 +507,7 @@ def test_direct_appends_are_durable_before_and_after_their_commit(
 ) -> None:
     """The Parquet file (and its directory entry) is fsync'd before the commit that adds it,
     and the commit file (and _delta_log) before the next commit starts."""
-    make_durable = materializer_module._make_durable
+    make_durable = direct_append_module._make_durable
     records = tmp_path / RECORDS
     seen: list[tuple[str, list[str]]] = []  # (path, the records commits at that moment)
 
@@ -517,7 +518,7 @@ def test_direct_appends_are_durable_before_and_after_their_commit(
 
     materializer = DeltaMaterializer(spark, str(tmp_path))
     materializer.prepare()
-    monkeypatch.setattr(materializer_module, "_make_durable", recording)
+    monkeypatch.setattr(direct_append_module, "_make_durable", recording)
     materializer.write(logdata.log()[:2], 5, (RECORDS,))
     data_file = next(records.glob("*.parquet"))
     created, commit = (f"{v:020d}.json" for v in (0, 1))
