@@ -41,26 +41,60 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import hmac
 import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal, Protocol
+from typing import Annotated, Any, Final
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.direct import MAX_DIRECT_BODY, Answer
+from api.models import (
+    IDEMPOTENCY_KEYS,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    MAX_OFFSET,
+    MAX_READ_LIMIT,
+    MAX_RECORDS_PER_REQUEST,
+    READY_TIMEOUT_S,
+    RECORD_SHAPE,
+    RETRY_AFTER_S,
+    ApiError,
+    AppendRequest,
+    AppendResponse,
+    BatchIn,
+    ErrorResponse,
+    QuorumBackend,
+    QuorumOut,
+    ReadResponse,
+    RecordIn,
+    ReplicationRowOut,
+    StatusOut,
+)
+from api.values import (
+    JSON_TYPES,
+    asgi_chunks,
+    describe_errors,
+    is_json_content_type,
+    parse_json,
+    plain_fields,
+    read_limited,
+    record_out,
+    record_size,
+    records_fingerprint,
+    replica_out,
+    to_new_records,
+)
 from kraft_spark.client.errors import (
     ClientError,
     ClusterIdMismatchError,
@@ -72,10 +106,8 @@ from kraft_spark.client.errors import (
 )
 from kraft_spark.client.types import (
     AppendResult,
-    CommittedRecord,
     NewRecord,
     QuorumInfo,
-    payload_bytes,
 )
 from kraft_spark.metrics import CONTENT_TYPE, HttpMetrics, Registry
 from kraft_spark.quorum_report import replication_rows, status_summary
@@ -89,146 +121,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-MAX_RECORDS_PER_REQUEST: Final = 1000
-MAX_READ_LIMIT: Final = 1000
-IDEMPOTENCY_KEYS: Final = 10_000
-MAX_IDEMPOTENCY_KEY_CHARS: Final = 255
-# Values are served back as JSON, whose serializer stops at 255 levels (the response adds 3):
-# a value nested deeper could be stored but never read back over HTTP.
-MAX_VALUE_DEPTH: Final = 128
-MAX_OFFSET: Final = 2**63 - 1  # Kafka offsets are int64
-READY_TIMEOUT_S: Final = 5.0
-RETRY_AFTER_S: Final = "1"
-
-_RECORD_SHAPE: Final = (
-    'A record is {"key": "<non-empty string>", "value": <any JSON; null deletes the key>, '
-    '"headers": {"<name>": "<string>"}} (headers optional); '
-    'a batch is {"records": [<record>, ...]}.'
-)
-
-
-class QuorumBackend(Protocol):
-    """What the sidecar needs from the quorum; ``AsyncQuorumClient`` satisfies it."""
-
-    @property
-    def cluster_id(self) -> str | None: ...
-
-    async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = ...
-    ) -> AppendResult: ...
-
-    async def read(self, from_offset: int, limit: int = ...) -> list[CommittedRecord]: ...
-
-    async def describe_quorum(self) -> QuorumInfo: ...
-
-    async def close(self) -> None: ...
-
-
-# --------------------------------------------------------------------------- request/response
-
-
-class RecordIn(BaseModel):
-    """One record to append."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    key: str = Field(min_length=1, description="The record key (UTF-8).", examples=["topic/a"])
-    value: Any = Field(
-        description="Any JSON value, stored as compact JSON; null is a tombstone (deletes the "
-        "key).",
-        examples=[{"partitions": 3}],
-    )
-    headers: dict[str, str] = Field(
-        default_factory=dict, description="Optional string headers (values stored as UTF-8)."
-    )
-
-
-class BatchIn(BaseModel):
-    """Several records, appended atomically at consecutive offsets in this order."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    records: list[RecordIn] = Field(min_length=1, max_length=MAX_RECORDS_PER_REQUEST)
-
-
-AppendRequest = RecordIn | BatchIn
-
-
-class AppendResponse(BaseModel):
-    base_offset: int = Field(description="Offset of the first record.")
-    last_offset: int = Field(description="Offset of the last record.")
-    epoch: int = Field(description="Leader epoch the batch was appended in.")
-
-
-class RecordOut(BaseModel):
-    offset: int
-    epoch: int
-    timestamp: int = Field(description="Append time, wall-clock milliseconds.")
-    key: str | None
-    value: Any = Field(description="The value parsed as JSON, else as a string; null: tombstone.")
-    headers: dict[str, str | None]
-
-
-class ReadResponse(BaseModel):
-    records: list[RecordOut]
-    next_offset: int = Field(description="The from_offset to ask for next.")
-
-
-class ReplicaStateOut(BaseModel):
-    replicaId: int
-    logEndOffset: int
-    lastFetchTimestamp: int
-    lastCaughtUpTimestamp: int
-
-
-class QuorumOut(BaseModel):
-    clusterId: str
-    leaderId: int
-    leaderEpoch: int
-    highWatermark: int
-    maxFollowerLag: int
-    maxFollowerLagTimeMs: int
-    currentVoters: list[int]
-    currentObservers: list[int]
-    voters: list[ReplicaStateOut]
-    observers: list[ReplicaStateOut]
-    logStartOffset: int = Field(
-        -1, description="KIP-630: the leader's log start offset (-1: unknown)")
-    latestSnapshot: str | None = Field(
-        None, description="KIP-630: the leader's newest snapshot, <end offset>-<epoch>")
-
-
-class ReplicationRowOut(BaseModel):
-    nodeId: int
-    logEndOffset: int
-    lag: int
-    lastFetchTimestamp: int
-    lastCaughtUpTimestamp: int
-    status: Literal["Leader", "Follower", "Observer"]
-
-
-class ErrorResponse(BaseModel):
-    error: str = Field(description="What went wrong and how to fix it.")
-
-
-class StatusOut(BaseModel):
-    status: str
-    leaderId: int | None = None
-    leaderEpoch: int | None = None
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ApiError(Exception):
-    """Answered as ``{"error": message}`` with this status and headers."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
 
 
 def _error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -255,299 +147,6 @@ def _client_error(exc: ClientError) -> ApiError:
             502, f"the sidecar reached a node of another cluster ({exc}): fix its bootstrap list"
         )
     return ApiError(502, f"the quorum failed the request: {type(exc).__name__}: {exc}")
-
-
-_PARAM_KINDS: Final = {"query": "query parameter ", "header": "header ", "path": "path parameter "}
-_JSON_TYPES: Final = {
-    dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
-    bool: "a boolean", type(None): "null",
-}
-
-
-def _loc(parts: Sequence[int | str]) -> str:
-    if len(parts) == 2 and parts[0] in _PARAM_KINDS:
-        return f"{_PARAM_KINDS[str(parts[0])]}{parts[1]}"
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "body"
-
-
-def _describe_errors(errors: Sequence[Any], limit: int = 5) -> str:
-    parts = []
-    for err in errors[:limit]:
-        kind = err.get("type")
-        if kind == "extra_forbidden":
-            message = "unknown field"
-        elif kind == "missing":
-            message = "required field is missing"
-        else:
-            message = str(err.get("msg", "invalid"))
-        parts.append(f"{_loc(err.get('loc', ()))}: {message}")
-    if len(errors) > limit:
-        parts.append(f"and {len(errors) - limit} more")
-    return "; ".join(parts)
-
-
-# --------------------------------------------------------------------------- body handling
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _parse_json(body: bytes) -> Any:
-    if not body.strip():
-        raise ApiError(400, "the request body is empty: send a JSON object. " + _RECORD_SHAPE)
-    try:
-        return json.loads(body, parse_constant=_reject_constant)
-    except RecursionError:
-        raise ApiError(400, "the request body is not valid JSON: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, NaN/Infinity
-        raise ApiError(
-            400, f"the request body is not valid JSON ({exc}): fix the JSON syntax and retry"
-        ) from None
-
-
-# Compact JSON for stored values; one encoder for all (json.dumps with options builds a new
-# encoder per call, a measurable share of a 100-record batch).
-_VALUE_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
-def _encode_value(value: Any, index: int) -> bytes | None:
-    if value is None:
-        return None
-    try:
-        encoded = _VALUE_JSON.encode(value).encode("utf-8")
-    except ValueError:
-        raise ApiError(
-            422, f"records[{index}].value holds a number JSON cannot represent (too large)"
-        ) from None
-    problem = _unservable(value, encoded)
-    if problem is not None:
-        # Accepting it would acknowledge a record that no HTTP read could return.
-        raise ApiError(422, f"records[{index}].value {problem}: fix the value")
-    return encoded
-
-
-def _unservable(value: Any, encoded: bytes) -> str | None:
-    """Why ``value`` (``encoded``: its compact JSON, ASCII with escapes) cannot be served back
-    as JSON, or None: a string holding a lone UTF-16 surrogate (JSON's ``\\ud800`` escape
-    makes one; no UTF-8 text can carry it) or nesting deeper than MAX_VALUE_DEPTH. Only walks
-    the value when its JSON text has a surrogate escape or that many brackets."""
-    surrogate = b"\\ud" in encoded or b"\\uD" in encoded
-    if not surrogate and encoded.count(b"[") + encoded.count(b"{") <= MAX_VALUE_DEPTH:
-        return None
-    return _walk_unservable(value, 0)
-
-
-def _walk_unservable(value: Any, depth: int) -> str | None:
-    """``depth``: the lists and objects around ``value``."""
-    kind = type(value)
-    if kind is str:
-        return None if _is_utf8(value) else _LONE_SURROGATE
-    if (kind is list or kind is dict) and depth >= MAX_VALUE_DEPTH:
-        return f"is nested more than {MAX_VALUE_DEPTH} levels deep"
-    if kind is list:
-        for item in value:
-            problem = _walk_unservable(item, depth + 1)
-            if problem is not None:
-                return problem
-    elif kind is dict:
-        for name, item in value.items():
-            problem = _LONE_SURROGATE if not _is_utf8(name) else _walk_unservable(item, depth + 1)
-            if problem is not None:
-                return problem
-    return None
-
-
-_LONE_SURROGATE: Final = (
-    "holds a string with a lone UTF-16 surrogate escape (such as \\ud800), which is not "
-    "Unicode text"
-)
-
-
-RecordFields = tuple[str, Any, dict[str, str]]  # key, value, headers: a validated record
-
-
-def _to_new_records(records: Iterable[RecordFields]) -> list[NewRecord]:
-    out = []
-    for index, (key, value, headers) in enumerate(records):
-        if headers and not all(_is_utf8(name) and _is_utf8(v) for name, v in headers.items()):
-            # The models let these through (they check a str key, not dict entries, as text).
-            raise ApiError(
-                422, f"records[{index}].headers: a header name or value is not valid Unicode "
-                "text (a lone surrogate escape such as \\ud800): fix the header"
-            )
-        out.append(
-            NewRecord(
-                key=key.encode("utf-8"),
-                value=_encode_value(value, index),
-                headers=tuple((name, v.encode("utf-8")) for name, v in headers.items())
-                if headers else (),
-            )
-        )
-    return out
-
-
-def _plain_record(item: Any) -> bool:
-    """True when ``item`` is an object RecordIn accepts: a non-empty string ``key``, a
-    ``value``, optional string-to-string ``headers``, nothing else. JSON gives exact types,
-    so ``type(...) is`` is the strict check."""
-    if type(item) is not dict or "value" not in item:
-        return False
-    key = item.get("key")
-    if type(key) is not str or not key or not _is_utf8(key):
-        return False
-    if len(item) == 2:
-        return True
-    headers = item.get("headers")
-    return (len(item) == 3 and type(headers) is dict
-            and all(type(v) is str for v in headers.values()))
-
-
-def _is_utf8(text: str) -> bool:
-    """False for strings UTF-8 cannot encode (lone surrogates, which JSON's \\ud800 escapes
-    can produce): pydantic refuses those as strings, so the fast check must too."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _plain_fields(parsed: dict[str, Any]) -> list[RecordFields] | None:
-    """The records of a body that is plainly valid, checked by hand, or None: then the
-    pydantic models validate it and say what is wrong. Same acceptance as BatchIn/RecordIn
-    (tests hold the two to it); the models cost about 2 µs per record, the sidecar's largest
-    share of a 100-record batch."""
-    if "records" in parsed:
-        items = parsed["records"]
-        if (len(parsed) != 1 or type(items) is not list
-                or not 1 <= len(items) <= MAX_RECORDS_PER_REQUEST):
-            return None
-    else:
-        items = [parsed]
-    if not all(_plain_record(item) for item in items):
-        return None
-    return [(item["key"], item["value"], item.get("headers") or {}) for item in items]
-
-
-def _record_size(record: NewRecord) -> int:
-    return payload_bytes(record.key, record.value, record.headers)
-
-
-def _fingerprint(records: Sequence[NewRecord]) -> bytes:
-    digest = hashlib.sha256()
-
-    def part(data: bytes | None) -> None:
-        if data is None:
-            digest.update(b"\x00")
-        else:
-            digest.update(b"\x01" + len(data).to_bytes(8, "big") + data)
-
-    digest.update(len(records).to_bytes(8, "big"))
-    for record in records:
-        part(record.key)
-        part(record.value)
-        digest.update(len(record.headers).to_bytes(8, "big"))
-        for name, value in record.headers:
-            part(name.encode("utf-8"))
-            part(value)
-    return digest.digest()
-
-
-def _is_json_content_type(value: str | None) -> bool:
-    if value is None:
-        return True  # lenient for clients that send none
-    media = value.split(";", 1)[0].strip().lower()
-    if media == "application/json":
-        return True
-    return media.startswith("application/") and media.endswith("+json")
-
-
-async def _read_limited(declared: str | None, chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """The request body (``declared``: its Content-Length header), refusing more than ``limit``
-    bytes before buffering them."""
-    if declared is not None:
-        try:
-            length = int(declared)
-        except ValueError:
-            raise ApiError(400, f"invalid Content-Length header {declared!r}") from None
-        if length > limit:
-            raise ApiError(
-                413,
-                f"the request body is {length} bytes, over the limit of {limit} bytes: "
-                "send fewer or smaller records per request",
-            )
-    body = bytearray()
-    async for chunk in chunks:
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(
-                413,
-                f"the request body exceeds the limit of {limit} bytes: "
-                "send fewer or smaller records per request",
-            )
-    return bytes(body)
-
-
-async def _asgi_chunks(receive: Receive) -> AsyncIterator[bytes]:
-    """The body chunks of an ASGI request."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ApiError(400, "the client disconnected before sending the whole body")
-        chunk = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
-
-
-# --------------------------------------------------------------------------- output conversion
-
-
-def _decode_value(value: bytes | None) -> Any:
-    """A stored value as JSON when it is JSON that can be served back, else as text (values
-    written by other clients need not be JSON; see _unservable)."""
-    if value is None:
-        return None
-    try:
-        decoded = json.loads(value, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return value.decode("utf-8", errors="replace")
-    if _unservable(decoded, value) is not None:
-        return value.decode("utf-8", errors="replace")
-    return decoded
-
-
-def _record_out(record: CommittedRecord) -> RecordOut:
-    return RecordOut(
-        offset=record.offset,
-        epoch=record.epoch,
-        timestamp=record.timestamp_ms,
-        key=None if record.key is None else record.key.decode("utf-8", errors="replace"),
-        value=_decode_value(record.value),
-        headers={
-            name: None if value is None else value.decode("utf-8", errors="replace")
-            for name, value in record.headers
-        },
-    )
-
-
-def _replica_out(replica: Any) -> ReplicaStateOut:
-    return ReplicaStateOut(
-        replicaId=replica.replica_id,
-        logEndOffset=replica.log_end_offset,
-        lastFetchTimestamp=replica.last_fetch_timestamp,
-        lastCaughtUpTimestamp=replica.last_caught_up_timestamp,
-    )
-
-
-# --------------------------------------------------------------------------- idempotency
 
 
 @dataclass(slots=True)
@@ -581,7 +180,7 @@ class _Appender:
                 return await backend.append(records, timeout_s=self.commit_timeout_s), False
             except ClientError as exc:
                 raise self.unkeyed_failure(exc) from None
-        fingerprint = _fingerprint(records)
+        fingerprint = records_fingerprint(records)
         entry = self.entries.get(key)
         replayed = entry is not None
         if entry is None:
@@ -768,20 +367,20 @@ class _AppendEndpoint:
 
     @staticmethod
     def check_content_type(content_type: str | None) -> None:
-        if not _is_json_content_type(content_type):
+        if not is_json_content_type(content_type):
             raise ApiError(
                 415, f"unsupported Content-Type {content_type!r}: send application/json"
             )
 
     def records(self, body: bytes) -> list[NewRecord]:
         """The records of a request body, or the ApiError that says what is wrong with it."""
-        parsed = _parse_json(body)
+        parsed = parse_json(body)
         if not isinstance(parsed, dict):
             raise ApiError(
-                422, f"the request body must be a JSON object, not {_JSON_TYPES[type(parsed)]}. "
-                + _RECORD_SHAPE,
+                422, f"the request body must be a JSON object, not {JSON_TYPES[type(parsed)]}. "
+                + RECORD_SHAPE,
             )
-        items = _plain_fields(parsed)
+        items = plain_fields(parsed)
         if items is None:
             items = [(r.key, r.value, r.headers) for r in self._validated(parsed)]
         if len(items) > self.max_records:
@@ -789,9 +388,9 @@ class _AppendEndpoint:
                 422, f"the batch holds {len(items)} records, over the limit of "
                 f"{self.max_records} per request: split it",
             )
-        records = _to_new_records(items)
+        records = to_new_records(items)
         for index, record in enumerate(records):
-            size = _record_size(record)
+            size = record_size(record)
             if size > self.max_record_bytes:
                 raise ApiError(
                     413,
@@ -811,7 +410,7 @@ class _AppendEndpoint:
             )
         except ValidationError as exc:
             raise ApiError(
-                422, f"invalid request body: {_describe_errors(exc.errors())}. {_RECORD_SHAPE}"
+                422, f"invalid request body: {describe_errors(exc.errors())}. {RECORD_SHAPE}"
             ) from None
 
     async def append(self, body: bytes, key: str | None) -> tuple[AppendResult, bool]:
@@ -878,8 +477,8 @@ class _FastAppendMiddleware:
             if key is not None and (error := _idempotency_key_error(key)) is not None:
                 raise error
             self.endpoint.check_content_type(content_type)
-            body = await _read_limited(
-                declared, _asgi_chunks(receive), self.endpoint.max_body_bytes
+            body = await read_limited(
+                declared, asgi_chunks(receive), self.endpoint.max_body_bytes
             )
             result, replayed = await self.endpoint.append(body, key)
         except ApiError as exc:
@@ -933,7 +532,7 @@ class _DirectAppend:
                 return False
         if length is None or not length.isdigit() or int(length) > self.max_body:
             return False
-        if content_type is not None and not _is_json_content_type(content_type.decode("latin-1")):
+        if content_type is not None and not is_json_content_type(content_type.decode("latin-1")):
             return False
         if self.token is not None:
             scheme, _, credentials = (authorization or b"").partition(b" ")
@@ -1101,7 +700,7 @@ def create_app(
 
     async def on_validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return _error_response(422, f"invalid request: {_describe_errors(list(exc.errors()))}")
+        return _error_response(422, f"invalid request: {describe_errors(list(exc.errors()))}")
 
     async def on_http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
@@ -1141,7 +740,7 @@ def create_app(
         ] = None,
     ) -> AppendResponse:
         endpoint.check_content_type(request.headers.get("content-type"))
-        body = await _read_limited(
+        body = await read_limited(
             request.headers.get("content-length"), request.stream(), max_body_bytes
         )
         result, replayed = await endpoint.append(body, idempotency_key)
@@ -1190,7 +789,7 @@ def create_app(
         except ClientError as exc:
             raise _client_error(exc) from None
         next_offset = records[-1].offset + 1 if records else from_offset
-        return ReadResponse(records=[_record_out(r) for r in records], next_offset=next_offset)
+        return ReadResponse(records=[record_out(r) for r in records], next_offset=next_offset)
 
     async def describe() -> QuorumInfo:
         try:
@@ -1209,8 +808,8 @@ def create_app(
         info = await describe()
         return QuorumOut(
             **status_summary(info),
-            voters=[_replica_out(v) for v in info.voters],
-            observers=[_replica_out(o) for o in info.observers],
+            voters=[replica_out(v) for v in info.voters],
+            observers=[replica_out(o) for o in info.observers],
             logStartOffset=info.log_start_offset,
             latestSnapshot=info.latest_snapshot,
         )

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from api.app import MAX_RECORDS_PER_REQUEST, BatchIn, RecordIn, _plain_fields
+from api.models import MAX_RECORDS_PER_REQUEST, BatchIn, RecordIn
+from api.values import plain_fields
 
 _text = st.one_of(
     st.text(max_size=4),
@@ -79,19 +80,19 @@ def _by_models(body: dict[str, Any]) -> list[tuple[str, Any, dict[str, str]]] | 
 def test_plain_check_accepts_exactly_what_the_models_accept(body: dict[str, Any]) -> None:
     # As the sidecar sees it: parsed from JSON text, so every type is a JSON type.
     parsed = json.loads(json.dumps(body))
-    assert _plain_fields(parsed) == _by_models(parsed)
+    assert plain_fields(parsed) == _by_models(parsed)
 
 
 def test_plain_check_reads_key_value_and_headers() -> None:
     body = {"records": [{"key": "a", "value": {"n": 1}},
                         {"key": "b", "value": None, "headers": {"h": "v"}}]}
-    assert _plain_fields(body) == [("a", {"n": 1}, {}), ("b", None, {"h": "v"})]
-    assert _plain_fields({"key": "k", "value": [1], "headers": {}}) == [("k", [1], {})]
+    assert plain_fields(body) == [("a", {"n": 1}, {}), ("b", None, {"h": "v"})]
+    assert plain_fields({"key": "k", "value": [1], "headers": {}}) == [("k", [1], {})]
 
 
 def test_plain_check_leaves_bad_bodies_to_the_models() -> None:
     for body in ({"key": "\ud800", "value": 1}, {"key": "k", "value": 1, "headers": {"h": 1}},
                  {"key": "k"}, {"key": "", "value": 1}, {"records": []},
                  {"records": [{"key": "k", "value": 1}], "x": 1}):
-        assert _plain_fields(body) is None
+        assert plain_fields(body) is None
         assert _by_models(body) is None
