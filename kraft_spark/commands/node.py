@@ -75,10 +75,11 @@ def _run_node(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Any, lock_timeout_s: float) -> None:
+    from api.node_http import serve_node_http
     from kraft_spark.net.metrics_server import start_metrics_server
     from kraft_spark.net.node import RaftNode
 
-    node = RaftNode(config, lock_timeout_s=lock_timeout_s)
+    node = RaftNode(config, lock_timeout_s=lock_timeout_s, http=serve_node_http)
     await node.start()
     metrics = None
     if config.metrics_port is not None:

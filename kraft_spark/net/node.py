@@ -23,7 +23,8 @@ Local requests: ``submit_local`` hands the core a client request (Produce, a cli
 DescribeQuorum) from this process, as if it came from a connection; its answer resolves an
 asyncio future, or calls a callback (``submit_local_callback``), instead of being written to a
 socket (the reply's token is a ``LocalToken``).
-The embedded HTTP API (``kraft.http.listener``, ``kraft_spark.net.node_http``) uses it so an
+The embedded HTTP API (``kraft.http.listener``, ``api.node_http``, handed to the node as an
+``EmbeddedHttpFactory`` by ``kraft-spark node``) uses it so an
 append to the leader goes straight into its core. ``stop`` stops that HTTP server first (its
 requests in flight finish briefly), and fails local requests still unanswered at the end with
 ``NodeStoppedError``.
@@ -47,7 +48,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kraft_spark.log.segmented_log import FlushTicket, SegmentedLog
 from kraft_spark.net.config import NodeConfig
@@ -59,6 +60,8 @@ from kraft_spark.net.fast_wire import (
     encode_fetch_response,
 )
 from kraft_spark.net.node_tokens import (
+    EmbeddedHttpFactory,
+    EmbeddedHttpServer,
     LocalCallback,
     LocalRequest,
     LocalToken,
@@ -97,16 +100,17 @@ from kraft_spark.raft.messages import (
 from kraft_spark.raft.ready import Outbound, Ready
 from kraft_spark.raft.state import PersistedState, Role
 
-if TYPE_CHECKING:
-    from kraft_spark.net.node_http import NodeHttpServer
-
 log = logging.getLogger(__name__)
 
 
 class RaftNode:
     """One voter or observer. ``await start()``, then ``await stop()``."""
 
-    def __init__(self, config: NodeConfig, *, lock_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, config: NodeConfig, *, lock_timeout_s: float = 30.0,
+        http: EmbeddedHttpFactory | None = None,
+    ) -> None:
+        """``http`` starts the embedded HTTP API when ``kraft.http.listener`` is set."""
         self.config = config
         self.node_id = config.node_id
         self._lock_timeout_s = lock_timeout_s
@@ -145,7 +149,8 @@ class RaftNode:
         # drains on the next loop turn (_drain_soon), not nested in this Ready.
         self._settling_local = False
         self._drain_soon = False
-        self._http: NodeHttpServer | None = None
+        self._http_factory = http
+        self._http: EmbeddedHttpServer | None = None
         self._http_stop: asyncio.Future[None] | None = None
         self._resigning = 0  # EndQuorumEpoch requests in flight (a graceful stop waits)
 
@@ -181,7 +186,7 @@ class RaftNode:
         return self._server.port if self._server is not None else self.config.port
 
     @property
-    def http(self) -> NodeHttpServer | None:
+    def http(self) -> EmbeddedHttpServer | None:
         """The embedded HTTP API (``kraft.http.listener``) while it serves, else None."""
         return self._http
 
@@ -257,15 +262,14 @@ class RaftNode:
         )
         self._drain()
         if cfg.http_listener is not None:
-            from api.limits import HttpLimits
-            from kraft_spark.net.node_http import start_node_http
-
-            host, port = cfg.http_listener
-            limits = HttpLimits(cfg.http_max_connections, cfg.http_header_timeout_ms / 1000)
-            try:
-                self._http = await start_node_http(
-                    self, host, port, token=cfg.http_token, limits=limits
+            if self._http_factory is None:
+                await self.stop(graceful=False)
+                raise ValueError(
+                    "kraft.http.listener is set but this node was started without the HTTP "
+                    "layer: run it with `kraft-spark node` (or pass http=serve_node_http)"
                 )
+            try:
+                self._http = await self._http_factory(self, cfg)
             except BaseException:
                 await self.stop(graceful=False)
                 raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kraft_spark.net.config import NodeConfig
@@ -105,6 +105,19 @@ class LocalNode(Protocol):
 
     def submit_local_callback(self, message: LocalRequest, callback: LocalCallback) -> None: ...
 
+
+class EmbeddedHttpServer(Protocol):
+    """The HTTP API a node serves (``kraft.http.listener``), as the node sees it."""
+
+    @property
+    def url(self) -> str: ...
+
+    async def stop(self) -> None: ...
+
+
+# Starts the HTTP API for a node from its configuration (``api.node_http.serve_node_http``).
+EmbeddedHttpFactory = Callable[[LocalNode, NodeConfig], Awaitable[EmbeddedHttpServer]]
+
 FETCH = int(ApiKey.FETCH)
 
 
@@ -126,6 +139,15 @@ def request_source(message: Request) -> int:
 
 
 __all__ = [
-    "LocalCallback", "LocalNode", "LocalRequest", "LocalToken", "NodeStoppedError", "Token",
-    "decode_fetch_reply", "request_source", "wall_ms",
+    "EmbeddedHttpFactory",
+    "EmbeddedHttpServer",
+    "LocalCallback",
+    "LocalNode",
+    "LocalRequest",
+    "LocalToken",
+    "NodeStoppedError",
+    "Token",
+    "decode_fetch_reply",
+    "request_source",
+    "wall_ms",
 ]

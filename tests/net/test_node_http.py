@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from api.node_http import serve_node_http
 from kraft_spark.net.node import RaftNode
 from kraft_spark.raft.config import QuorumConfig
 from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports
@@ -63,7 +64,7 @@ async def http(
 def http_nodes(tmp: Path, count: int = 3, quorum: QuorumConfig = FAST) -> list[RaftNode]:
     """``make_nodes``' quorum, each node also serving HTTP on a free loopback port."""
     return [
-        RaftNode(replace(n.config, http_listener=("127.0.0.1", 0)))
+        RaftNode(replace(n.config, http_listener=("127.0.0.1", 0)), http=serve_node_http)
         for n in make_nodes(tmp, count, quorum=quorum)
     ]
 
@@ -175,7 +176,8 @@ def test_the_embedded_api_holds_the_nodes_http_limits(tmp_path: Path) -> None:
         assert status == 200, result
         assert leader.high_watermark > result["last_offset"]
 
-    nodes = [RaftNode(replace(n.config, http_max_connections=4, http_header_timeout_ms=500))
+    nodes = [RaftNode(replace(n.config, http_max_connections=4, http_header_timeout_ms=500),
+                      http=serve_node_http)
              for n in http_nodes(tmp_path)]
     asyncio.run(run_nodes(nodes, body))
 
@@ -378,3 +380,19 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
     for line in lines:  # `local` stopped its nodes
         with pytest.raises(ProcessLookupError):
             os.kill(int(line["pid"]), 0)
+
+
+def test_a_listener_without_the_http_layer_is_a_clear_error(tmp_path: Path) -> None:
+    """The library does not import the web layer: a node given kraft.http.listener but no HTTP
+    factory refuses to start, saying how to run it, and releases its directory."""
+    [plain] = make_nodes(tmp_path, 1)
+    node = RaftNode(replace(plain.config, http_listener=("127.0.0.1", 0)))
+
+    async def start() -> None:
+        with pytest.raises(ValueError, match="kraft-spark node"):
+            await node.start()
+        again = RaftNode(plain.config, lock_timeout_s=1.0)  # the lock was released
+        await again.start()
+        await again.stop(graceful=False)
+
+    asyncio.run(start())

@@ -1,5 +1,7 @@
 """The HTTP API embedded in a node (``kraft.http.listener``): ``api.app`` served by uvicorn on
-the node's own event loop, like etcd where every member serves clients.
+the node's own event loop, like etcd where every member serves clients. The node does not
+import this module: ``kraft-spark node`` gives it ``serve_node_http`` (an
+``EmbeddedHttpFactory``), so the library stays free of the web layer.
 
 Same process, same loop: a request to the leader reaches its ``RaftCore`` through
 ``RaftNode.submit_local`` with no process hop (``kraft_spark.net.node_backend``). uvicorn's
@@ -22,6 +24,7 @@ import uvicorn
 from api.app import create_app
 from api.limits import HttpLimits, uvicorn_options
 from api.server import bind_tcp as bind_listener
+from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.node_backend import NodeBackend
 from kraft_spark.net.node_tokens import LocalNode
 
@@ -141,4 +144,15 @@ async def start_node_http(
     return handle
 
 
-__all__ = ["GRACEFUL_SHUTDOWN_S", "NodeHttpServer", "bind_tcp", "start_node_http"]
+async def serve_node_http(node: LocalNode, config: NodeConfig) -> NodeHttpServer:
+    """The node's ``EmbeddedHttpFactory``: ``kraft.http.*`` of ``config`` (the listener must be
+    set). ``kraft-spark node`` hands it to ``RaftNode``, which calls it at start."""
+    assert config.http_listener is not None
+    host, port = config.http_listener
+    limits = HttpLimits(config.http_max_connections, config.http_header_timeout_ms / 1000)
+    return await start_node_http(node, host, port, token=config.http_token, limits=limits)
+
+
+__all__ = [
+    "GRACEFUL_SHUTDOWN_S", "NodeHttpServer", "bind_tcp", "serve_node_http", "start_node_http",
+]
