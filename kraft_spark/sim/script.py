@@ -93,7 +93,7 @@ matching the filters of ``deliver``), ``expect-converged A,B,...`` (identical lo
 ``run_file`` runs a scenario file and returns the file as it should read with the actual
 outputs; ``KRAFT_SPARK_REWRITE=1`` in the test makes it rewrite the golden file. A scenario whose
 leading comments hold ``# xfail: reason`` exposes a known core bug: its assertions state the
-correct behaviour and fail until the core is fixed. ``python -m kraft_spark.sim.script FILE``
+correct behaviour and fail until the core is fixed. ``python -m kraft_spark.sim.script_files FILE``
 prints a run case by case.
 """
 
@@ -101,15 +101,11 @@ from __future__ import annotations
 
 import random
 import shlex
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import (
-    NO_LEADER,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
     ProduceRequest,
@@ -117,143 +113,32 @@ from kraft_spark.raft.messages import (
     Request,
     Response,
 )
-from kraft_spark.raft.records import Batch, Record, decode_leader_change
+from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.sim.memlog import MemoryLog
+from kraft_spark.sim.script_base import (
+    CLIENT_ID,
+    CLUSTER_ID,
+    DEFAULT_PRODUCE_TIMEOUT_MS,
+    MAX_POLLS_AT_ONE_INSTANT,
+    MAX_STABILIZE_ROUNDS,
+    RESTART_SEED_STRIDE,
+    Args,
+    Envelope,
+    ScenarioError,
+    ScriptNode,
+    batch_body,
+    fmt_id,
+    message_type,
+    parse_bool,
+    parse_int,
+    quorum_lines,
+)
+from kraft_spark.sim.script_expect import ExpectCommands
 from kraft_spark.sim.trace import describe
 
-CLUSTER_ID = "scenario-cluster-00000"
-CLIENT_ID = -1
-DEFAULT_PRODUCE_TIMEOUT_MS = 10_000
-RESTART_SEED_STRIDE = 1000
-# stabilize gives up (a livelock in the core, or a script error) after this many rounds.
-MAX_STABILIZE_ROUNDS = 100
-# A timer that stays due after this many polls at the same instant is a busy loop.
-MAX_POLLS_AT_ONE_INSTANT = 5
 
-
-class ScenarioError(Exception):
-    """A malformed command or a command that cannot run in the current state."""
-
-
-class ScenarioAssertionError(AssertionError):
-    """An ``expect-*`` command found the cluster in another state than the script asserts."""
-
-
-@dataclass(slots=True)
-class Envelope:
-    """A message in flight: a request (``request_id`` is the sender's) or a reply to one."""
-
-    seq: int
-    src: int
-    dst: int
-    is_request: bool
-    request_id: int
-    message: Request | Response
-    # Incarnation of the receiver when sent: a restart in between closed that connection.
-    dst_incarnation: int
-    # The two ends were partitioned when it was sent.
-    blocked_at_send: bool
-
-
-@dataclass(slots=True)
-class ScriptNode:
-    node_id: int
-    is_voter: bool
-    log: MemoryLog = field(default_factory=MemoryLog)
-    core: RaftCore | None = None
-    persisted: PersistedState | None = None  # the durable quorum-state
-    clock: int = 0
-    incarnation: int = 0
-    outbox: list[Envelope] = field(default_factory=list)
-    flush_requested: bool = False
-
-    def needs_flush(self) -> bool:
-        log = self.log
-        return (
-            self.flush_requested
-            or log.flushed_offset() < log.end_offset()
-            or log.durable_batches() != log.batches()
-        )
-
-
-def message_type(message: Request | Response) -> str:
-    """The short type name used by ``deliver type=...``: Vote, VoteResp, Fetch, FetchResp..."""
-    name = type(message).__name__
-    if name.endswith("Request"):
-        return name.removesuffix("Request")
-    return name.removesuffix("Response") + "Resp"
-
-
-def _id(value: int) -> str:
-    return "-" if value == NO_LEADER else str(value)
-
-
-def _bool(value: str) -> bool:
-    if value in ("true", "yes", "1"):
-        return True
-    if value in ("false", "no", "0"):
-        return False
-    raise ScenarioError(f"expected true or false, got {value!r}")
-
-
-def _int(value: str, what: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ScenarioError(f"{what} must be an integer, got {value!r}") from None
-
-
-@dataclass(slots=True)
-class Args:
-    """A command's arguments: positional words and ``key=value`` pairs."""
-
-    positional: list[str]
-    options: dict[str, str]
-    used: set[str] = field(default_factory=set)
-
-    @classmethod
-    def parse(cls, words: list[str]) -> Args:
-        positional: list[str] = []
-        options: dict[str, str] = {}
-        for word in words:
-            key, sep, value = word.partition("=")
-            if sep:
-                options[key] = value
-            else:
-                positional.append(word)
-        return cls(positional, options)
-
-    def opt(self, key: str, default: str | None = None) -> str | None:
-        self.used.add(key)
-        return self.options.get(key, default)
-
-    def node(self) -> int:
-        """The node a command targets: the first positional word, or ``node=ID``."""
-        self.used.add("node")
-        if "node" in self.options:
-            return _int(self.options["node"], "node")
-        if not self.positional:
-            raise ScenarioError("missing node id")
-        return _int(self.positional.pop(0), "node")
-
-    def int_opt(self, key: str, default: int | None = None) -> int:
-        raw = self.opt(key)
-        if raw is None:
-            if default is None:
-                raise ScenarioError(f"missing {key}=")
-            return default
-        return _int(raw, key)
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.options) - self.used)
-        if unknown:
-            raise ScenarioError(f"unknown option(s): {', '.join(unknown)}")
-        if self.positional:
-            raise ScenarioError(f"unexpected argument(s): {' '.join(self.positional)}")
-
-
-class ScriptedCluster:
+class ScriptedCluster(ExpectCommands):
     """The harness: nodes, their outboxes, the partition, and the command interpreter."""
 
     def __init__(self, core_class: type[RaftCore] = RaftCore) -> None:
@@ -352,8 +237,8 @@ class ScriptedCluster:
             p = ready.persist
             extra = " catching-up" if p.pending_catch_up else ""
             lines.append(
-                f"{tag} persist epoch={p.epoch} leader={_id(p.leader_id)} "
-                f"voted={_id(p.voted_id)}{extra}"
+                f"{tag} persist epoch={p.epoch} leader={fmt_id(p.leader_id)} "
+                f"voted={fmt_id(p.voted_id)}{extra}"
             )
         # 2. requests and replies enter the outbox (clients are answered directly).
         for out in ready.sends:
@@ -367,7 +252,7 @@ class ScriptedCluster:
                 if isinstance(reply.message, ProduceResponse) and reply.message.message:
                     lines.append(f"{tag}   ({reply.message.message})")
                 if isinstance(reply.message, DescribeQuorumResponse):
-                    lines.extend(f"{tag}   {line}" for line in _quorum_lines(reply.message))
+                    lines.extend(f"{tag}   {line}" for line in quorum_lines(reply.message))
             else:
                 self._enqueue(node, dest, False, request_id, reply.message)
         # 3. a flush waits for a command.
@@ -432,7 +317,7 @@ class ScriptedCluster:
             raise ScenarioError("add-nodes may be used once")
         if not args.positional:
             raise ScenarioError("add-nodes N")
-        n = _int(args.positional.pop(0), "N")
+        n = parse_int(args.positional.pop(0), "N")
         observers = args.int_opt("observers", 0)
         self.seed = args.int_opt("seed", 0)
         if n < 1 or observers < 0:
@@ -460,7 +345,7 @@ class ScriptedCluster:
 
     def cmd_restart(self, args: Args) -> None:
         node = self.node(args.node())
-        disk_lost = _bool(args.opt("disk-lost", "false") or "false")
+        disk_lost = parse_bool(args.opt("disk-lost", "false") or "false")
         if node.core is not None:
             raise ScenarioError(f"n{node.node_id} is running; crash it first")
         if disk_lost:
@@ -610,8 +495,8 @@ class ScriptedCluster:
         src = args.opt("from")
         dst = args.opt("to")
         kind = args.opt("type")
-        src_id = None if src is None else _int(src, "from")
-        dst_id = None if dst is None else _int(dst, "to")
+        src_id = None if src is None else parse_int(src, "from")
+        dst_id = None if dst is None else parse_int(dst, "to")
         return [
             env
             for env in self._pending()
@@ -623,8 +508,8 @@ class ScriptedCluster:
     def cmd_deliver(self, args: Args) -> None:
         chosen = self._select(args)
         count = args.int_opt("count", -1)
-        drop = _bool(args.opt("drop", "false") or "false")
-        refuse = _bool(args.opt("refuse", "false") or "false")
+        drop = parse_bool(args.opt("drop", "false") or "false")
+        refuse = parse_bool(args.opt("refuse", "false") or "false")
         if count >= 0:
             chosen = chosen[:count]
         for env in chosen:
@@ -638,7 +523,7 @@ class ScriptedCluster:
         if len(args.positional) != 1:
             raise ScenarioError("partition A,B|C,D")
         groups = [
-            [_int(x, "node") for x in group.split(",") if x]
+            [parse_int(x, "node") for x in group.split(",") if x]
             for group in args.positional.pop().split("|")
         ]
         if len(groups) < 2:
@@ -705,14 +590,14 @@ class ScriptedCluster:
                 p = node.persisted or PersistedState(epoch=0)
                 self._print(
                     f"n{node.node_id}: Down{kind} (quorum-state epoch={p.epoch} "
-                    f"leader={_id(p.leader_id)} voted={_id(p.voted_id)}) "
+                    f"leader={fmt_id(p.leader_id)} voted={fmt_id(p.voted_id)}) "
                     f"end={log.end_offset()} clock={node.clock}"
                 )
                 continue
             flags = kind + (" catching-up" if core.pending_catch_up else "")
             self._print(
                 f"n{node.node_id}: {core.role.value:<10} epoch={core.epoch} "
-                f"leader={_id(core.known_leader())} voted={_id(core.voted_id)} "
+                f"leader={fmt_id(core.known_leader())} voted={fmt_id(core.voted_id)} "
                 f"end={log.end_offset()} flushed={log.flushed_offset()} "
                 f"hw={core.high_watermark} clock={node.clock}{flags}"
             )
@@ -741,256 +626,4 @@ class ScriptedCluster:
                 else f"{batch.base_offset}..{batch.last_offset}"
             )
             mark = " (unflushed)" if batch.last_offset >= log.flushed_offset() else ""
-            self._print(f"  [{span}] e{batch.epoch} {_batch_body(batch)}{mark}")
-
-    # ------------------------------------------------------------------ assertions
-
-    def _fail(self, message: str) -> None:
-        raise ScenarioAssertionError(message)
-
-    def _expect_int(
-        self, args: Args, what: str, get: Callable[[RaftCore, ScriptNode], int]
-    ) -> None:
-        node = self.node(args.node())
-        if not args.positional:
-            raise ScenarioError(f"expect-{what} ID N")
-        want = _int(args.positional.pop(0), what)
-        core = self.core(node.node_id)
-        got = get(core, node)
-        if got != want:
-            self._fail(f"n{node.node_id}: expected {what} {want}, got {got}")
-
-    def cmd_expect_role(self, args: Args) -> None:
-        node = self.node(args.node())
-        if not args.positional:
-            raise ScenarioError("expect-role ID ROLE")
-        want = args.positional.pop(0)
-        valid = [r.value for r in Role] + ["Down"]
-        if want not in valid:
-            raise ScenarioError(f"role must be one of {', '.join(valid)}")
-        got = self._role_name(node)
-        if got != want:
-            self._fail(f"n{node.node_id}: expected role {want}, got {got}")
-
-    def cmd_expect_epoch(self, args: Args) -> None:
-        self._expect_int(args, "epoch", lambda c, n: c.epoch)
-
-    def cmd_expect_leader(self, args: Args) -> None:
-        self._expect_int(args, "leader", lambda c, n: c.known_leader())
-
-    def cmd_expect_voted(self, args: Args) -> None:
-        self._expect_int(args, "voted", lambda c, n: c.voted_id)
-
-    def cmd_expect_hw(self, args: Args) -> None:
-        self._expect_int(args, "hw", lambda c, n: c.high_watermark)
-
-    def cmd_expect_log_end(self, args: Args) -> None:
-        self._expect_int(args, "log-end", lambda c, n: n.log.end_offset())
-
-    def cmd_expect_flushed(self, args: Args) -> None:
-        self._expect_int(args, "flushed", lambda c, n: n.log.flushed_offset())
-
-    def cmd_expect_catching_up(self, args: Args) -> None:
-        node = self.node(args.node())
-        if not args.positional:
-            raise ScenarioError("expect-catching-up ID true|false")
-        want = _bool(args.positional.pop(0))
-        got = self.core(node.node_id).pending_catch_up
-        if got != want:
-            self._fail(f"n{node.node_id}: expected catching-up {want}, got {got}")
-
-    def cmd_expect_data(self, args: Args) -> None:
-        node = self.node(args.node())
-        if not args.positional:
-            raise ScenarioError("expect-data ID V1,V2,... (or -)")
-        raw = args.positional.pop(0)
-        want = [] if raw == "-" else raw.split(",")
-        got = _data_values(node.log.batches())
-        if got != want:
-            self._fail(f"n{node.node_id}: expected data {want}, got {got}")
-
-    def cmd_expect_pending(self, args: Args) -> None:
-        if not args.positional:
-            raise ScenarioError("expect-pending N [from=A] [to=B] [type=T]")
-        want = _int(args.positional.pop(0), "N")
-        chosen = self._select(args)
-        if len(chosen) != want:
-            listed = "; ".join(self._line(env) for env in chosen) or "none"
-            self._fail(f"expected {want} matching pending message(s), got {len(chosen)}: {listed}")
-
-    def cmd_expect_converged(self, args: Args) -> None:
-        if len(args.positional) != 1:
-            raise ScenarioError("expect-converged A,B,...")
-        ids = [_int(x, "node") for x in args.positional.pop().split(",")]
-        first = self.node(ids[0])
-        for other_id in ids[1:]:
-            other = self.node(other_id)
-            if other.log.batches() != first.log.batches():
-                self._fail(
-                    f"logs of n{first.node_id} and n{other_id} differ: "
-                    f"{_summary(first.log)} vs {_summary(other.log)}"
-                )
-
-
-def _quorum_lines(resp: DescribeQuorumResponse) -> list[str]:
-    lines = [f"leader={_id(resp.leader_id)} epoch={resp.leader_epoch} hw={resp.high_watermark}"]
-    for kind, replicas in (("voter", resp.voters), ("observer", resp.observers)):
-        for r in replicas:
-            lines.append(
-                f"{kind} n{r.replica_id} end={r.log_end_offset} "
-                f"last_fetch={r.last_fetch_timestamp} last_caught_up={r.last_caught_up_timestamp}"
-            )
-    return lines
-
-
-def _data_values(batches: list[Batch]) -> list[str]:
-    values: list[str] = []
-    for batch in batches:
-        if batch.is_control:
-            continue
-        for record in batch.records:
-            values.append("" if record.value is None else record.value.decode(errors="replace"))
-    return values
-
-
-def _summary(log: MemoryLog) -> str:
-    return "[" + " ".join(f"{b.base_offset}:e{b.epoch}" for b in log.batches()) + "]"
-
-
-def _batch_body(batch: Batch) -> str:
-    if batch.is_control:
-        value = batch.records[0].value or b""
-        try:
-            change = decode_leader_change(value)
-        except ValueError:
-            return "control (undecodable)"
-        return (
-            f"LeaderChange(leader={change.leader_id} voters={list(change.voters)} "
-            f"granting={list(change.granting_voters)})"
-        )
-    return "data " + ",".join(_data_values([batch]))
-
-
-# ---------------------------------------------------------------------- scenario files
-
-SEPARATOR = "----"
-
-
-@dataclass(slots=True)
-class Case:
-    """One command of a scenario file and the lines (comments, blanks) that precede it."""
-
-    line: int
-    preamble: list[str]
-    command: str
-    expected: str
-
-
-def parse_scenario(text: str) -> tuple[list[Case], list[str]]:
-    """Split a scenario file into cases and the trailing lines after the last one."""
-    lines = text.splitlines()
-    cases: list[Case] = []
-    preamble: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip() or line.startswith("#"):
-            preamble.append(line)
-            i += 1
-            continue
-        start = i + 1
-        i += 1
-        if i >= len(lines) or lines[i] != SEPARATOR:
-            raise ScenarioError(f"line {start}: expected {SEPARATOR!r} after {line!r}")
-        i += 1
-        output: list[str] = []
-        while i < len(lines) and lines[i].strip():
-            output.append(lines[i])
-            i += 1
-        cases.append(Case(start, preamble, line, "\n".join(output)))
-        preamble = []
-    return cases, preamble
-
-
-def render_scenario(cases: list[Case], trailing: list[str], outputs: list[str]) -> str:
-    out: list[str] = []
-    for case, output in zip(cases, outputs, strict=True):
-        out.extend(case.preamble)
-        out.append(case.command)
-        out.append(SEPARATOR)
-        out.extend(output.splitlines())
-    out.extend(trailing)
-    return "\n".join(out) + "\n"
-
-
-@dataclass(slots=True)
-class ScenarioRun:
-    """The result of running a scenario file."""
-
-    expected: str  # the file as it is
-    # The file with the actual outputs of the cases that ran (the rest keep their golden text).
-    actual: str
-    # The first failed assertion or command error, naming file, line and command; None if clean.
-    error: ScenarioError | ScenarioAssertionError | None
-    # A ``# xfail: reason`` line at the top of the file: a known core bug the scenario exposes.
-    xfail_reason: str | None
-
-
-def xfail_reason(text: str) -> str | None:
-    """The reason of a ``# xfail: ...`` comment among the file's leading comment lines."""
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            break
-        if line.startswith("# xfail:"):
-            return line.removeprefix("# xfail:").strip()
-    return None
-
-
-def run_file(
-    path: Path,
-    on_case: Callable[[Case, str], None] | None = None,
-    core_class: type[RaftCore] = RaftCore,
-) -> ScenarioRun:
-    """Run a scenario file, stopping at the first failed assertion or command error.
-    ``on_case`` sees each case and its output as it runs; ``core_class`` replaces ``RaftCore``
-    (to run a scenario against a variant of the core)."""
-    text = path.read_text()
-    cases, trailing = parse_scenario(text)
-    cluster = ScriptedCluster(core_class)
-    outputs: list[str] = []
-    error: ScenarioError | ScenarioAssertionError | None = None
-    for case in cases:
-        where = f"{path.name}:{case.line}: {case.command}"
-        try:
-            output = cluster.run(case.command)
-        except ScenarioAssertionError as exc:
-            error = ScenarioAssertionError(f"{where}\n  {exc}")
-            break
-        except ScenarioError as exc:
-            error = ScenarioError(f"{where}\n  {exc}")
-            break
-        outputs.append(output)
-        if on_case is not None:
-            on_case(case, output)
-    outputs.extend(case.expected for case in cases[len(outputs) :])
-    actual = render_scenario(cases, trailing, outputs)
-    return ScenarioRun(text, actual, error, xfail_reason(text))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m kraft_spark.sim.script FILE...``: run scenario files, printing each case with
-    its actual output as it runs (the first failure ends the run with exit status 1)."""
-
-    def show(case: Case, output: str) -> None:
-        sys.stdout.write(render_scenario([case], [], [output]))
-
-    for name in argv if argv is not None else sys.argv[1:]:
-        result = run_file(Path(name), show)
-        if result.error is not None:
-            sys.stdout.write(f"FAILED: {result.error}\n")
-            return 1
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+            self._print(f"  [{span}] e{batch.epoch} {batch_body(batch)}{mark}")

@@ -1,6 +1,6 @@
 """Data-driven scenario tests (etcd-io/raft ``testdata`` style) for the tricky consensus paths.
 
-Each ``tests/scenarios/*.txt`` file is run by ``kraft_spark.sim.script``; the actual output of
+Each ``tests/scenarios/*.txt`` file is run by ``kraft_spark.sim.script_files``; the actual output of
 every command must equal the golden output in the file. The scripts also assert their key
 properties directly with ``expect-*`` commands, which fail with a message naming the line.
 
@@ -17,15 +17,9 @@ from pathlib import Path
 import pytest
 
 from kraft_spark.sim.bugs import BUGS
-from kraft_spark.sim.script import (
-    ScenarioAssertionError,
-    ScenarioError,
-    ScriptedCluster,
-    parse_scenario,
-    render_scenario,
-    run_file,
-    xfail_reason,
-)
+from kraft_spark.sim.script import ScriptedCluster
+from kraft_spark.sim.script_base import ScenarioAssertionError, ScenarioError
+from kraft_spark.sim.script_files import parse_scenario, render_scenario, run_file, xfail_reason
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 SCENARIOS = sorted(SCENARIO_DIR.glob("*.txt"))
