@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from driver.app import (
-    _APP_KEYS,
-    FULL_CYCLE_MAX_SHARE,
-    AppConfig,
-    config_from_properties,
-    full_cycle_wait,
-    parse_args,
-)
+from driver.app import FULL_CYCLE_MAX_SHARE, full_cycle_wait
+from driver.config import _APP_KEYS, AppConfig, config_from_properties, parse_args
 from kraft_spark.config_keys import APP_KEYS
 from kraft_spark.net.config import load_properties
 from kraft_spark.raft.config import QuorumConfig
