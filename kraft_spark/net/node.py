@@ -59,6 +59,7 @@ from kraft_spark.net.fast_wire import (
     encode_fetch_request,
     encode_fetch_response,
 )
+from kraft_spark.net.frame_server import FrameServer, ServerConnection
 from kraft_spark.net.node_tokens import (
     EmbeddedHttpFactory,
     EmbeddedHttpServer,
@@ -73,7 +74,7 @@ from kraft_spark.net.node_tokens import (
 )
 from kraft_spark.net.state_keeper import StateKeeper, open_storage
 from kraft_spark.net.stats import NodeStats
-from kraft_spark.net.transport import Connection, FrameServer, ServerConnection, TransportError
+from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.net.wire import (
     VERSIONS,
     WireError,

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from kraft_spark.net.frame_server import FrameServer, ServerConnection
 from kraft_spark.net.node import RaftNode
-from kraft_spark.net.transport import FRAMES_PER_TURN, FrameServer, ServerConnection
+from kraft_spark.net.transport import FRAMES_PER_TURN
 from kraft_spark.protocol import ApiKey, ProtocolError
 from kraft_spark.protocol.api import MAX_REQUEST_ARRAY_ELEMENTS, decode_request, encode_request
 

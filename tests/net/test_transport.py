@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from kraft_spark.net.transport import Connection, FrameServer, ServerConnection, TransportError
+from kraft_spark.net.frame_server import FrameServer, ServerConnection
+from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.protocol import ApiKey, RequestHeader, encode_request
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])]
