@@ -3,9 +3,9 @@
 Server (in ``frame_server``): :class:`FrameServer` accepts connections, splits each byte
 stream into frames with a maximum size, decodes the request header and body, and hands them to
 a handler that answers later (possibly out of order: responses carry the correlation id, and
-every client of this project matches on it). Bad bytes close only that connection: an oversized or malformed frame,
-an unknown API or version. ApiVersions with a version we do not speak is answered with
-UNSUPPORTED_VERSION at v0 (as Kafka does) so clients can downgrade.
+every client of this project matches on it). Bad bytes close only that connection: an oversized
+or malformed frame, an unknown API or version. ApiVersions with a version we do not speak is
+answered with UNSUPPORTED_VERSION at v0 (as Kafka does) so clients can downgrade.
 
 Client: :class:`Connection` keeps one TCP connection with several requests in flight, matched
 by correlation id, each with its own timeout. When the connection drops, every pending request
