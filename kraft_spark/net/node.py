@@ -50,16 +50,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from kraft_spark.log.segmented_log import FlushTicket, SegmentedLog
+from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
 from kraft_spark.net.fast_wire import (
     FETCH_VERSION,
     decode_fetch_request,
-    encode_fetch_request,
     encode_fetch_response,
 )
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
+from kraft_spark.net.node_flush import GroupCommitMixin
+from kraft_spark.net.node_peers import PeerRequestsMixin
 from kraft_spark.net.node_tokens import (
     EmbeddedHttpFactory,
     EmbeddedHttpServer,
@@ -68,43 +69,36 @@ from kraft_spark.net.node_tokens import (
     LocalToken,
     NodeStoppedError,
     Token,
-    decode_fetch_reply,
     request_source,
     wall_ms,
 )
 from kraft_spark.net.state_keeper import StateKeeper, open_storage
 from kraft_spark.net.stats import NodeStats
-from kraft_spark.net.transport import Connection, TransportError
+from kraft_spark.net.transport import Connection
 from kraft_spark.net.wire import (
     VERSIONS,
     WireError,
     error_response_body,
     request_from_wire,
-    request_to_wire,
-    response_from_wire,
     response_to_wire,
 )
 from kraft_spark.protocol import (
-    ApiKey,
     RequestHeader,
     decode_request,
-    decode_response,
-    encode_request,
 )
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import (
-    EndQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
     Response,
 )
-from kraft_spark.raft.ready import Outbound, Ready
+from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
 
 log = logging.getLogger(__name__)
 
 
-class RaftNode:
+class RaftNode(GroupCommitMixin, PeerRequestsMixin):
     """One voter or observer. ``await start()``, then ``await stop()``."""
 
     def __init__(
@@ -444,86 +438,6 @@ class RaftNode:
         self._core.poll(wall_ms())
         self._drain()
 
-    def _peer(self, node_id: int) -> Connection | None:
-        endpoint = self.config.voters.get(node_id)
-        if endpoint is None:
-            return None
-        conn = self._peers.get(node_id)
-        if conn is None:
-            tls = self.config.tls
-            conn = Connection(
-                endpoint[0],
-                endpoint[1],
-                ssl_context=tls.client_context() if tls else None,
-                client_id=f"raft-node-{self.node_id}",
-                max_frame_bytes=self.config.max_frame_bytes,
-                reconnect_backoff_s=self.config.quorum.retry_backoff_ms / 1000,
-                # The core retries on its own schedule; it should hear of a refusal at once.
-                fail_fast_when_refused=True,
-            )
-            self._peers[node_id] = conn
-        return conn
-
-    def _send(self, out: Outbound) -> None:
-        """Send one request of the core; its answer (or failure) comes back to
-        ``_on_response`` as a callback, with no task in between."""
-        conn = self._peer(out.dest)
-        if conn is None:
-            return
-        message = out.message
-        encode: Callable[[int, str], bytes]
-        decode: Callable[[bytes], Response]
-        if type(message) is FetchRequest:
-            # The commit path: hand-written codecs (the generic ones when the bytes are unusual).
-            api_key = int(ApiKey.FETCH)
-
-            def encode(corr: int, client_id: str) -> bytes:
-                return encode_fetch_request(message, corr, client_id)
-
-            decode = decode_fetch_reply
-        else:
-            api_key, version, body = request_to_wire(message)
-
-            def encode(corr: int, client_id: str) -> bytes:
-                return encode_request(api_key, version, corr, client_id, body)
-
-            def decode(payload: bytes) -> Response:
-                return response_from_wire(api_key, decode_response(api_key, version, payload)[1])
-
-        conn.start_request(
-            api_key,
-            encode,
-            decode,
-            self.config.quorum.request_timeout_ms / 1000,
-            lambda response, error: self._on_response(out, response, error),
-        )
-        # Counted once it is sent (start_request raised nothing): its callback will come.
-        if type(message) is EndQuorumEpochRequest:
-            self._resigning += 1
-
-    def _on_response(
-        self, out: Outbound, response: Response | None, error: BaseException | None
-    ) -> None:
-        if type(out.message) is EndQuorumEpochRequest:
-            self._resigning -= 1
-        if self._stopping or self._core is None:
-            return
-        if error is not None:
-            if not isinstance(error, TransportError | WireError):
-                log.error("node %d: request to %d failed unexpectedly: %r", self.node_id,
-                          out.dest, error)
-            # This request will never be answered; the core decides what to do about it (retry
-            # a Fetch soon; a refused connection means the peer's process is gone).
-            refused = isinstance(error, TransportError) and error.refused
-            log.debug("node %d: request to %d failed%s: %s", self.node_id, out.dest,
-                      " (refused)" if refused else "", error)
-            self._core.on_request_failed(wall_ms(), out.request_id, refused=refused)
-            self._drain()
-            return
-        assert response is not None
-        self._core.handle_response(wall_ms(), out.dest, out.request_id, response)
-        self._drain()
-
     # ------------------------------------------------------------------ carrying out Readies
 
     def _drain(self) -> None:
@@ -629,72 +543,6 @@ class RaftNode:
             self._flush_wanted = True
             if not self._flushing:
                 self._flush_inline()
-
-    def _disk_is_fast(self) -> bool:
-        return self._flush_avg_s * 1000 <= self.config.inline_flush_max_ms
-
-    def _flush_inline(self) -> None:
-        """Group commit on the loop while the disk is fast: fsync here, then tell the core
-        (which may want more); once it is slow, the worker thread takes over."""
-        self._flushing = True
-        try:
-            while self._flush_wanted and not self._stopping and self._disk_is_fast():
-                self._flush_wanted = False
-                try:
-                    ticket, started = self.log.begin_flush(), time.perf_counter()
-                    if ticket is not None:
-                        self.log.sync_flush(ticket)
-                except Exception as exc:
-                    self._fail(exc)
-                    return
-                if not self._flush_done(ticket, started):
-                    return
-        finally:
-            self._flushing = False
-        if self._flush_wanted and not self._stopping:
-            # Flagged now, not when the task starts: one flusher at a time (the log has one
-            # ticket in flight), even if another Ready asks for a flush before it runs.
-            self._flushing = True
-            self._spawn(self._run_flushes(), "flush")
-
-    async def _run_flushes(self) -> None:
-        """Group commit on the worker thread: one flush at a time; whatever arrived meanwhile
-        rides the next. The caller set ``_flushing``."""
-        loop = asyncio.get_running_loop()
-        try:
-            while self._flush_wanted and not self._stopping:
-                self._flush_wanted = False
-                try:
-                    ticket, started = self.log.begin_flush(), time.perf_counter()
-                    if ticket is not None:
-                        await loop.run_in_executor(self._worker, self.log.sync_flush, ticket)
-                except Exception as exc:
-                    self._fail(exc)
-                    return
-                if not self._flush_done(ticket, started):
-                    return
-        finally:
-            self._flushing = False
-
-    def _flush_done(self, ticket: FlushTicket | None, started: float) -> bool:
-        """After a flush's fsync: end it, then tell the core. False: the node failed."""
-        if ticket is not None:
-            try:
-                self.log.end_flush(ticket)
-            except Exception as exc:
-                self._fail(exc)
-                return False
-            self._flushed_in(time.perf_counter() - started)
-        if self._core is not None and not self._stopping:
-            self._core.on_log_flushed(wall_ms())
-            self._drain()
-        return True
-
-    def _flushed_in(self, seconds: float) -> None:
-        self.stats.on_flush(seconds)
-        # Moving average over roughly the last five flushes: one slow fsync moves the next
-        # ones to the worker thread; a run of fast ones brings them back.
-        self._flush_avg_s += (seconds - self._flush_avg_s) * 0.2
 
     def _arm_timer(self, deadline_ms: int) -> None:
         if self._stopping:

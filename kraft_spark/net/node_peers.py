@@ -1,0 +1,114 @@
+"""``RaftNode``'s requests to its peers: one pipelined ``Connection`` per voter, the commit
+path's Fetch on the hand-written codecs (``fast_wire``), every other request on the generic
+Kafka codec, and each answer (or failure) handed back to the core as a callback."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kraft_spark.net.config import NodeConfig
+from kraft_spark.net.fast_wire import encode_fetch_request
+from kraft_spark.net.node_tokens import decode_fetch_reply, wall_ms
+from kraft_spark.net.transport import Connection, TransportError
+from kraft_spark.net.wire import WireError, request_to_wire, response_from_wire
+from kraft_spark.protocol import ApiKey, decode_response, encode_request
+from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.messages import EndQuorumEpochRequest, FetchRequest, Response
+from kraft_spark.raft.ready import Outbound
+
+log = logging.getLogger("kraft_spark.net.node")
+
+
+class PeerRequestsMixin:
+    """Mixed into ``RaftNode``, which owns the fields and the methods declared here."""
+
+    config: NodeConfig
+    node_id: int
+    _core: RaftCore | None
+    _peers: dict[int, Connection]
+    _resigning: int
+    _stopping: bool
+
+    def _drain(self) -> None:
+        raise NotImplementedError
+
+    def _peer(self, node_id: int) -> Connection | None:
+        endpoint = self.config.voters.get(node_id)
+        if endpoint is None:
+            return None
+        conn = self._peers.get(node_id)
+        if conn is None:
+            tls = self.config.tls
+            conn = Connection(
+                endpoint[0],
+                endpoint[1],
+                ssl_context=tls.client_context() if tls else None,
+                client_id=f"raft-node-{self.node_id}",
+                max_frame_bytes=self.config.max_frame_bytes,
+                reconnect_backoff_s=self.config.quorum.retry_backoff_ms / 1000,
+                # The core retries on its own schedule; it should hear of a refusal at once.
+                fail_fast_when_refused=True,
+            )
+            self._peers[node_id] = conn
+        return conn
+
+    def _send(self, out: Outbound) -> None:
+        """Send one request of the core; its answer (or failure) comes back to
+        ``_on_response`` as a callback, with no task in between."""
+        conn = self._peer(out.dest)
+        if conn is None:
+            return
+        message = out.message
+        encode: Callable[[int, str], bytes]
+        decode: Callable[[bytes], Response]
+        if type(message) is FetchRequest:
+            # The commit path: hand-written codecs (the generic ones when the bytes are unusual).
+            api_key = int(ApiKey.FETCH)
+
+            def encode(corr: int, client_id: str) -> bytes:
+                return encode_fetch_request(message, corr, client_id)
+
+            decode = decode_fetch_reply
+        else:
+            api_key, version, body = request_to_wire(message)
+
+            def encode(corr: int, client_id: str) -> bytes:
+                return encode_request(api_key, version, corr, client_id, body)
+
+            def decode(payload: bytes) -> Response:
+                return response_from_wire(api_key, decode_response(api_key, version, payload)[1])
+
+        conn.start_request(
+            api_key,
+            encode,
+            decode,
+            self.config.quorum.request_timeout_ms / 1000,
+            lambda response, error: self._on_response(out, response, error),
+        )
+        # Counted once it is sent (start_request raised nothing): its callback will come.
+        if type(message) is EndQuorumEpochRequest:
+            self._resigning += 1
+
+    def _on_response(
+        self, out: Outbound, response: Response | None, error: BaseException | None
+    ) -> None:
+        if type(out.message) is EndQuorumEpochRequest:
+            self._resigning -= 1
+        if self._stopping or self._core is None:
+            return
+        if error is not None:
+            if not isinstance(error, TransportError | WireError):
+                log.error("node %d: request to %d failed unexpectedly: %r", self.node_id,
+                          out.dest, error)
+            # This request will never be answered; the core decides what to do about it (retry
+            # a Fetch soon; a refused connection means the peer's process is gone).
+            refused = isinstance(error, TransportError) and error.refused
+            log.debug("node %d: request to %d failed%s: %s", self.node_id, out.dest,
+                      " (refused)" if refused else "", error)
+            self._core.on_request_failed(wall_ms(), out.request_id, refused=refused)
+            self._drain()
+            return
+        assert response is not None
+        self._core.handle_response(wall_ms(), out.dest, out.request_id, response)
+        self._drain()
