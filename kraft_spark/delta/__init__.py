@@ -5,9 +5,9 @@
 Importing this package needs pyspark; it does not start Spark.
 """
 
+from kraft_spark.delta.maintenance import Compaction
 from kraft_spark.delta.materializer import (
     CommitStats,
-    Compaction,
     DeltaMaterializer,
     TableCommit,
 )
