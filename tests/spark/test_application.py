@@ -38,7 +38,15 @@ class App:
             stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        assert line, f"the application exited ({self.proc.poll()}); see {data_dir}/app.log"
+        if not line:
+            # Close what this object holds before failing: a leaked pipe or log file would
+            # surface as an unraisable ResourceWarning in whichever test runs next.
+            code = self.proc.wait(60)
+            self.proc.stdout.close()
+            self.log.close()
+            tail = (data_dir / "app.log").read_text(errors="replace").splitlines()[-40:]
+            raise AssertionError(f"the application exited ({code}) before it was ready; "
+                                 "the end of its log:\n" + "\n".join(tail))
         self.info: dict[str, Any] = json.loads(line)
         self.url = self.info["http"]
 
