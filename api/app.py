@@ -99,7 +99,7 @@ from kraft_spark.client.errors import (
 from kraft_spark.client.types import (
     QuorumInfo,
 )
-from kraft_spark.metrics import CONTENT_TYPE, HttpMetrics, Registry
+from kraft_spark.metrics import HttpMetrics, Registry
 from kraft_spark.quorum_report import replication_rows, status_summary
 
 __all__ = [
@@ -334,8 +334,10 @@ def create_app(
         return [ReplicationRowOut(**row) for row in replication_rows(await describe())]
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
-    async def prometheus() -> Response:
-        return Response(registry.render(), media_type=CONTENT_TYPE)
+    async def prometheus(request: Request) -> Response:
+        # prometheus-client's exposition: OpenMetrics when the scraper's Accept asks for it.
+        body, content_type = registry.exposition(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     @app.get("/healthz", response_model=StatusOut, tags=["operations"])
     async def healthz() -> StatusOut:

@@ -20,6 +20,7 @@ from kraft_spark.client.errors import ClientError, CommitTimeoutError, NoLeaderE
 from kraft_spark.client.types import AppendResult, NewRecord, QuorumInfo
 from kraft_spark.net.local_appends import Settle
 from kraft_spark.net.node import RaftNode
+from tests.metrics_text import samples
 from tests.net.helpers import leader_of, the_leader, wait_for
 from tests.net.test_node_http import run_http_quorum, url_of
 
@@ -101,10 +102,10 @@ def test_leader_answers_plain_appends_directly_and_keeps_the_connection(tmp_path
         [(status, _, text)] = await exchange(
             url_of(leader), b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n", 1)
         assert status == 200
-        lines = text.decode().splitlines()
-        assert "kraft_spark_http_appended_records_total 3" in lines
-        assert any(line.startswith("kraft_spark_http_requests_total{") and 'route="/v1/records"'
-                   in line and 'status="200"' in line and line.endswith(" 3") for line in lines)
+        values = samples(text.decode())
+        assert values["kraft_spark_http_appended_records_total"] == 3
+        assert values['kraft_spark_http_requests_total{method="POST",route="/v1/records",'
+                      'status="200"}'] == 3
 
     asyncio.run(run_http_quorum(tmp_path, body))
 

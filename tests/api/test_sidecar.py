@@ -34,6 +34,7 @@ from kraft_spark.client.types import (
     ReplicaInfo,
 )
 from kraft_spark.metrics import Registry
+from tests.metrics_text import samples
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -736,13 +737,13 @@ def test_metrics_expose_request_latency(serve: Serve) -> None:
     assert "# TYPE kraft_spark_http_request_latency_ms_avg gauge" in text
     assert 'kraft_spark_http_request_latency_ms_avg{method="POST",route="/v1/records"}' in text
     assert 'kraft_spark_http_request_latency_ms_max{method="POST",route="/v1/records"}' in text
-    assert (
-        'kraft_spark_http_requests_total{method="POST",route="/v1/records",status="200"} 1'
-        in text
-    )
-    assert 'kraft_spark_http_requests_total{method="GET",route="unmatched",status="404"} 1' in text
-    assert "kraft_spark_http_appended_records_total 1" in text
-    assert "kafka_raft_high_watermark 10" in text
+    values = samples(text)
+    assert values['kraft_spark_http_requests_total{method="POST",route="/v1/records",'
+                  'status="200"}'] == 1
+    assert values['kraft_spark_http_requests_total{method="GET",route="unmatched",'
+                  'status="404"}'] == 1
+    assert values["kraft_spark_http_appended_records_total"] == 1
+    assert values["kafka_raft_high_watermark"] == 10
 
 
 def test_docs_and_openapi_describe_the_request_body(serve: Serve) -> None:

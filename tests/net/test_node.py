@@ -16,6 +16,7 @@ from kraft_spark.log.codec import iter_batches
 from kraft_spark.net.node import RaftNode
 from kraft_spark.net.transport import Connection
 from kraft_spark.protocol import ApiKey, ErrorCode
+from tests.metrics_text import samples
 
 from .helpers import leader_of, make_certs, run_quorum, wait_for
 
@@ -216,14 +217,26 @@ def test_metrics_endpoint_serves_kafka_raft_names(tmp_path: Path) -> None:
         writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
         text = (await reader.read()).decode()
         writer.close()
-        server.close()
         assert text.startswith("HTTP/1.0 200 OK")
-        assert f'kafka_raft_current_state{{node_id="{leader.node_id}",state="leader"}} 1' in text
-        assert f'kafka_raft_current_leader{{node_id="{leader.node_id}"}} {leader.node_id}' in text
+        head, _, body = text.partition("\r\n\r\n")
+        assert "Content-Type: text/plain; version=0.0.4" in head
+        values = samples(body)
+        me = f'node_id="{leader.node_id}"'
+        assert values[f'kafka_raft_current_state{{{me},state="leader"}}'] == 1
+        assert values[f"kafka_raft_current_leader{{{me}}}"] == leader.node_id
         for name in ("current_epoch", "high_watermark", "log_end_offset", "commit_latency_avg",
                      "election_latency_max", "number_unknown_voter_connections",
                      "boot_timestamp"):
-            assert f"kafka_raft_{name}{{" in text
+            assert f"kafka_raft_{name}{{{me}}}" in values, name
+        # OpenMetrics when the scraper asks for it, as Prometheus does.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.0\r\n"
+                     b"Accept: application/openmetrics-text; version=1.0.0\r\n\r\n")
+        text = (await reader.read()).decode()
+        writer.close()
+        server.close()
+        assert "Content-Type: application/openmetrics-text" in text
+        assert text.endswith("# EOF\n")
 
     asyncio.run(run_quorum(tmp_path, body))
 

@@ -1,4 +1,5 @@
-"""The metrics registry: exposition format, sensor windows on an injected clock, names."""
+"""The metrics registry on prometheus-client: exposition, sensor windows on an injected clock,
+names, registration rules."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import pytest
 from kraft_spark.metrics import (
     AppMetrics,
     HttpMetrics,
-    RaftMetrics,
     Registry,
     app_metric_name,
     raft_metric_name,
 )
+from tests.metrics_text import samples
 
 
 class FakeClock:
@@ -25,16 +26,6 @@ class FakeClock:
         return self.now
 
 
-def samples(text: str) -> dict[str, str]:
-    """``name{labels}`` → value for every sample line."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = value
-    return out
-
-
 def test_names_map_kafka_raft_metrics_and_application_metrics() -> None:
     assert raft_metric_name("high-watermark") == "kafka_raft_high_watermark"
     assert raft_metric_name("commit-latency-avg") == "kafka_raft_commit_latency_avg"
@@ -42,38 +33,51 @@ def test_names_map_kafka_raft_metrics_and_application_metrics() -> None:
 
 
 def test_gauge_and_counter_exposition_with_help_type_and_labels() -> None:
-    registry = Registry(const_labels={"node_id": "1"})
-    gauge = registry.gauge("kafka_raft_high_watermark", "The high watermark.")
-    gauge.set(42)
+    registry = Registry()
+    gauge = registry.gauge("kafka_raft_high_watermark", "The high watermark.", ["node_id"])
+    gauge.labels(node_id=1).set(42)
     counter = registry.counter("kraft_spark_things_total", "Things.\nSecond line", ["kind"])
     counter.labels(kind='a"b\\c').inc()
     counter.labels(kind='a"b\\c').inc(2)
     counter.labels("x").inc(0.5)
-    assert registry.render() == (
+    text = registry.render()
+    assert text == (
         "# HELP kafka_raft_high_watermark The high watermark.\n"
         "# TYPE kafka_raft_high_watermark gauge\n"
-        'kafka_raft_high_watermark{node_id="1"} 42\n'
+        'kafka_raft_high_watermark{node_id="1"} 42.0\n'
         "# HELP kraft_spark_things_total Things.\\nSecond line\n"
         "# TYPE kraft_spark_things_total counter\n"
-        'kraft_spark_things_total{node_id="1",kind="a\\"b\\\\c"} 3\n'
-        'kraft_spark_things_total{node_id="1",kind="x"} 0.5\n'
+        'kraft_spark_things_total{kind="a\\"b\\\\c"} 3.0\n'
+        'kraft_spark_things_total{kind="x"} 0.5\n'
     )
+    assert registry.sample("kraft_spark_things_total", {"kind": 'a"b\\c'}) == 3
+
+
+def test_openmetrics_when_the_scraper_asks_for_it() -> None:
+    registry = Registry()
+    registry.counter("kraft_spark_things_total", "Things.").inc(2)
+    body, content_type = registry.exposition("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.decode().splitlines()[-2:] == ["kraft_spark_things_total 2.0", "# EOF"]
+    body, content_type = registry.exposition("text/plain")
+    assert content_type == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# EOF" not in body.decode()
+    assert "_created" not in body.decode()  # no series Kafka does not have
 
 
 def test_gauge_callback_is_read_at_scrape_time_and_nan_when_it_fails() -> None:
     registry = Registry()
     box = [1.5]
     registry.gauge("g", "a callback", fn=lambda: box[0])
-    assert samples(registry.render())["g"] == "1.5"
+    assert samples(registry.render())["g"] == 1.5
     box[0] = 7
-    assert samples(registry.render())["g"] == "7"
+    assert samples(registry.render())["g"] == 7
 
     def broken() -> float:
         raise RuntimeError("boom")
 
-    labelled = registry.gauge("h", "labelled", ["node_id"])
-    labelled.labels(node_id=3).set_function(broken)
-    assert samples(registry.render())['h{node_id="3"}'] == "NaN"
+    registry.gauge("h", "a failing callback", fn=broken)
+    assert math.isnan(samples(registry.render())["h"])  # the scrape itself does not fail
 
 
 def test_values_format_ints_floats_and_infinities() -> None:
@@ -85,16 +89,17 @@ def test_values_format_ints_floats_and_infinities() -> None:
     g.labels("inf").set(math.inf)
     g.labels("neg").set(-2)
     out = samples(registry.render())
-    assert out['g{v="ts"}'] == "1700000000000"
-    assert out['g{v="float_int"}'] == "3"
-    assert out['g{v="frac"}'] == "0.25"
-    assert out['g{v="inf"}'] == "+Inf"
-    assert out['g{v="neg"}'] == "-2"
+    assert out['g{v="ts"}'] == 1_700_000_000_000  # a millisecond timestamp survives exactly
+    assert out['g{v="float_int"}'] == 3
+    assert out['g{v="frac"}'] == 0.25
+    assert out['g{v="inf"}'] == math.inf
+    assert 'g{v="inf"} +Inf' in registry.render()
+    assert out['g{v="neg"}'] == -2
 
 
 def test_counter_refuses_to_go_down() -> None:
     counter = Registry().counter("c_total", "c")
-    with pytest.raises(ValueError, match="only goes up"):
+    with pytest.raises(ValueError, match="non-negative"):
         counter.inc(-1)
 
 
@@ -115,8 +120,8 @@ def test_sensor_avg_max_over_a_30s_window_of_1s_buckets() -> None:
     assert "# TYPE kafka_raft_commit_latency_avg gauge" in text
     assert "# TYPE kafka_raft_commit_latency_max gauge" in text
     assert samples(text) == {
-        "kafka_raft_commit_latency_avg": "20",
-        "kafka_raft_commit_latency_max": "30",
+        "kafka_raft_commit_latency_avg": 20,
+        "kafka_raft_commit_latency_max": 30,
     }
     # The sample recorded at t=1000 (bucket 1000) leaves the window when bucket 1030 begins.
     clock.now = 1029.9
@@ -155,7 +160,7 @@ def test_sensor_rate_is_sum_per_second_over_the_elapsed_window() -> None:
     text = registry.render()
     assert "# TYPE kafka_raft_fetch_records_rate gauge" in text
     assert "# TYPE kafka_raft_fetch_records_total counter" in text
-    assert samples(text)["kafka_raft_fetch_records_total"] == "110"
+    assert samples(text)["kafka_raft_fetch_records_total"] == 110
 
 
 def test_sensor_window_is_configurable() -> None:
@@ -175,12 +180,12 @@ def test_labelled_sensor_children_are_independent() -> None:
     sensor.labels(route="/a").record(1)
     sensor.labels(route="/b").record(3)
     out = samples(registry.render())
-    assert out['lat_avg{route="/a"}'] == "1"
-    assert out['lat_max{route="/b"}'] == "3"
+    assert out['lat_avg{route="/a"}'] == 1
+    assert out['lat_max{route="/b"}'] == 3
 
 
 def test_registration_conflicts_and_label_errors() -> None:
-    registry = Registry(const_labels={"node_id": "1"})
+    registry = Registry()
     registry.gauge("g", "g")
     with pytest.raises(ValueError, match="already registered"):
         registry.gauge("g", "g")
@@ -188,51 +193,20 @@ def test_registration_conflicts_and_label_errors() -> None:
     with pytest.raises(ValueError, match="already registered"):
         registry.counter("g", "g", exist_ok=True)  # another kind
     registry.gauge("lat_avg", "clashes with a sensor stat")
-    with pytest.raises(ValueError, match="already exposed"):
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
         registry.sensor("lat", "latency")
+    assert registry.get("lat") is None  # a refused registration leaves nothing behind
     with pytest.raises(ValueError, match="invalid metric name"):
         registry.gauge("bad-name", "x")
-    with pytest.raises(ValueError, match="clash"):
-        registry.gauge("x", "x", ["node_id"])
     labelled = registry.gauge("y", "y", ["a", "b"])
-    with pytest.raises(ValueError, match="takes labels"):
+    with pytest.raises(ValueError, match="Incorrect label names"):
         labelled.labels(a=1)
-    with pytest.raises(ValueError, match=r"use \.labels"):
+    with pytest.raises(ValueError, match="missing label values"):
         labelled.set(1)
     with pytest.raises(ValueError, match="stats must be among"):
         registry.sensor("z", "z", stats=("p99",))
-
-
-def test_raft_metrics_register_every_spec_name() -> None:
-    registry = Registry()
-    raft = RaftMetrics(registry, {"node_id": 2})
-    raft.set_state("leader")
-    raft.current_epoch.set(7)
-    raft.high_watermark.set(100)
-    raft.commit_latency.record(4)
-    raft.fetch_records.record(3)
-    text = registry.render()
-    out = samples(text)
-    for name in (
-        "current-leader", "current-vote", "current-epoch", "high-watermark", "log-end-offset",
-        "log-end-epoch", "number-unknown-voter-connections", "election-latency-avg",
-        "election-latency-max", "commit-latency-avg", "commit-latency-max", "fetch-records-rate",
-        "append-records-rate", "poll-idle-ratio-avg", "boot-timestamp",
-    ):
-        prom = raft_metric_name(name)
-        assert f"# TYPE {prom} gauge" in text, name
-        assert f'{prom}{{node_id="2"}}' in out, name
-    assert out['kafka_raft_current_state{node_id="2",state="leader"}'] == "1"
-    assert out['kafka_raft_current_state{node_id="2",state="follower"}'] == "0"
-    assert out['kafka_raft_current_epoch{node_id="2"}'] == "7"
-    assert out['kafka_raft_current_leader{node_id="2"}'] == "-1"
-    assert out['kafka_raft_commit_latency_max{node_id="2"}'] == "4"
-    # A second node shares the families.
-    RaftMetrics(registry, {"node_id": 3}).set_state("follower")
-    out = samples(registry.render())
-    assert out['kafka_raft_current_state{node_id="3",state="follower"}'] == "1"
-    with pytest.raises(ValueError, match="unknown raft state"):
-        raft.set_state("king")
+    with pytest.raises(ValueError, match="takes labels"):
+        registry.sensor("w", "w", ["route"]).labels()
 
 
 def test_app_and_http_metrics() -> None:
@@ -246,15 +220,15 @@ def test_app_and_http_metrics() -> None:
     http.observe("POST", "/v1/records", 200, 2.5)
     assert HttpMetrics(registry).requests is http.requests  # idempotent registration
     out = samples(registry.render())
-    assert out["kraft_spark_materialization_lag_offsets"] == "12"
-    assert out["kraft_spark_barrier_stage_restarts_total"] == "1"
-    assert out['kraft_spark_delta_compactions_total{table="records"}'] == "1"
-    assert out['kraft_spark_delta_compacted_files_total{table="records"}'] == "39"
+    assert out["kraft_spark_materialization_lag_offsets"] == 12
+    assert out["kraft_spark_barrier_stage_restarts_total"] == 1
+    assert out['kraft_spark_delta_compactions_total{table="records"}'] == 1
+    assert out['kraft_spark_delta_compacted_files_total{table="records"}'] == 39
     latency = 'kraft_spark_http_request_latency_ms_avg{method="POST",route="/v1/records"}'
-    assert out[latency] == "2.5"
+    assert out[latency] == 2.5
     assert out[
         'kraft_spark_http_requests_total{method="POST",route="/v1/records",status="200"}'
-    ] == "1"
+    ] == 1
 
 
 def test_concurrent_recording_while_rendering() -> None:
@@ -283,6 +257,6 @@ def test_concurrent_recording_while_rendering() -> None:
     stop.set()
     scraper.join(timeout=30)
     out = samples(registry.render())
-    assert out['c_total{t="0"}'] == "4000"
-    assert out['c_total{t="1"}'] == "4000"
-    assert out["s_total"] == "8000"
+    assert out['c_total{t="0"}'] == 4000
+    assert out['c_total{t="1"}'] == 4000
+    assert out["s_total"] == 8000
