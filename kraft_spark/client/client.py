@@ -39,6 +39,7 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
     snapshot_label,
 )
+from kraft_spark.client.leader_watch import DEFAULT_PROBE_AFTER_S, LeaderMovedError, LeaderWatch
 from kraft_spark.client.types import (
     AppendResult,
     CommittedRecord,
@@ -105,9 +106,13 @@ class AsyncQuorumClient:
         ssl_context: ssl.SSLContext | None = None,
         client_id: str = "kraft-spark-client",
         coalesce: bool = False,
+        leader_probe_s: float = DEFAULT_PROBE_AFTER_S,
     ) -> None:
         """``coalesce``: concurrent appends share batches (see ``kraft_spark.client.coalesce``);
-        for servers that turn many requests into appends, such as the HTTP sidecar."""
+        for servers that turn many requests into appends, such as the HTTP sidecar.
+        ``leader_probe_s``: a request unanswered for this long makes the client ask the other
+        nodes whether another leader was elected (see ``kraft_spark.client.leader_watch``); 0
+        waits for ``request_timeout_s`` instead."""
         self._endpoints = parse_bootstrap(bootstrap)
         self.cluster_id = cluster_id or ""
         self._expected_cluster = cluster_id
@@ -119,6 +124,7 @@ class AsyncQuorumClient:
         self._client_id = client_id
         self._conns: dict[tuple[str, int], Connection] = {}
         self._leader: tuple[str, int] | None = None
+        self._leader_epoch = -1  # the epoch self._leader last answered in; -1: unknown
         self._cursor = 0
         self._free_lanes: list[_Lane] = []
         self._node_endpoints: dict[int, tuple[str, int]] = {}
@@ -130,6 +136,9 @@ class AsyncQuorumClient:
         self._rng = random.Random()
         self.leader_changes = 0  # how often the client had to look for the leader again
         self._coalescer = AppendCoalescer(self._append_records) if coalesce else None
+        self._watch = LeaderWatch(self._ask_leader, self._node_endpoints.get,
+                                  probe_after_s=leader_probe_s,
+                                  probe_timeout_s=leader_probe_s)
 
     # ------------------------------------------------------------------ connections
 
@@ -159,6 +168,34 @@ class AsyncQuorumClient:
         if self._leader is not None:
             order = [self._leader] + [e for e in order if e != self._leader]
         return order
+
+    async def _request(self, endpoint: tuple[str, int], api_key: int, version: int,
+                       body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """One request to ``endpoint``, abandoned with :class:`LeaderMovedError` when the
+        other nodes name a newer leader while it waits (a frozen or cut-off leader)."""
+        request = self._conn(endpoint).request(api_key, version, body, timeout_s)
+        others = [e for e in {*self._endpoints, *self._node_endpoints.values()}
+                  if e != endpoint and e not in self._not_kafka]
+        epoch = self._leader_epoch if endpoint == self._leader else -1
+        reply: dict[str, Any] = await self._watch.await_unless_replaced(
+            request, target=endpoint, target_epoch=epoch, others=others)
+        return reply
+
+    async def _ask_leader(self, endpoint: tuple[str, int],
+                          timeout_s: float) -> tuple[int, int] | None:
+        """(leader id, epoch) as ``endpoint`` knows them; None when it does not answer."""
+        body = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [
+            {"partition_index": 0}]}]}
+        try:
+            reply = await self._conn(endpoint).request(ApiKey.DESCRIBE_QUORUM, 1, body,
+                                                       timeout_s)
+        except TransportError:
+            return None
+        self._learn_endpoints(reply.get("kraft_spark_node_endpoints"))
+        part = first_partition(reply, "topics", "partitions")
+        if part is None:
+            return None
+        return part.get("leader_id", -1), part.get("leader_epoch", -1)
 
     def _learn_endpoints(self, items: list[dict[str, Any]] | None) -> None:
         for node in items or []:
@@ -194,6 +231,14 @@ class AsyncQuorumClient:
                     continue
                 try:
                     result = await attempt(endpoint)
+                except LeaderMovedError as moved:
+                    # The target was frozen or cut off and another node leads now: follow it
+                    # at once (an append is retried on its producer id and sequence).
+                    last_error = f"{endpoint[0]}:{endpoint[1]} was replaced ({moved})"
+                    self._leader, self._leader_epoch = moved.endpoint, moved.epoch
+                    self.leader_changes += 1
+                    follow = True
+                    break
                 except TransportError as exc:
                     last_error = str(exc)
                     self._forget_leader(endpoint)
@@ -241,8 +286,8 @@ class AsyncQuorumClient:
         async def attempt(endpoint: tuple[str, int]) -> QuorumInfo | None:
             body = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [
                 {"partition_index": 0}]}]}
-            reply = await self._conn(endpoint).request(
-                ApiKey.DESCRIBE_QUORUM, 1, body, self._request_timeout_s
+            reply = await self._request(
+                endpoint, ApiKey.DESCRIBE_QUORUM, 1, body, self._request_timeout_s
             )
             self._check_cluster(reply.get("kraft_spark_cluster_id"))
             self._learn_endpoints(reply.get("kraft_spark_node_endpoints"))
@@ -253,7 +298,7 @@ class AsyncQuorumClient:
                 return None
             if error:
                 raise ClientError(f"DescribeQuorum failed: {_error_text(error)}")
-            self._leader = endpoint
+            self._leader, self._leader_epoch = endpoint, part["leader_epoch"]
             return QuorumInfo(
                 cluster_id=self.cluster_id,
                 leader_id=part["leader_id"],
@@ -268,6 +313,16 @@ class AsyncQuorumClient:
 
         info: QuorumInfo = await self._retry("describe quorum", attempt)
         return info
+
+    async def leader_views(self, timeout_s: float = 1.0) -> dict[str, tuple[int, int]]:
+        """Who leads, as each known node sees it: ``"host:port"`` → (leader id, epoch), for
+        the nodes that answered within ``timeout_s``. A deposed leader that has not yet heard
+        of its successor still names itself at its old epoch: the highest epoch is the truth."""
+        endpoints = sorted({*self._endpoints, *self._node_endpoints.values()})
+        answers = await asyncio.gather(*(self._ask_leader(e, timeout_s) for e in endpoints))
+        return {f"{host}:{port}": answer for (host, port), answer in zip(endpoints, answers,
+                                                                          strict=True)
+                if answer is not None}
 
     # ------------------------------------------------------------------ read
 
@@ -292,8 +347,8 @@ class AsyncQuorumClient:
                 }]}],
                 "forgotten_topics_data": [],
             }
-            reply = await self._conn(endpoint).request(
-                ApiKey.FETCH, 12, body, self._request_timeout_s
+            reply = await self._request(
+                endpoint, ApiKey.FETCH, 12, body, self._request_timeout_s
             )
             part = first_partition(reply, "responses", "partitions")
             error = reply.get("error_code", 0) or (part or {}).get("error_code", 0)
@@ -379,11 +434,14 @@ class AsyncQuorumClient:
         async def attempt(endpoint: tuple[str, int]) -> AppendResult | None:
             nonlocal sent
             try:
-                reply = await self._conn(endpoint).request(
-                    ApiKey.PRODUCE, 10, body, self._request_timeout_s + 1.0
+                reply = await self._request(
+                    endpoint, ApiKey.PRODUCE, 10, body, self._request_timeout_s + 1.0
                 )
             except TransportError as exc:
                 sent = sent or exc.sent
+                raise
+            except LeaderMovedError:
+                sent = True  # it reached the old leader, which may have appended it
                 raise
             sent = True
             part = first_partition(reply, "responses", "partition_responses")
@@ -394,6 +452,7 @@ class AsyncQuorumClient:
             leader = part.get("current_leader") or {}
             if error == ErrorCode.NONE:
                 self._leader = endpoint
+                self._leader_epoch = max(self._leader_epoch, leader.get("leader_epoch", -1))
                 base = part["base_offset"]
                 return AppendResult(base, base + len(records) - 1, leader.get("leader_epoch", -1))
             message = part.get("error_message") or _error_text(error)
@@ -491,6 +550,9 @@ class QuorumClient:
 
     def describe_quorum(self) -> QuorumInfo:
         return self._call(self._client.describe_quorum())
+
+    def leader_views(self, timeout_s: float = 1.0) -> dict[str, tuple[int, int]]:
+        return self._call(self._client.leader_views(timeout_s))
 
     def close(self) -> None:
         if self._loop.is_closed():
