@@ -14,7 +14,7 @@ from kraft_spark.raft.ready import Outbound, Reply
 from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
 from kraft_spark.raft.snapshot_log import SnapshotAwareLog
 from kraft_spark.raft.state import PersistedState, Role, check_transition
-from kraft_spark.raft.vote_rules import election_timeout_ms
+from kraft_spark.raft.vote_rules import election_timeout_ms, fetch_timeout_jitter_ms
 
 # Sentinel for "no deadline" (about 292 million years of milliseconds).
 NEVER = 2**63 - 1
@@ -78,6 +78,7 @@ class CoreState:
         self.election_retries = 0
         # Follower / observer
         self.fetch_deadline = NEVER
+        self.fetch_jitter_ms = 0  # added to fetch.timeout.ms while following one leader
         self.fetch_in_flight: int | None = None
         self.next_fetch_at = 0
         self.awaiting_flush = False
@@ -178,7 +179,11 @@ class CoreState:
     def become_follower(self, epoch: int, leader_id: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
         self.transition(Role.FOLLOWER, epoch, leader_id, voted)
-        self.fetch_deadline = self.now + self.config.fetch_timeout_ms
+        jitter = self.config.fetch_timeout_jitter_ms
+        if jitter < 0:
+            jitter = self.config.election_timeout_ms // 2
+        self.fetch_jitter_ms = fetch_timeout_jitter_ms(self.rng, jitter) if self.may_vote else 0
+        self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
         self.next_fetch_at = self.now
         self.leader_hw_seen = None
         self.leader_refused = False
@@ -187,6 +192,10 @@ class CoreState:
         if leader_id in self.voters:
             self.fetch_target_index = self.voters.index(leader_id)
         self._maybe_send_fetch()
+
+    def fetch_timeout_with_jitter_ms(self) -> int:
+        """How long a follower goes without a successful Fetch before it campaigns."""
+        return self.config.fetch_timeout_ms + self.fetch_jitter_ms
 
     def _arm_unattached_timer(self) -> None:
         if self.may_vote:

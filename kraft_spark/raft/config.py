@@ -17,6 +17,7 @@ PROPERTY_NAMES: dict[str, str] = {
     # Not a Kafka setting (hence the prefix): see QuorumConfig.hw_wakeup_delay_ms.
     "kraft.quorum.hw.wakeup.delay.ms": "hw_wakeup_delay_ms",
     "kraft.quorum.lone.append.hold.ms": "lone_append_hold_ms",
+    "kraft.quorum.fetch.timeout.jitter.ms": "fetch_timeout_jitter_ms",
 }
 
 
@@ -54,6 +55,11 @@ class QuorumConfig:
     # one voter are a majority. Every 32nd lone append goes to every voter at once, so a voter
     # grown faster can take over as the quickest (leader.HOLD_PROBE_EVERY).
     lone_append_hold_ms: int = 2
+    # A voting follower waits fetch.timeout.ms plus a jitter drawn once per leader from
+    # [0, this] before it campaigns (vote_rules.fetch_timeout_jitter_ms: followers that fetch
+    # in lockstep otherwise split the vote on every frozen leader). -1: election timeout / 2;
+    # 0: none, as Kafka.
+    fetch_timeout_jitter_ms: int = -1
     fetch_max_bytes: int = 8 * 1024 * 1024
     max_batch_bytes: int = 1024 * 1024
     # Observers not seen for this long drop out of DescribeQuorum (KIP-595: 5 minutes).
@@ -62,7 +68,8 @@ class QuorumConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int) or value < 0:
+            auto = f.name == "fetch_timeout_jitter_ms" and value == -1
+            if not isinstance(value, int) or (value < 0 and not auto):
                 raise ConfigError(f"{f.name} must be a non-negative integer, got {value!r}")
         if self.election_timeout_ms == 0 or self.fetch_timeout_ms == 0:
             raise ConfigError("election and fetch timeouts must be positive")

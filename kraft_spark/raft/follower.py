@@ -158,7 +158,7 @@ class FollowerMixin(CoreState):
                     self._arm_unattached_timer()
             return
         if not self.leader_resigned:
-            self.fetch_deadline = self.now + self.config.fetch_timeout_ms
+            self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
         self.leader_refused = False
         if resp.snapshot_id is not None:
             self.begin_snapshot_fetch(pending.dest, resp.snapshot_id)

@@ -131,7 +131,7 @@ class SnapshotFetchMixin(CoreState):
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
             return
         if not self.leader_resigned:
-            self.fetch_deadline = self.now + self.config.fetch_timeout_ms
+            self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
         try:
             download.write(resp.position, resp.data)
             done = download.position() >= resp.size

@@ -146,7 +146,9 @@ class ScriptedCluster(ExpectCommands):
         self.nodes: dict[int, ScriptNode] = {}
         self.voters: tuple[int, ...] = ()
         self.seed = 0
-        self.config = QuorumConfig(hw_wakeup_delay_ms=0, lone_append_hold_ms=0)
+        # Kafka's exact timers: the scenarios are written against them (no fetch jitter).
+        self.config = QuorumConfig(hw_wakeup_delay_ms=0, lone_append_hold_ms=0,
+                                   fetch_timeout_jitter_ms=0)
         self.blocked: set[tuple[int, int]] = set()
         self._seq = 0
         self._client_token = 0

@@ -26,18 +26,20 @@ from kraft_spark.sim.memlog import MemoryLog
 
 CLUSTER = "unit-cluster"
 VOTERS = (1, 2, 3)
-CONFIG = QuorumConfig()  # Kafka's defaults: fetch timeout 2000 ms, election timeout 1000 ms
+# Kafka's defaults (fetch timeout 2000 ms, election timeout 1000 ms) and Kafka's exact fetch
+# timeout: the jitter is tested on its own at the end.
+CONFIG = QuorumConfig(fetch_timeout_jitter_ms=0)
 WINDOW = CONFIG.election_timeout_ms // 2
 T0 = 10_000
 
 
-def make_core(node_id: int = 2, seed: int = 0) -> RaftCore:
+def make_core(node_id: int = 2, seed: int = 0, config: QuorumConfig = CONFIG) -> RaftCore:
     core = RaftCore(
         node_id=node_id,
         cluster_id=CLUSTER,
         voters=VOTERS,
         log=MemoryLog(),
-        config=CONFIG,
+        config=config,
         rng=random.Random(seed),
         now_ms=T0,
     )
@@ -232,3 +234,22 @@ def test_a_leader_keeps_retrying_begin_quorum_epoch_at_its_pace() -> None:
     core.on_request_failed(core.now, begin_to_1, refused=True)
     assert core.role is Role.LEADER
     assert begin_to_1 in core.in_flight  # expires at its deadline, then is sent again
+
+
+def test_followers_of_one_leader_time_out_at_different_moments() -> None:
+    """The fetch timeout gets a jitter in [0, election timeout / 2], drawn once per leader:
+    followers that fetched in lockstep from a leader that froze do not all campaign in the
+    same millisecond (which split the vote on every freeze before)."""
+    jitters = set()
+    for seed in range(60):
+        core = make_core(seed=seed, config=QuorumConfig())  # the default jitter
+        follow(core, leader=1, epoch=1, now=T0)
+        jitter = core.fetch_jitter_ms
+        assert 0 <= jitter <= CONFIG.election_timeout_ms // 2
+        assert core.fetch_deadline == T0 + CONFIG.fetch_timeout_ms + jitter
+        jitters.add(jitter)
+        core.poll(T0 + CONFIG.fetch_timeout_ms + jitter - 1)
+        assert core.role is Role.FOLLOWER
+        core.poll(T0 + CONFIG.fetch_timeout_ms + jitter)
+        assert core.role is Role.CANDIDATE and core.epoch == 2
+    assert len(jitters) > 30
