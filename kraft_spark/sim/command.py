@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--observers", type=int, default=0)
     parser.add_argument(
         "--faults", default="all", help="all, none, or a comma list of: crash,restart,partition,"
-        "drop,duplicate,reorder,delay,pause,torn-write,disk-loss",
+        "drop,duplicate,reorder,delay,pause,one-way,torn-write,disk-loss",
     )  # fmt: skip
     parser.add_argument(
         "--duration", type=float, default=20.0, help="simulated seconds of faults per seed"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from kraft_spark.raft.state import Role
 from kraft_spark.sim.cluster import Cluster, SimNode
 
 FAULT_KINDS = (
@@ -21,6 +22,7 @@ FAULT_KINDS = (
     "reorder",
     "delay",
     "pause",
+    "one-way",
     "torn-write",
     "disk-loss",
 )
@@ -178,8 +180,19 @@ class FaultInjector:
         self.down.add(node.node_id)
         self.cluster.at(self._later(50, 1000), self._restart_node, node.node_id, False)
 
+    def _leader_or_any(self) -> SimNode | None:
+        """Half the time the current leader when it may go down (gray failures hurt most
+        there: a paused or cut-off leader still believes it leads), else any node."""
+        leaders = [n for n in self.cluster.nodes.values()
+                   if n.alive and not n.paused and n.node_id not in self.down
+                   and n.core is not None and n.core.role is Role.LEADER
+                   and self._may_take_down(n)]
+        if leaders and self.rng.random() < 0.5:
+            return max(leaders, key=lambda n: n.core.epoch if n.core is not None else -1)
+        return self._pick_up_node()
+
     def _pause(self) -> None:
-        node = self._pick_up_node()
+        node = self._leader_or_any()
         if node is None:
             return
         self._note(f"pause n{node.node_id}")
@@ -205,6 +218,28 @@ class FaultInjector:
         self._note(f"partition {a} | {b}")
         self.cluster.network.partition(a, b)
         self.cluster.at(self._later(500, 4000), self._heal_partition)
+
+    def _one_way(self) -> None:
+        """A one-sided cut: everything one node sends (or receives) is lost while the other
+        direction works; it counts as down, like a pause, for the minority rule."""
+        node = self._leader_or_any()
+        if node is None:
+            return
+        me = node.node_id
+        others = sorted(i for i in self.cluster.nodes if i != me)
+        outbound = self.rng.random() < 0.5
+        pairs = {(me, o) for o in others} if outbound else {(o, me) for o in others}
+        self._note(f"one-way cut: {'sends from' if outbound else 'sends to'} n{me} are lost")
+        self.cluster.network.one_way |= pairs
+        self.down.add(me)
+        self.cluster.at(self._later(300, 4000), self._heal_one_way, me, frozenset(pairs))
+
+    def _heal_one_way(self, node_id: int, pairs: frozenset[tuple[int, int]]) -> None:
+        if self.healed:
+            return
+        self._note(f"one-way cut of n{node_id} healed")
+        self.cluster.network.one_way -= pairs
+        self.down.discard(node_id)
 
     def _heal_partition(self) -> None:
         self._note("partition healed")

@@ -26,6 +26,9 @@ class Network:
     faults: NetworkFaults = field(default_factory=NetworkFaults)
     # Pairs (a, b) with a < b that cannot talk; clients (negative ids) are never partitioned.
     blocked: set[tuple[int, int]] = field(default_factory=set)
+    # Directed (src, dst) links that lose everything while the reverse direction works: a
+    # one-sided cut, where requests arrive and answers vanish and nothing resets.
+    one_way: set[tuple[int, int]] = field(default_factory=set)
     # Per directed link, the last delivery time: links are FIFO like TCP unless reordering.
     _last_delivery: dict[tuple[int, int], int] = field(default_factory=dict)
 
@@ -36,6 +39,7 @@ class Network:
 
     def heal(self) -> None:
         self.blocked.clear()
+        self.one_way.clear()
         self.faults = NetworkFaults()
 
     def can_talk(self, a: int, b: int) -> bool:
@@ -43,7 +47,7 @@ class Network:
 
     def delivery_times(self, now_us: int, src: int, dst: int) -> list[int]:
         """When (if ever) a message sent now from src arrives at dst; two times = duplicated."""
-        if not self.can_talk(src, dst):
+        if not self.can_talk(src, dst) or (src, dst) in self.one_way:
             return []
         f = self.faults
         rng = self.rng
