@@ -41,6 +41,21 @@ def register(subparsers: Any) -> None:
     snaps.add_argument("--json", action="store_true", help="end with one JSON line")
     snaps.set_defaults(func=_bench_snapshots)
 
+    gray = bench_subparsers(subparsers).add_parser(
+        "gray", help="leader kill -9, freeze (SIGSTOP) and one-sided cut under load: time to "
+        "the next acknowledged append on every client path, nothing lost or duplicated",
+    )
+    gray.add_argument("--faults", default="kill,freeze,cut",
+                      help="comma list of kill, freeze, cut (default all; cut needs root and "
+                           "iptables)")
+    gray.add_argument("--hold-seconds", type=float, default=8.0,
+                      help="how long a freeze or a cut lasts (default 8)")
+    gray.add_argument("--app", action="store_true",
+                      help="also the Spark application's endpoint (starts Spark)")
+    gray.add_argument("--base-port", type=int, default=19700)
+    gray.add_argument("--json", action="store_true", help="end with one JSON line")
+    gray.set_defaults(func=_bench_gray)
+
     compare = bench_subparsers(subparsers).add_parser(
         "compare", help="kraft-spark against etcd and PySyncObj, with the physical floor "
         "(installs etcd, wrk and PySyncObj if missing)",
@@ -88,6 +103,25 @@ def _bench_snapshots(args: argparse.Namespace) -> int:
     result = run_all(histories, log)
     if args.json:
         print(json.dumps(result))
+    return 0
+
+
+def _bench_gray(args: argparse.Namespace) -> int:
+    from bench.gray import format_table, run_gray
+
+    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+    unknown = [f for f in faults if f not in ("kill", "freeze", "cut")]
+    if unknown or not faults:
+        raise CommandError(f"unknown fault(s) {', '.join(unknown) or '(none)'}; choose from "
+                           "kill, freeze, cut")
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    results = run_gray(faults, args.app, args.hold_seconds, args.base_port, log)
+    print(format_table(results))
+    if args.json:
+        print(json.dumps(results))
     return 0
 
 
