@@ -129,13 +129,19 @@ class Application:
                          name="materializer-full", daemon=True).start()
         from api.limits import HttpLimits
         from kraft_spark.commands.sidecar import start_sidecar
+        from kraft_spark.raft.config import QuorumConfig
 
-        observer = f"127.0.0.1:{self._observer.port}"
-        self._sidecar = start_sidecar([observer], cfg.http_host, cfg.http_port,
+        # The observer first, then the voters: the sidecar's client asks them who leads while
+        # an append waits on a leader that froze (kraft_spark/client/leader_watch.py).
+        bootstrap = [f"127.0.0.1:{self._observer.port}"]
+        bootstrap += [f"{v['host']}:{v['port']}" for v in voters.values()]
+        self._sidecar = start_sidecar(bootstrap, cfg.http_host, cfg.http_port,
                                       cluster_id=self.cluster_id, token=cfg.http_token,
                                       registry=self.registry,
                                       limits=HttpLimits(cfg.http_max_connections,
-                                                        cfg.http_header_timeout_s))
+                                                        cfg.http_header_timeout_s),
+                                      quorum=QuorumConfig.from_properties(
+                                          cfg.quorum_properties))
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 

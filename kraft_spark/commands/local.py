@@ -27,6 +27,7 @@ from typing import Any
 
 from kraft_spark.errors import CommandError
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
+from kraft_spark.raft.config import PROPERTY_NAMES, ConfigError, QuorumConfig
 from kraft_spark.stop_signals import StopSignals
 
 DEFAULT_BASE_PORT = 9093
@@ -73,6 +74,19 @@ def read_cluster_id(data_dir: str) -> str | None:
         return None
     with open(path, encoding="utf-8") as fh:
         return fh.read().strip()
+
+
+def _quorum_of(settings: list[str]) -> QuorumConfig:
+    """The quorum settings the nodes run with (the ``--set`` ones over Kafka's defaults), for
+    the sidecar's timeouts; the nodes have already refused invalid ones at start-up."""
+    props = dict(item.split("=", 1) for item in settings)
+    quorum = {k: v for k, v in props.items()
+              if (k.startswith("controller.quorum.") and k != "controller.quorum.voters")
+              or k in PROPERTY_NAMES}
+    try:
+        return QuorumConfig.from_properties(quorum)
+    except ConfigError:
+        return QuorumConfig()
 
 
 def cluster_id_for(data_dir: str) -> str:
@@ -223,7 +237,7 @@ def _run_local(args: argparse.Namespace) -> int:
             try:
                 sidecar = start_sidecar([f"{args.host}:{p}" for p in ports], args.host,
                                         args.http_port, cluster_id=cluster_id,
-                                        token=args.http_token)
+                                        token=args.http_token, quorum=_quorum_of(extra))
             except RuntimeError as exc:
                 raise CommandError(str(exc), exit_code=1) from exc
             print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",

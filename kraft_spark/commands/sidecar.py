@@ -14,8 +14,10 @@ from api.app import create_app
 from api.limits import HttpLimits
 from api.server import ServerHandle, serve_in_thread
 from kraft_spark.client import AsyncQuorumClient
+from kraft_spark.client.timeouts import ClientTimeouts
 from kraft_spark.gc_tuning import tune_for_serving
 from kraft_spark.metrics import Registry
+from kraft_spark.raft.config import QuorumConfig
 
 
 def start_sidecar(
@@ -27,14 +29,17 @@ def start_sidecar(
     token: str | None = None,
     registry: Registry | None = None,
     limits: HttpLimits | None = None,
+    quorum: QuorumConfig | None = None,
 ) -> ServerHandle:
-    """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``."""
+    """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``. The
+    client's timeouts follow ``quorum``'s settings (Kafka's defaults when not given)."""
     tune_for_serving()
     endpoints = list(bootstrap)
+    timeouts = ClientTimeouts.for_quorum(quorum or QuorumConfig())
 
     def backend() -> AsyncQuorumClient:
-        return AsyncQuorumClient(endpoints, cluster_id=cluster_id, retry_budget_s=5.0,
-                                 coalesce=True)
+        return AsyncQuorumClient(endpoints, cluster_id=cluster_id, coalesce=True,
+                                 **timeouts.client_kwargs())
 
     app = create_app(backend_factory=backend, token=token, metrics=registry)
     return serve_in_thread(app, host, port, limits=limits)

@@ -38,6 +38,7 @@ from typing import Final
 
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
 from kraft_spark.client.errors import ClientError, OffsetBelowLogStartError, snapshot_label
+from kraft_spark.client.timeouts import ClientTimeouts
 from kraft_spark.client.types import (
     AppendResult,
     CommittedRecord,
@@ -62,9 +63,6 @@ from kraft_spark.raft.records import Record
 # Batches handed to the local core at once, each waiting for its commit; appends beyond wait
 # and then share one batch. Local hand-over is cheap, so this is well above the client's 4.
 DEFAULT_MAX_IN_FLIGHT: Final = 16
-# How long forwarding keeps looking for a leader for reads and DescribeQuorum (appends use
-# their own timeout), as the stand-alone sidecar does.
-FORWARD_RETRY_BUDGET_S: Final = 5.0
 READ_MAX_BYTES: Final = 4 * 1024 * 1024
 
 
@@ -115,10 +113,12 @@ class NodeBackend:
             raise ClientError("the node's HTTP API is shutting down")
         if self._client is None:
             cfg = self._node.config
+            # Reads and DescribeQuorum look for a leader as long as the quorum's own settings
+            # say an election may take (appends use their own timeout), as the sidecar does.
             self._client = AsyncQuorumClient(
                 [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in cfg.voters.values()],
                 cluster_id=self._node.cluster_id or None,
-                retry_budget_s=FORWARD_RETRY_BUDGET_S,
+                **ClientTimeouts.for_quorum(cfg.quorum).client_kwargs(),
                 ssl_context=cfg.tls.client_context() if cfg.tls is not None else None,
                 client_id=f"node-{cfg.node_id}-http",
                 coalesce=True,
@@ -177,7 +177,8 @@ class NodeBackend:
             return None
         try:
             future = self._node.submit_local(request)
-            return await self._wait_local(future, FORWARD_RETRY_BUDGET_S, request)
+            timeouts = ClientTimeouts.for_quorum(self._node.config.quorum)
+            return await self._wait_local(future, timeouts.retry_budget_s, request)
         except (NodeStoppedError, TimeoutError):
             return None
 

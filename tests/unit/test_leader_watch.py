@@ -123,3 +123,19 @@ def test_a_leader_whose_address_is_unknown_cannot_be_followed() -> None:
             request(), target=A, target_epoch=5, others=[B, C]) == "answered"
 
     asyncio.run(body())
+
+
+def test_client_timeouts_follow_the_quorum_settings() -> None:
+    from kraft_spark.client.timeouts import ClientTimeouts
+    from kraft_spark.raft.config import QuorumConfig
+
+    kafka = ClientTimeouts.for_quorum(QuorumConfig())
+    # request timeout 2 s; fetch timeout 2 s + jitter 0.5 s + election 1 s + backoff 1 s + 2 s
+    assert (kafka.request_timeout_s, kafka.retry_budget_s, kafka.leader_probe_s) == (2.0, 6.5,
+                                                                                     0.25)
+    fast = ClientTimeouts.for_quorum(QuorumConfig(
+        fetch_timeout_ms=600, election_timeout_ms=300, election_backoff_max_ms=300,
+        request_timeout_ms=400, fetch_max_wait_ms=200, fetch_timeout_jitter_ms=0))
+    assert (fast.request_timeout_s, fast.retry_budget_s, fast.leader_probe_s) == (0.4, 1.6, 0.1)
+    assert fast.client_kwargs() == {"request_timeout_s": 0.4, "retry_budget_s": 1.6,
+                                    "leader_probe_s": 0.1}
