@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any
 
+from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
 from kraft_spark.raft.config import PROPERTY_NAMES, ConfigError, QuorumConfig
@@ -190,7 +191,19 @@ def _run_local(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(f"{os.path.join(data_dir, 'cluster.id')}: {exc}") from exc
 
-    procs: list[subprocess.Popen[bytes]] = []
+    def launch(node_id: int) -> subprocess.Popen[bytes]:
+        conf = os.path.join(data_dir, f"node-{node_id}.properties")
+        with open(os.path.join(data_dir, "logs", f"node-{node_id}.log"), "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "kraft_spark", "node", "--config", conf],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C reaches us, and we stop them in order
+            )
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    supervisor = NodeSupervisor(launch, say)
     stop = StopSignals()
     stop.install()
     sidecar: Any = None
@@ -216,13 +229,7 @@ def _run_local(args: argparse.Namespace) -> int:
                     + "".join(e + "\n" for e in node_props + extra)
                 )
             log_path = os.path.join(data_dir, "logs", f"node-{node_id}.log")
-            with open(log_path, "ab") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "kraft_spark", "node", "--config", conf],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # a Ctrl-C reaches us, and we stop them in order
-                )
-            procs.append(proc)
+            proc = supervisor.start(node_id)
             _wait_listening(args.host, port, proc, log_path)
             line: dict[str, Any] = {"node_id": node_id, "endpoint": f"{args.host}:{port}",
                                     "pid": proc.pid, "log_dir": log_dir}
@@ -242,14 +249,9 @@ def _run_local(args: argparse.Namespace) -> int:
                 raise CommandError(str(exc), exit_code=1) from exc
             print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",
                               "docs": f"http://{args.host}:{sidecar.port}/docs"}), flush=True)
-        exited: set[int] = set()
         while not stop.wait(0.2):
-            for proc in procs:
-                if proc.poll() is not None and proc.pid not in exited:
-                    exited.add(proc.pid)
-                    print(f"node pid {proc.pid} exited with code {proc.returncode} "
-                          "(not restarted)", file=sys.stderr, flush=True)
-            if len(exited) == len(procs):
+            supervisor.poll()
+            if supervisor.running() == 0:
                 raise CommandError(
                     f"every node exited; see their logs in {os.path.join(data_dir, 'logs')}",
                     exit_code=1,
@@ -257,7 +259,7 @@ def _run_local(args: argparse.Namespace) -> int:
     finally:
         if sidecar is not None:
             sidecar.stop()
-        _stop_all(procs)
+        _stop_all(supervisor.procs())
     return 0
 
 

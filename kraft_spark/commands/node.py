@@ -17,6 +17,11 @@ from typing import Any
 
 from kraft_spark import aio
 from kraft_spark.errors import CommandError
+from kraft_spark.net.storage_failure import (
+    STORAGE_FAILURE_EXIT,
+    StorageFailure,
+    storage_failure_text,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -69,13 +74,17 @@ def _run_node(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     try:
         aio.run(_serve(config, args.lock_timeout))
-    except (LogError, OSError) as exc:
+    except StorageFailure as exc:  # after start-up: the supervisor restarts the node
+        raise CommandError(f"log directory failure: {exc}",
+                           exit_code=STORAGE_FAILURE_EXIT) from exc
+    except (LogError, OSError) as exc:  # at start-up: a refusal that names the fix
         raise CommandError(str(exc), exit_code=1) from exc
     return 0
 
 
 async def _serve(config: Any, lock_timeout_s: float) -> None:
     from api.node_http import serve_node_http
+    from kraft_spark.log.errors import LogError
     from kraft_spark.net.metrics_server import start_metrics_server
     from kraft_spark.net.node import RaftNode
 
@@ -95,7 +104,10 @@ async def _serve(config: Any, lock_timeout_s: float) -> None:
     if metrics is not None:
         metrics.close()
     if waiter.done():
-        waiter.result()  # re-raise a fatal storage error
+        try:
+            waiter.result()  # re-raise a fatal storage error
+        except (LogError, OSError) as exc:
+            raise StorageFailure(storage_failure_text(exc)) from exc
         return
     await node.stop(graceful=True)
     waiter.cancel()

@@ -22,6 +22,18 @@ class LogError(Exception):
     """A storage problem of the local node: misuse, a refused directory, a broken file."""
 
 
+class CorruptSegmentError(CorruptRecordError, LogError):
+    """A batch of a segment file that does not check out when read (bit rot in a sealed
+    segment, whose index recovery trusted): where it is, for the repair that cuts the log
+    there (``kraft_spark.net.log_repair``)."""
+
+    def __init__(self, path: str, position: int, offset: int, detail: str) -> None:
+        super().__init__(f"{path}: position {position} (offset {offset}): {detail}")
+        self.path = path
+        self.position = position
+        self.offset = offset
+
+
 class InvalidAppendError(LogError, ValueError):
     """An append that would break the log's invariants (offset gap, epoch going backwards)."""
 

@@ -56,7 +56,12 @@ from kraft_spark.log.checkpoints import (
 )
 from kraft_spark.log.codec import HEADER_SIZE, LOG_OVERHEAD, decode_batch, encode_batch
 from kraft_spark.log.epoch_cache import EpochCache, format_checkpoint
-from kraft_spark.log.errors import CorruptRecordError, InvalidAppendError, LogError
+from kraft_spark.log.errors import (
+    CorruptRecordError,
+    CorruptSegmentError,
+    InvalidAppendError,
+    LogError,
+)
 from kraft_spark.log.fs import FileLock, FileSystem
 from kraft_spark.log.index import DEFAULT_INTERVAL_BYTES, MAX_RELATIVE
 from kraft_spark.log.log_start import read_log_start, write_log_start
@@ -578,10 +583,9 @@ class SegmentedLog:
                     if out and total + size > max_bytes:
                         return out
                     if size < HEADER_SIZE or position + size > seg.size:
-                        raise CorruptRecordError(
-                            f"{seg.log_path}: position {position} (offset {expected}): batch "
-                            f"length {size - LOG_OVERHEAD} does not fit the segment"
-                        )
+                        raise CorruptSegmentError(
+                            seg.log_path, position, expected,
+                            f"batch length {size - LOG_OVERHEAD} does not fit the segment")
                     if rel + size > len(chunk):
                         if rel > 0:
                             break  # read again from this batch
@@ -593,9 +597,8 @@ class SegmentedLog:
                                 f"base offset {batch.base_offset}, expected {expected}"
                             )
                     except CorruptRecordError as exc:
-                        raise CorruptRecordError(
-                            f"{seg.log_path}: position {position} (offset {expected}): {exc}"
-                        ) from exc
+                        raise CorruptSegmentError(seg.log_path, position, expected,
+                                                  str(exc)) from exc
                     out.append(batch)
                     total += size
                     rel += size

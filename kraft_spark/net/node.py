@@ -50,15 +50,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kraft_spark.log.errors import CorruptSegmentError, LogError
 from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
-from kraft_spark.net.fast_wire import (
-    FETCH_VERSION,
-    decode_fetch_request,
-    encode_fetch_response,
-)
+from kraft_spark.net.fast_wire import FETCH_VERSION, decode_fetch_request, encode_fetch_response
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
+from kraft_spark.net.log_repair import note_damage, open_with_repair
 from kraft_spark.net.node_flush import GroupCommitMixin
 from kraft_spark.net.node_peers import PeerRequestsMixin
 from kraft_spark.net.node_tokens import (
@@ -72,8 +70,9 @@ from kraft_spark.net.node_tokens import (
     request_source,
     wall_ms,
 )
-from kraft_spark.net.state_keeper import StateKeeper, open_storage
+from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
 from kraft_spark.net.stats import NodeStats
+from kraft_spark.net.storage_failure import STORAGE_FAILURE_EXIT, storage_failure_text
 from kraft_spark.net.transport import Connection
 from kraft_spark.net.wire import (
     VERSIONS,
@@ -82,16 +81,9 @@ from kraft_spark.net.wire import (
     request_from_wire,
     response_to_wire,
 )
-from kraft_spark.protocol import (
-    RequestHeader,
-    decode_request,
-)
+from kraft_spark.protocol import RequestHeader, decode_request
 from kraft_spark.raft.core import RaftCore
-from kraft_spark.raft.messages import (
-    FetchRequest,
-    FetchResponse,
-    Response,
-)
+from kraft_spark.raft.messages import FetchRequest, FetchResponse, Response
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
 
@@ -205,35 +197,30 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         cfg = self.config
-        storage = await loop.run_in_executor(
-            self._worker,
-            lambda: open_storage(
-                cfg.log_dir, cfg.snapshots, node_id=cfg.node_id,
-                lock_timeout_s=self._lock_timeout_s, preallocate=cfg.log_preallocate,
-            ),
-        )
-        self._log = storage.log
-        self._keeper = StateKeeper(
-            storage, cfg.snapshots, node_id=cfg.node_id, now_ms=wall_ms,
-            observer_hold=self._observer_hold,
-        )
-        meta = self._log.meta
-        assert meta is not None
-        self.cluster_id = meta.cluster_id
-        stored = self._log.read_quorum_state()
-        persisted = PersistedState.from_json_dict(stored) if stored is not None else None
-        self._core = RaftCore(
-            node_id=cfg.node_id,
-            cluster_id=self.cluster_id,
-            voters=sorted(cfg.voters),
-            log=self._log,
-            config=cfg.quorum,
-            rng=random.Random(),
-            now_ms=wall_ms(),
-            persisted=persisted,
-            disk_lost=cfg.disk_lost or storage.lost_history,
-            snapshots=storage.store,
-        )
+
+        def build(storage: Storage, repaired: bool) -> None:
+            self._log = storage.log
+            self._keeper = StateKeeper(storage, cfg.snapshots, node_id=cfg.node_id,
+                                       now_ms=wall_ms, observer_hold=self._observer_hold)
+            meta = self._log.meta
+            assert meta is not None
+            self.cluster_id = meta.cluster_id
+            stored = self._log.read_quorum_state()
+            self._core = RaftCore(
+                node_id=cfg.node_id, cluster_id=self.cluster_id, voters=sorted(cfg.voters),
+                log=self._log, config=cfg.quorum, rng=random.Random(), now_ms=wall_ms(),
+                persisted=PersistedState.from_json_dict(stored) if stored is not None else None,
+                disk_lost=cfg.disk_lost or storage.lost_history or repaired,
+                snapshots=storage.store,
+            )
+
+        await open_with_repair(
+            lambda blocking: loop.run_in_executor(self._worker, blocking),
+            lambda: open_storage(cfg.log_dir, cfg.snapshots, node_id=cfg.node_id,
+                                 lock_timeout_s=self._lock_timeout_s,
+                                 preallocate=cfg.log_preallocate),
+            build, cfg.node_id)
+        assert self._core is not None and self._log is not None  # built by build()
         self.stats.boot_timestamp_ms = wall_ms()
         if self._placement is not None:
             self._placement.on_role(self._core.role is Role.LEADER)
@@ -341,11 +328,16 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
         self._hw_listeners.append(callback)
 
     def _fail(self, exc: BaseException) -> None:
-        """A storage failure is fatal (a failed fsync cannot be retried): stop serving."""
+        """A storage failure is fatal (a failed fsync cannot be retried; see
+        ``storage_failure``): stop serving, once, with one line naming what failed."""
         if self._failed is not None:
             return
         self._failed = exc
-        log.critical("node %d: fatal: %s; stopping", self.node_id, exc)
+        if isinstance(exc, CorruptSegmentError):
+            note_damage(exc)  # the restart cuts the log there (log_repair)
+        log.critical("node %d: log directory failure: %s; stopping (exit %d: the supervisor "
+                     "restarts the node, which reopens the log from its durable state)",
+                     self.node_id, storage_failure_text(exc), STORAGE_FAILURE_EXIT)
         self._abort_local(f"the node failed: {exc}")
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
@@ -385,7 +377,12 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
             )
             return
         self.stats.on_request(message)
-        self._core.handle_request(wall_ms(), request_source(message), Token(conn, header), message)
+        try:  # the core writes to the log as it handles a request (a leader's append)
+            self._core.handle_request(wall_ms(), request_source(message), Token(conn, header),
+                                      message)
+        except (LogError, OSError) as exc:
+            self._fail(exc)
+            return
         self._drain()
 
     def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]:
@@ -411,7 +408,11 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
             raise NodeStoppedError(f"node {self.node_id} is not running")
         self._local.add(token)
         self.stats.on_request(message)
-        core.handle_request(wall_ms(), -1, token, message)
+        try:
+            core.handle_request(wall_ms(), -1, token, message)
+        except (LogError, OSError) as exc:
+            self._fail(exc)
+            raise NodeStoppedError(f"node {self.node_id}: {exc}") from exc
         if self._settling_local:
             # Submitted from a local callback, in the middle of carrying out a Ready: the
             # core's next Ready waits for the next loop turn, so this one finishes first.
@@ -435,7 +436,11 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
         self._timer_at = -1
         if self._stopping or self._core is None:
             return
-        self._core.poll(wall_ms())
+        try:
+            self._core.poll(wall_ms())
+        except (LogError, OSError) as exc:
+            self._fail(exc)
+            return
         self._drain()
 
     # ------------------------------------------------------------------ carrying out Readies

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from kraft_spark.log.errors import LogError
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.fast_wire import encode_fetch_request
 from kraft_spark.net.node_tokens import decode_fetch_reply, wall_ms
@@ -31,6 +32,9 @@ class PeerRequestsMixin:
     _stopping: bool
 
     def _drain(self) -> None:
+        raise NotImplementedError
+
+    def _fail(self, exc: BaseException) -> None:
         raise NotImplementedError
 
     def _peer(self, node_id: int) -> Connection | None:
@@ -110,5 +114,9 @@ class PeerRequestsMixin:
             self._drain()
             return
         assert response is not None
-        self._core.handle_response(wall_ms(), out.dest, out.request_id, response)
+        try:  # a follower appends what it fetched: a full or failing disk shows up here
+            self._core.handle_response(wall_ms(), out.dest, out.request_id, response)
+        except (LogError, OSError) as exc:
+            self._fail(exc)
+            return
         self._drain()

@@ -1,0 +1,42 @@
+"""What a node does when its log directory fails (ENOSPC, EIO, EROFS on append, fsync, roll).
+
+The choice, with reasons: **stop the process with exit code 74 and let the supervisor restart
+it with backoff**, which reopens the log from its last durable state. Kafka halts a controller on
+a log-dir failure and etcd panics on a WAL write error for the same reason: after a failed
+write or fsync the page cache and the file may disagree (a failed fsync cannot be retried, its
+dirty pages may be gone), and only a reopen, which re-reads and re-validates the log from disk,
+knows what is durable. Retrying in place would serve from a state nobody can vouch for.
+
+A leader that stops this way resigns at once in effect: its port refuses connections, and the
+followers campaign after a short random delay (the refused-connection rule), ~0.3 s.
+
+The supervisor (``kraft-spark local``; the Spark driver relaunches a failed voter task) restarts
+a node that exited with :data:`STORAGE_FAILURE_EXIT` after 1, 2, 4 ... up to 30 s; while the
+disk stays full, each restart fails again at its first write and backs off further, never
+spinning. Exit code 74 is ``EX_IOERR`` of sysexits.h.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Final
+
+STORAGE_FAILURE_EXIT: Final = 74
+
+
+class StorageFailure(Exception):
+    """The node stopped because its log directory failed; ``str`` names the directory, the
+    operation and the errno."""
+
+
+def storage_failure_text(exc: BaseException) -> str:
+    """One line for the log: the failure, and the errno's name when one is known."""
+    text = str(exc)
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__
+    if isinstance(cause, OSError) and cause.errno is not None:
+        name = errno.errorcode.get(cause.errno, str(cause.errno))
+        if name not in text:
+            text = f"{text} ({name})"
+    return text

@@ -1,0 +1,69 @@
+"""Damage in a sealed segment: found on read with where it is, noted for the next start, and
+cut away with the damaged segment kept aside (kraft_spark.net.log_repair)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kraft_spark.log import SegmentedLog
+from kraft_spark.log.errors import CorruptRecordError, CorruptSegmentError, LogError
+from kraft_spark.log.fs import RealFileSystem
+from kraft_spark.net.log_repair import DAMAGE_NOTE, cut_at_damage, note_damage, noted_damage
+from tests.log.helpers import fill
+
+# Sealed segments of ~20 batches with an index entry every batch or two: recovery adopts a
+# sealed segment whose last index entry and the batches after it check out, so damage near
+# its start is only found when read (as on a real node with 64 MiB segments).
+OPTIONS = {"segment_bytes": 4000, "index_interval_bytes": 200}
+
+
+def damaged_log(tmp_path: Path) -> tuple[str, Path]:
+    log_dir = str(tmp_path / "node")
+    with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+        fill(log, [1] * 60, value_size=50)
+        log.flush()
+        sealed = sorted(Path(log.partition_dir).glob("*.log"))[1]
+    with open(sealed, "r+b") as fh:  # a byte of the first batch's records: its CRC fails
+        fh.seek(70)
+        byte = fh.read(1)
+        fh.seek(70)
+        fh.write(bytes([byte[0] ^ 0x01]))
+    return log_dir, sealed
+
+
+def test_a_read_names_the_file_position_and_offset_of_the_damage(tmp_path: Path) -> None:
+    log_dir, sealed = damaged_log(tmp_path)
+    with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+        base = int(sealed.name.split(".")[0])
+        assert log.end_offset() == 180  # recovery trusted the sealed segment's index
+        with pytest.raises(CorruptSegmentError) as caught:
+            log.read(0, 1 << 20)
+        damage = caught.value
+        # Both a CorruptRecordError (bad bytes) and a LogError (the node's storage failed).
+        assert isinstance(damage, CorruptRecordError) and isinstance(damage, LogError)
+        assert (damage.path, damage.position, damage.offset) == (str(sealed), 0, base)
+        assert "CRC mismatch" in str(damage)
+
+
+def test_the_damage_is_noted_cut_away_and_the_segment_kept_aside(tmp_path: Path) -> None:
+    log_dir, sealed = damaged_log(tmp_path)
+    with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+        base = int(sealed.name.split(".")[0])
+        with pytest.raises(CorruptSegmentError) as caught:
+            log.read(base, 1 << 20)
+        assert noted_damage(log.partition_dir) is None
+        note_damage(caught.value)  # what a running node does before it stops
+        noted = noted_damage(log.partition_dir)
+        assert noted is not None and (noted.path, noted.offset) == (str(sealed), base)
+        original = sealed.read_bytes()
+        cut_at_damage(log, noted, node_id=1)
+        assert log.end_offset() == base  # the damaged batch and everything after it are gone
+        assert [b.base_offset for b in log.read(0, 1 << 20)][-1] < base
+        [aside] = Path(log.partition_dir).glob("*.corrupt-*")
+        assert aside.name.startswith(sealed.name + ".corrupt-")
+        assert aside.read_bytes() == original  # kept as it was found, for inspection
+        assert not (Path(log.partition_dir) / DAMAGE_NOTE).exists()
+    with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+        assert log.end_offset() == base  # the aside copy is not mistaken for a segment
