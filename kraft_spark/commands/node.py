@@ -20,6 +20,7 @@ from kraft_spark.errors import CommandError
 from kraft_spark.net.storage_failure import (
     STORAGE_FAILURE_EXIT,
     StorageFailure,
+    is_disk_failure,
     storage_failure_text,
 )
 
@@ -78,6 +79,9 @@ def _run_node(args: argparse.Namespace) -> int:
         raise CommandError(f"log directory failure: {exc}",
                            exit_code=STORAGE_FAILURE_EXIT) from exc
     except (LogError, OSError) as exc:  # at start-up: a refusal that names the fix
+        if is_disk_failure(exc):  # ... unless the disk itself failed: restart me later
+            raise CommandError(f"log directory failure at start-up: {storage_failure_text(exc)}",
+                               exit_code=STORAGE_FAILURE_EXIT) from exc
         raise CommandError(str(exc), exit_code=1) from exc
     return 0
 

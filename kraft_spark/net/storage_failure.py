@@ -24,6 +24,21 @@ from typing import Final
 STORAGE_FAILURE_EXIT: Final = 74
 
 
+# Errnos that say the disk failed, not that the directory is wrong: at start-up too they mean
+# "restart me later" (exit 74), where a refusal (not formatted, another cluster) exits 1.
+DISK_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT})
+
+
+def is_disk_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is an OSError with one of DISK_ERRNOS."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in DISK_ERRNOS:
+            return True
+        cause = cause.__cause__
+    return False
+
+
 class StorageFailure(Exception):
     """The node stopped because its log directory failed; ``str`` names the directory, the
     operation and the errno."""

@@ -20,12 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kraft_spark.log.errors import LogError
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import PersistedState, Role
+from kraft_spark.sim.disk_faults import DISK_BUGS, RESTART_AFTER_US
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.network import Network
@@ -96,7 +98,10 @@ class Cluster:
         self.voter_ids = tuple(range(voters))
         ids = list(self.voter_ids) + [OBSERVER_BASE_ID + i for i in range(observers)]
         self.log_factory = log_factory
+        self.disk_bug = shell_bug in DISK_BUGS
         self.nodes = {i: SimNode(i, i in self.voter_ids, log_factory()) for i in ids}
+        for node in self.nodes.values():
+            node.log.ignore_fsync_error = self.disk_bug
         self.network = Network(random.Random(self.rng.random()))
         self.checker = Checker(self.voter_ids)
         # KIP-630: every node's snapshot store and state machine (None: no snapshots).
@@ -141,6 +146,12 @@ class Cluster:
     # ------------------------------------------------------------------ nodes
 
     def start_node(self, node: SimNode, *, disk_lost: bool) -> None:
+        try:
+            self._start_node(node, disk_lost=disk_lost)
+        except LogError as exc:  # the disk still fails: the start fails like the real one
+            self.storage_failure(node, exc)
+
+    def _start_node(self, node: SimNode, *, disk_lost: bool) -> None:
         node.incarnation += 1
         node.alive, node.paused = True, False
         node.inbox.clear()
@@ -170,6 +181,7 @@ class Cluster:
         """The process dies: unflushed writes are lost (a torn write keeps part of them)."""
         node.alive = False
         node.core = None
+        failing = node.log.failing  # the disk fault outlives the process
         if wipe:
             # Known limit (KIP-853 territory): a vote granted just before the disk was lost and
             # still in flight could count after the node votes again. Connections die with the
@@ -180,6 +192,7 @@ class Cluster:
             node.wiped = True
         else:
             node.log = node.log.crashed(self.rng, torn)
+        node.log.failing, node.log.ignore_fsync_error = failing, self.disk_bug
         if self.snapshots is not None:
             self.snapshots.on_crash(node.node_id, torn=torn, wipe=wipe)
         self._reset_connections(node.node_id)
@@ -220,7 +233,25 @@ class Cluster:
             return
         self._handle(node, src, payload)
 
+    def storage_failure(self, node: SimNode, exc: LogError) -> None:
+        """What the real node does on a log-directory failure: the process stops (what was
+        not fsync'd is lost) and its supervisor starts it again a second later."""
+        self.trace.add(self.now, node.node_id, None, f"STORAGE FAILURE {exc}: process stops")
+        self.crash(node, torn=False)
+        self.at(self.now + RESTART_AFTER_US, self._supervised_restart, node.node_id)
+
+    def _supervised_restart(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if not node.alive:
+            self.start_node(node, disk_lost=False)
+
     def _handle(self, node: SimNode, src: int, payload: Any) -> None:
+        try:
+            self._handle_inner(node, src, payload)
+        except LogError as exc:  # the core appends as it handles (a disk fault)
+            self.storage_failure(node, exc)
+
+    def _handle_inner(self, node: SimNode, src: int, payload: Any) -> None:
         core = node.core
         assert core is not None
         now_ms = self.now // 1000
@@ -246,7 +277,11 @@ class Cluster:
             return  # resume() polls
         core = node.core
         assert core is not None
-        core.poll(self.now // 1000)
+        try:
+            core.poll(self.now // 1000)
+        except LogError as exc:
+            self.storage_failure(node, exc)
+            return
         if core.next_deadline() <= self.now // 1000 and not core.replies and not core.sends:
             raise InvariantViolation(
                 "liveness", f"node {node_id} busy-loops: a timer stays due after poll"
@@ -259,14 +294,23 @@ class Cluster:
             src, payload = node.inbox.popleft()
             self._handle(node, src, payload)
         if node.alive and node.core is not None:
-            node.core.poll(self.now // 1000)
+            try:
+                node.core.poll(self.now // 1000)
+            except LogError as exc:
+                self.storage_failure(node, exc)
+                return
             self._after(node)
 
     def _flush_done(self, node_id: int, incarnation: int) -> None:
         node = self.nodes[node_id]
         if not node.alive or node.incarnation != incarnation:
             return
-        node.log.flush()
+        try:
+            node.log.flush()
+        except LogError as exc:
+            node.flushing = False
+            self.storage_failure(node, exc)
+            return
         node.flushing = False
         if node.paused:
             node.flush_again = True

@@ -9,6 +9,7 @@ from typing import Any
 
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.sim.bugs import BUGS
+from kraft_spark.sim.disk_faults import DISK_BUGS
 from kraft_spark.sim.faults import parse_faults
 from kraft_spark.sim.runner import measure_failover, run_seed, summarize
 from kraft_spark.sim.snapshots import SHELL_BUGS
@@ -30,15 +31,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--observers", type=int, default=0)
     parser.add_argument(
         "--faults", default="all", help="all, none, or a comma list of: crash,restart,partition,"
-        "drop,duplicate,reorder,delay,pause,one-way,torn-write,disk-loss",
+        "drop,duplicate,reorder,delay,pause,one-way,disk-full,io-error,torn-write,disk-loss",
     )  # fmt: skip
     parser.add_argument(
         "--duration", type=float, default=20.0, help="simulated seconds of faults per seed"
     )
     parser.add_argument("--trace", action="store_true", help="print every event")
     parser.add_argument(
-        "--inject-bug", choices=sorted([*BUGS, *SHELL_BUGS]),
-        help="run a deliberately broken core (or snapshot shell: " + ", ".join(SHELL_BUGS) + ")",
+        "--inject-bug", choices=sorted([*BUGS, *SHELL_BUGS, *DISK_BUGS]),
+        help="run a deliberately broken core (or shell: " + ", ".join([*SHELL_BUGS, *DISK_BUGS])
+        + ")",
     )
     parser.add_argument(
         "--no-snapshots", action="store_true",
@@ -101,8 +103,8 @@ def _run(args: argparse.Namespace) -> int:
         return _measure(seeds, args.voters)
     bug = args.inject_bug
     core_class: type[RaftCore] = BUGS.get(bug, RaftCore)
-    shell_bug = bug if bug in SHELL_BUGS else None
-    if shell_bug and args.no_snapshots:
+    shell_bug = bug if bug in SHELL_BUGS or bug in DISK_BUGS else None
+    if shell_bug in SHELL_BUGS and args.no_snapshots:
         raise CommandError(f"--inject-bug {shell_bug} needs snapshots (drop --no-snapshots)")
     echo = print if args.trace else None
     started = time.monotonic()

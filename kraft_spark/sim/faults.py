@@ -12,6 +12,7 @@ import random
 
 from kraft_spark.raft.state import Role
 from kraft_spark.sim.cluster import Cluster, SimNode
+from kraft_spark.sim.disk_faults import RESTART_AFTER_US
 
 FAULT_KINDS = (
     "crash",
@@ -23,6 +24,8 @@ FAULT_KINDS = (
     "delay",
     "pause",
     "one-way",
+    "disk-full",
+    "io-error",
     "torn-write",
     "disk-loss",
 )
@@ -241,6 +244,30 @@ class FaultInjector:
         self.cluster.network.one_way -= pairs
         self.down.discard(node_id)
 
+    def _disk_full(self) -> None:
+        self._disk_fault("ENOSPC")
+
+    def _io_error(self) -> None:
+        self._disk_fault("EIO")
+
+    def _disk_fault(self, name: str) -> None:
+        """Appends and flushes of one node fail with ``name`` for a while (disk_faults)."""
+        node = self._leader_or_any()
+        if node is None:
+            return
+        self._note(f"disk fault {name} on n{node.node_id}")
+        node.log.failing = name
+        self.down.add(node.node_id)
+        self.cluster.at(self._later(300, 3000), self._clear_disk_fault, node.node_id)
+
+    def _clear_disk_fault(self, node_id: int) -> None:
+        if self.healed:
+            return
+        self._note(f"disk fault on n{node_id} cleared")
+        self.cluster.nodes[node_id].log.failing = None
+        # Down until the supervisor's restart has had its chance.
+        self.cluster.at(self.cluster.now + RESTART_AFTER_US + 1000, self.down.discard, node_id)
+
     def _heal_partition(self) -> None:
         self._note("partition healed")
         self.cluster.network.blocked.clear()
@@ -274,6 +301,8 @@ class FaultInjector:
         self.healed = True
         self._note("heal: restart crashed nodes, resume paused ones, repair the network")
         self.cluster.network.heal()
+        for node in self.cluster.nodes.values():
+            node.log.failing = None
         for node_id in sorted(self.down):
             node = self.cluster.nodes[node_id]
             if not node.alive:

@@ -14,6 +14,7 @@ from bisect import bisect_right
 
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import Batch
+from kraft_spark.sim.disk_faults import disk_error
 
 _Op = tuple[str, Batch | int]
 
@@ -40,6 +41,10 @@ class MemoryLog:
         # Lowest offset a truncation removed from the durable image since the checker last
         # looked (None: none); lets the checker keep its agreement offsets incremental.
         self.durable_truncated_to: int | None = None
+        # A disk fault in force (kraft_spark.sim.disk_faults): appends and flushes fail with
+        # this errno; ``ignore_fsync_error`` is the injected shell bug that carries on.
+        self.failing: str | None = None
+        self.ignore_fsync_error = False
 
     # ------------------------------------------------------------------ RaftLog
 
@@ -77,6 +82,8 @@ class MemoryLog:
         return self._flushed
 
     def append(self, batch: Batch) -> None:
+        if self.failing is not None:
+            raise disk_error(self.failing, f"append at offset {batch.base_offset}")
         if batch.base_offset != self._end():
             raise ValueError(f"append at {batch.base_offset}, log ends at {self._end()}")
         if batch.epoch < self._last_epoch():
@@ -132,6 +139,14 @@ class MemoryLog:
         return offset
 
     def flush(self) -> int:
+        if self.failing is not None:
+            if not self.ignore_fsync_error:
+                raise disk_error(self.failing, "flush")
+            # The bug (fsyncgate): the kernel dropped the dirty pages with the failed fsync,
+            # and the shell reports the log flushed anyway.
+            self._pending.clear()
+            self._flushed = self._end()
+            return self._flushed
         for op, arg in self._pending:
             self._apply_durable(self._durable, op, arg)
         self._pending.clear()

@@ -137,3 +137,28 @@ def test_injected_snapshot_shell_bug_is_caught(bug: str) -> None:
     assert result.returncode == 1, result.stdout[-2000:]
     assert "invariant=snapshot-committed" in result.stdout or \
         "invariant=state-equals-replay" in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.sim
+def test_disk_faults_are_survived_and_liveness_returns() -> None:
+    """ENOSPC and EIO on append and on fsync: the node stops, its supervisor restarts it, the
+    invariants hold and the quorum commits again after the faults clear (disk_faults)."""
+    result = _cli("--seeds", "0:60", "--faults", "disk-full,io-error,crash,partition")
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " violations=0 " in summary, summary
+    failures = _cli("--seed", "3", "--faults", "disk-full,io-error", "--trace")
+    assert "STORAGE FAILURE simulated disk:" in failures.stdout  # the faults did strike
+
+
+@pytest.mark.sim
+def test_ignoring_a_failed_fsync_is_caught() -> None:
+    """The fsyncgate bug: a shell that reports a failed fsync as done loses acknowledged
+    records with the dropped pages; the durability invariant must see it."""
+    result = _cli("--seeds", "0:200", "--faults", "disk-full,io-error,crash",
+                  "--inject-bug", "ignore-fsync-error")
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "invariant=majority-holds-high-watermark" in result.stdout, result.stdout[-2000:]
+    replay = result.stdout.split("replay: ", 1)[1].splitlines()[0].split()[2:]
+    again = _cli(*replay)
+    assert again.returncode == 1 and "VIOLATION" in again.stdout  # replays exactly
