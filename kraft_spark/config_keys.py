@@ -22,8 +22,10 @@ NODE_KEYS = frozenset({
     "kraft.cpu.affinity",
     "kraft.log.preallocate",
     "kraft.retention.hold.observers",
+    "kraft.log.scrub.bytes.per.second",
 })
-QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms", "kraft.quorum.lone.append.hold.ms"})
+QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms", "kraft.quorum.lone.append.hold.ms",
+                         "kraft.quorum.fetch.timeout.jitter.ms"})
 APP_KEYS = frozenset({
     "kraft.data.dir",
     "kraft.voters",

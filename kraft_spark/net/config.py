@@ -35,6 +35,8 @@ names are ignored):
 * ``kraft.log.preallocate``: ``true`` (default) or ``false``: reserve each log segment to its
   full size at its first append (Kafka's ``log.preallocate``), so an fsync after an append
   flushes data only; ``false`` grows segment files append by append;
+* ``kraft.log.scrub.bytes.per.second``: how fast the background scrub re-verifies the sealed
+  segments' CRCs (``net.scrub``; default 1048576, 0: no scrub);
 * ``kraft.cpu.affinity``: ``none`` (default) or ``role``: while leading, keep the process on
   the lower half of its CPUs, otherwise on the upper half (``net.cpu_placement``; for voters
   that share one machine, as ``kraft-spark local`` runs them);
@@ -53,6 +55,9 @@ from kraft_spark.config_keys import check_known
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_NONE
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.state.policy import SnapshotConfig
+
+# The background scrub's pace (net.scrub): a 64 MiB segment re-verified in about a minute.
+DEFAULT_SCRUB_BYTES_PER_SECOND = 1024 * 1024
 
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 1000
@@ -177,6 +182,7 @@ class NodeConfig:
     http_header_timeout_ms: int = DEFAULT_HTTP_HEADER_TIMEOUT_MS
     cpu_affinity: str = AFFINITY_NONE
     log_preallocate: bool = True
+    scrub_bytes_per_second: int = DEFAULT_SCRUB_BYTES_PER_SECOND
     snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
 
     @property
@@ -239,6 +245,8 @@ class NodeConfig:
             )
         preallocate = parse_boolean("kraft.log.preallocate", props.get("kraft.log.preallocate"),
                                     default=True)
+        scrub = _int_setting(props, "kraft.log.scrub.bytes.per.second", 0, 2**40,
+                             "a number of bytes per second (0: no scrub)")
         quorum = QuorumConfig.from_properties(props)
         if max_idle_ms < quorum.fetch_timeout_ms:
             raise ConfigError(
@@ -260,6 +268,8 @@ class NodeConfig:
             http_listener=http_listener,
             http_token=http_token,
             inline_flush_max_ms=inline_flush_max_ms,
+            scrub_bytes_per_second=(DEFAULT_SCRUB_BYTES_PER_SECOND if scrub is None
+                                    else scrub),
             max_connections=max_connections,
             connections_max_idle_ms=max_idle_ms,
             http_max_connections=http_max_connections,

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kraft_spark.metrics import Registry
+from kraft_spark.net.scrub import ScrubStats
 from kraft_spark.raft.state import Role
 
 if TYPE_CHECKING:
@@ -114,6 +115,16 @@ class NodeMetricsCollector(Collector):
                      stats.boot_timestamp_ms)
         yield metric("uptime-seconds", "gauge", "seconds since boot",
                      round(time.time() - stats.boot_timestamp_ms / 1000, 3))
+        scrub = node.scrubber.stats if node.scrubber is not None else ScrubStats()
+        for name, text, value in (
+            ("bytes", "sealed segment bytes whose CRCs were verified", scrub.bytes_verified),
+            ("passes", "passes of the scrub over every sealed segment", scrub.passes),
+            ("damaged", "damaged batches the scrub found", scrub.damaged),
+        ):
+            family = CounterMetricFamily(f"kraft_spark_log_scrub_{name}_total", text,
+                                         labels=["node_id"])
+            family.add_metric([label], value)
+            yield family
 
 
 def node_registry(node: RaftNode) -> Registry:

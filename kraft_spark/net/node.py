@@ -70,6 +70,7 @@ from kraft_spark.net.node_tokens import (
     request_source,
     wall_ms,
 )
+from kraft_spark.net.scrub import LogScrubber
 from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
 from kraft_spark.net.stats import NodeStats
 from kraft_spark.net.storage_failure import STORAGE_FAILURE_EXIT, storage_failure_text
@@ -103,6 +104,7 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
         self._lock_timeout_s = lock_timeout_s
         self._log: SegmentedLog | None = None
         self._keeper: StateKeeper | None = None
+        self.scrubber: LogScrubber | None = None  # net.scrub, once started
         self._core: RaftCore | None = None
         self.cluster_id = ""
         self._server: FrameServer | None = None
@@ -243,6 +245,9 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
             self.cluster_id, self._log.end_offset(),
         )
         self._drain()
+        if cfg.scrub_bytes_per_second > 0:
+            self.scrubber = LogScrubber(self._log, cfg.scrub_bytes_per_second, loop,
+                                        self._fail).start()
         if cfg.http_listener is not None:
             if self._http_factory is None:
                 await self.stop(graceful=False)
@@ -280,6 +285,8 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
             self._drain()
             await self._settle(timeout_s)
         self._stopping = True
+        if self.scrubber is not None:
+            self.scrubber.stop()
         if self._timer is not None:
             self._timer.cancel()
         if self._server is not None:
@@ -575,17 +582,12 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
 
     def describe(self) -> dict[str, Any]:
         """A snapshot of this node's state (role, epoch, leader, offsets) for tools and tests."""
-        core = self.core
+        core, the_log = self.core, self.log
         return {
-            "node_id": self.node_id,
-            "role": core.role.name.lower(),
-            "epoch": core.epoch,
-            "leader_id": core.known_leader(),
-            "voted_id": core.voted_id,
-            "high_watermark": self.high_watermark,
-            "log_end_offset": self.log.end_offset(),
-            "flushed_offset": self.log.flushed_offset(),
-            "log_start_offset": self.log.start_offset(),
+            "node_id": self.node_id, "role": core.role.name.lower(), "epoch": core.epoch,
+            "leader_id": core.known_leader(), "voted_id": core.voted_id,
+            "high_watermark": self.high_watermark, "log_end_offset": the_log.end_offset(),
+            "flushed_offset": the_log.flushed_offset(), "log_start_offset": the_log.start_offset(),
             "latest_snapshot": self.keeper.latest_snapshot_label(),
             "applied_offset": self.keeper.state.applied_offset,
         }

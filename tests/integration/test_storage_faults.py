@@ -133,3 +133,51 @@ def test_a_flipped_byte_in_a_sealed_segment_is_cut_away_and_fetched_again(
         [aside] = partition.glob("*.corrupt-*")  # the damaged segment, kept for inspection
         assert aside.name.startswith(f"{sealed.name}.corrupt-")
         check_acknowledged(acked, [quorum.log_dir(i) for i in range(3)], hw)
+
+
+def test_the_scrub_finds_bit_rot_on_a_running_follower_which_heals_itself(
+    tmp_path: Path,
+) -> None:
+    """Nobody reads the damaged batch; the background scrub does, the node stops (exit 74),
+    `kraft-spark local` restarts it, the start-up cuts the log there and the node catches up."""
+    quorum = LocalQuorum(tmp_path)
+    quorum.settings["metadata.log.segment.bytes"] = str(256 * 1024)
+    quorum.settings["kraft.log.scrub.bytes.per.second"] = str(20 * 1024 * 1024)
+    with running(quorum):
+        client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
+        acked: dict[bytes, int] = {}
+
+        def append(start: int, batches: int) -> None:
+            for i in range(start, start + batches):
+                keys = [f"k{i}-{j}".encode() for j in range(100)]
+                result = client.append([NewRecord(k, b"x" * 1000) for k in keys],
+                                       timeout_s=30)
+                acked.update({k: result.base_offset + n for n, k in enumerate(keys)})
+
+        try:
+            append(0, 30)
+            leader = client.describe_quorum().leader_id
+            victim = next(i for i in range(3) if i != leader)
+            partition = quorum.log_dir(victim) / "__cluster_metadata-0"
+            sealed = sorted(partition.glob("*.log"))[1]
+            with open(sealed, "r+b") as fh:  # bit rot under a running node
+                fh.seek(5000)
+                byte = fh.read(1)
+                fh.seek(5000)
+                fh.write(bytes([byte[0] ^ 0xFF]))
+            log_path = tmp_path / "logs" / f"node-{victim}.log"
+            deadline = time.monotonic() + 60
+            while "is cut at offset" not in log_path.read_text():
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.2)
+            text = log_path.read_text()
+            assert "log scrub:" in text and "CRC mismatch" in text
+            append(30, 10)  # commits made without it let it vote again (SPEC §10)
+            deadline = time.monotonic() + 30
+            while "caught up after disk loss: voting again" not in log_path.read_text():
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.2)
+            hw = wait_replicated(client, 3, timeout_s=30)
+        finally:
+            client.close()
+        check_acknowledged(acked, [quorum.log_dir(i) for i in range(3)], hw)

@@ -67,3 +67,59 @@ def test_the_damage_is_noted_cut_away_and_the_segment_kept_aside(tmp_path: Path)
         assert not (Path(log.partition_dir) / DAMAGE_NOTE).exists()
     with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
         assert log.end_offset() == base  # the aside copy is not mistaken for a segment
+
+
+def test_the_scrub_finds_damage_nobody_read_and_passes_clean_logs(tmp_path: Path) -> None:
+    import asyncio
+
+    from kraft_spark.net.scrub import LogScrubber
+
+    log_dir, sealed = damaged_log(tmp_path)
+    clean_dir = str(tmp_path / "clean")
+    with SegmentedLog.open(RealFileSystem(), clean_dir, **OPTIONS) as clean:
+        fill(clean, [1] * 60, value_size=50)
+        clean.flush()
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log, \
+                SegmentedLog.open(RealFileSystem(), clean_dir, **OPTIONS) as clean:
+            found: asyncio.Future[CorruptSegmentError] = loop.create_future()
+            scrub = LogScrubber(log, 10**9, loop, found.set_result).start()
+            quiet = LogScrubber(clean, 10**9, loop, found.set_result).start()
+            damage = await asyncio.wait_for(found, 10)
+            while quiet.stats.passes < 2:
+                await asyncio.sleep(0.01)
+            scrub.stop()
+            quiet.stop()
+            assert (damage.path, damage.offset) == (str(sealed), int(sealed.name[:20]))
+            assert scrub.stats.damaged == 1
+            sealed_bytes = sum(size for _, _, size, _ in clean.segment_spans()[:-1])
+            assert quiet.stats.damaged == 0
+            assert quiet.stats.bytes_verified >= 2 * sealed_bytes > 0
+
+    asyncio.run(body())
+
+
+def test_the_scrub_keeps_to_its_rate(tmp_path: Path) -> None:
+    import asyncio
+    import time
+
+    from kraft_spark.net.scrub import LogScrubber
+
+    log_dir = str(tmp_path / "clean")
+    with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+        fill(log, [1] * 60, value_size=50)
+        log.flush()
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+            scrub = LogScrubber(log, 20_000, loop, lambda d: None).start()  # 20 kB/s
+            started = time.monotonic()
+            await asyncio.sleep(0.5)
+            scrub.stop()
+            rate = scrub.stats.bytes_verified / (time.monotonic() - started)
+            assert scrub.stats.bytes_verified > 0 and rate < 20_000 * 1.5, rate
+
+    asyncio.run(body())

@@ -38,6 +38,13 @@ NODE_FAMILIES_BEFORE = {
     "kafka_raft_uptime_seconds": "gauge",
 }
 
+# Added since (issue 25): the background scrub's counters.
+NODE_FAMILIES_ADDED = {
+    "kraft_spark_log_scrub_bytes_total": "counter",
+    "kraft_spark_log_scrub_damaged_total": "counter",
+    "kraft_spark_log_scrub_passes_total": "counter",
+}
+
 APP_FAMILIES_BEFORE = {
     "kraft_spark_barrier_stage_restarts_total": "counter",
     "kraft_spark_delta_commits_total": "counter",
@@ -65,7 +72,7 @@ def test_a_nodes_families_are_the_ones_served_before(tmp_path: Path) -> None:
     asyncio.run(run_nodes(make_nodes(tmp_path), body))
     assert len(seen) == 4
     for families in seen.values():
-        assert families == NODE_FAMILIES_BEFORE
+        assert families == NODE_FAMILIES_BEFORE | NODE_FAMILIES_ADDED
 
 
 def test_the_applications_families_are_the_ones_served_before() -> None:
