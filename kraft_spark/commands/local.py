@@ -203,7 +203,15 @@ def _run_local(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    supervisor = NodeSupervisor(launch, say)
+    from kraft_spark.metrics import Registry, app_metric_name
+
+    registry = Registry()  # the sidecar's /metrics, with --http-port
+    failures = registry.counter(
+        app_metric_name("log-dir-failures-total"),
+        "Times a node stopped on a log directory failure (exit 74) and was restarted, by node.",
+        ("node_id",))
+    supervisor = NodeSupervisor(launch, say,
+                                on_storage_failure=lambda n: failures.labels(n).inc())
     stop = StopSignals()
     stop.install()
     sidecar: Any = None
@@ -244,7 +252,8 @@ def _run_local(args: argparse.Namespace) -> int:
             try:
                 sidecar = start_sidecar([f"{args.host}:{p}" for p in ports], args.host,
                                         args.http_port, cluster_id=cluster_id,
-                                        token=args.http_token, quorum=_quorum_of(extra))
+                                        token=args.http_token, quorum=_quorum_of(extra),
+                                        registry=registry)
             except RuntimeError as exc:
                 raise CommandError(str(exc), exit_code=1) from exc
             print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",

@@ -37,9 +37,13 @@ class NodeSupervisor:
     second from ``local``'s main loop."""
 
     def __init__(self, launch: Launch, say: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_storage_failure: Callable[[int], None] | None = None) -> None:
+        """``on_storage_failure(node_id)``: counted where an operator scrapes it (``local``'s
+        sidecar serves ``kraft_spark_log_dir_failures_total``)."""
         self._launch = launch
         self._say = say
+        self._on_storage_failure = on_storage_failure
         self._clock = clock
         self._nodes: dict[int, _Watched] = {}
         self.restarts = 0
@@ -71,6 +75,8 @@ class NodeSupervisor:
                 continue
             if code == STORAGE_FAILURE_EXIT:
                 watched.failures += 1
+                if self._on_storage_failure is not None:
+                    self._on_storage_failure(node_id)
                 delay = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (watched.failures - 1))
                 watched.restart_at = now + delay
                 self._say(f"node {node_id} (pid {watched.proc.pid}) stopped on a log directory "

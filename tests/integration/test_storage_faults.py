@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.integration.harness import (
     running,
     wait_replicated,
 )
+from tests.metrics_text import samples
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -51,7 +53,7 @@ def test_a_full_disk_on_a_follower_is_survived_and_healed(tmp_path: Path) -> Non
     if reason is not None:
         pytest.skip(reason)
     follower_dir = tmp_path / "node-2"  # where `local` puts voter 2's log
-    quorum = LocalQuorum(tmp_path)
+    quorum = LocalQuorum(tmp_path, http=True)
     quorum.settings["metadata.log.segment.bytes"] = str(1024 * 1024)
     with small_disk(follower_dir, "6m"), running(quorum):
         client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
@@ -71,6 +73,16 @@ def test_a_full_disk_on_a_follower_is_survived_and_healed(tmp_path: Path) -> Non
                 log = (tmp_path / "logs" / "node-2.log").read_text()
             assert "log directory failure" in log and "ENOSPC" in log
             assert log.count("Traceback") == 0  # one line per failure, not a traceback loop
+            # Counted where an operator scrapes: the sidecar of `local`.
+            deadline = time.monotonic() + 10
+            while True:
+                with urllib.request.urlopen(f"{quorum.http_url}/metrics", timeout=10) as reply:
+                    counted = samples(reply.read().decode()).get(
+                        'kraft_spark_log_dir_failures_total{node_id="2"}', 0)
+                if counted >= 1 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert counted >= 1
             info = client.describe_quorum()
             lagging = {v.replica_id: v.log_end_offset for v in info.voters}
             assert lagging[2] < info.high_watermark, lagging
