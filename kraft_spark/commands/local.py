@@ -238,13 +238,20 @@ def _run_local(args: argparse.Namespace) -> int:
                 )
             log_path = os.path.join(data_dir, "logs", f"node-{node_id}.log")
             proc = supervisor.start(node_id)
-            _wait_listening(args.host, port, proc, log_path)
             line: dict[str, Any] = {"node_id": node_id, "endpoint": f"{args.host}:{port}",
                                     "pid": proc.pid, "log_dir": log_dir}
-            if http_port is not None:
-                # The node binds its HTTP port after its quorum port.
-                _wait_listening(args.host, http_port, proc, log_path)
-                line["http"] = f"http://{_url_host(args.host)}:{http_port}"
+            try:
+                _wait_listening(args.host, port, proc, log_path)
+                if http_port is not None:
+                    # The node binds its HTTP port after its quorum port.
+                    _wait_listening(args.host, http_port, proc, log_path)
+                    line["http"] = f"http://{_url_host(args.host)}:{http_port}"
+            except CommandError as exc:
+                # One node that cannot start does not stop the others (a damaged
+                # quorum-state, say: the node's log names the file and the fix).
+                say(f"{exc}; the other nodes go on (restart this one with "
+                    f"`kraft-spark node --config {conf}` once fixed)")
+                line["error"] = str(exc)
             print(json.dumps(line), flush=True)
         if args.http_port is not None:
             from kraft_spark.commands.sidecar import start_sidecar

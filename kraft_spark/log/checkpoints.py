@@ -120,7 +120,13 @@ def read_quorum_state(log_dir: str, fs: FileSystem | None = None) -> dict[str, A
     path = posixpath.join(partition_dir(log_dir), QUORUM_STATE_FILE)
     if not fs.exists(path):
         return None
-    return decode_quorum_state(fs.read(path), path)
+    try:
+        return decode_quorum_state(fs.read(path), path)
+    except QuorumStateError as exc:
+        raise QuorumStateError(
+            f"{exc}. To recover: move {path} aside and start the node with "
+            "node.disk.lost=true; it then votes again only once it has caught up, so a vote "
+            "it may have given in its last epoch is never given twice") from exc
 
 
 def write_quorum_state(

@@ -106,7 +106,14 @@ def check_meta_properties(
 ) -> MetaProperties:
     """Refuse a directory that is unformatted or belongs to another node or cluster."""
     path = posixpath.join(log_dir, META_PROPERTIES_FILE)
-    meta = read_meta_properties(log_dir, fs)
+    try:
+        meta = read_meta_properties(log_dir, fs)
+    except MetaPropertiesError as exc:
+        raise MetaPropertiesError(
+            f"{exc}. To recover: restore the file (version=1, cluster.id, node.id, "
+            "directory.id), or move the directory aside, `kraft-spark format` a new one and "
+            "start the node with node.disk.lost=true to fetch everything from the leader"
+        ) from exc
     if meta is None:
         raise NotFormattedError(
             f"{log_dir} is not formatted ({path} does not exist); run `kraft-spark format "

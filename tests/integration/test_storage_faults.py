@@ -193,3 +193,26 @@ def test_the_scrub_finds_bit_rot_on_a_running_follower_which_heals_itself(
         finally:
             client.close()
         check_acknowledged(acked, [quorum.log_dir(i) for i in range(3)], hw)
+
+
+def test_a_node_that_cannot_start_does_not_stop_the_others(tmp_path: Path) -> None:
+    """A damaged quorum-state is a refusal naming the file (exit 1, not restarted): `local`
+    reports it and runs the other two, which elect a leader and commit."""
+    first = LocalQuorum(tmp_path)
+    # Formats the directories; the election writes each quorum-state.
+    with running(first), QuorumClient(first.bootstrap, retry_budget_s=30.0) as client:
+        wait_replicated(client, 3)
+    state = tmp_path / "node-2" / "__cluster_metadata-0" / "quorum-state"
+    assert state.exists()
+    state.write_text("{ not json")
+    quorum = LocalQuorum(tmp_path)
+    with running(quorum):
+        assert "error" in quorum.nodes[2] and "error" not in quorum.nodes[0]
+        log = (tmp_path / "logs" / "node-2.log").read_text()
+        assert "quorum-state: not valid JSON" in log and "node.disk.lost=true" in log  # the fix
+        client = QuorumClient(quorum.bootstrap[:2], retry_budget_s=30.0)
+        try:
+            result = client.append([NewRecord(b"k", b"v")], timeout_s=30)
+            assert result.base_offset > 0
+        finally:
+            client.close()
