@@ -25,6 +25,7 @@ Nothing here reads a clock or a global RNG; the only randomness is the ``rng`` p
 
 from __future__ import annotations
 
+import os
 import posixpath
 import random
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ class SimulatedFileSystem:
         self._seq = 0
         self.fsync_count = 0
         """Number of fsync and fsync_dir calls (the simulator may charge time for them)."""
+        self.fail_with: int | None = None
+        """An errno (ENOSPC, EIO): while set, every write, fsync and rename fails with it."""
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -161,19 +164,27 @@ class SimulatedFileSystem:
 
     # -- writes -----------------------------------------------------------------------------
 
+    def _check_fault(self, path: str) -> None:
+        if self.fail_with is not None:
+            raise OSError(self.fail_with, f"[simulated] {os.strerror(self.fail_with)}", path)
+
     def write_at(self, path: str, position: int, data: bytes | bytearray | memoryview) -> None:
+        self._check_fault(path)
         self._record(self._create(path), _Op(0, _WRITE, bytes(data), size=position))
 
     def preallocate(self, path: str, size: int) -> None:
+        self._check_fault(path)
         self._record(self._inode(path), _Op(0, _PREALLOCATE, size=size))
 
     def write_file(self, path: str, data: bytes | bytearray) -> None:
+        self._check_fault(path)
         self._record(self._create(path), _Op(0, _REPLACE, bytes(data)))
 
     def truncate(self, path: str, size: int) -> None:
         self._record(self._inode(path), _Op(0, _TRUNCATE, size=size))
 
     def fsync(self, path: str) -> None:
+        self._check_fault(path)
         inode = self._inode(path)
         for op in inode.pending:
             inode.durable = inode.apply(inode.durable, op)
@@ -193,6 +204,7 @@ class SimulatedFileSystem:
         self.fsync_count += 1
 
     def rename(self, src: str, dst: str) -> None:
+        self._check_fault(dst)
         src, dst = self._norm(src), self._norm(dst)
         inode = self._inode(src)
         if (posixpath.dirname(dst) or ".") not in self._dirs:

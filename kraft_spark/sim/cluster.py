@@ -13,6 +13,7 @@ round trip later. The network may lose either notice, like any packet.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import random
 from collections import deque
@@ -217,7 +218,10 @@ class Cluster:
         assert core is not None
         core.resign(self.now // 1000)
         self._after(node)
-        node.log.flush()
+        if not node.alive:
+            return  # the resignation's writes failed: it stopped on a storage failure
+        with contextlib.suppress(LogError):  # a failed last flush loses what it would keep
+            node.log.flush()
         self.crash(node, torn=False)
 
     def _deliver(
@@ -335,6 +339,13 @@ class Cluster:
         )
 
     def _after(self, node: SimNode) -> None:
+        """``_carry_out``, where a write that fails (a disk fault) stops the process."""
+        try:
+            self._carry_out(node)
+        except LogError as exc:
+            self.storage_failure(node, exc)
+
+    def _carry_out(self, node: SimNode) -> None:
         """Carry out the node's Ready in the documented order, then check invariants."""
         core = node.core
         assert core is not None

@@ -10,6 +10,7 @@ by the real code is reported as a violation.
 
 from __future__ import annotations
 
+import errno
 import random
 
 from kraft_spark.log.segmented_log import SegmentedLog
@@ -45,6 +46,16 @@ class DiskLog(MemoryLog):
     def fresh(cls) -> DiskLog:
         fs = SimulatedFileSystem()
         return cls(fs, _open(fs), [])
+
+    # The disk fault in force goes to the simulated disk: the real log's writes, fsyncs and
+    # renames (its checkpoints) fail there, and it raises its LogError as on a real disk.
+    @property
+    def failing(self) -> str | None:
+        return None if self.fs.fail_with is None else errno.errorcode[self.fs.fail_with]
+
+    @failing.setter
+    def failing(self, name: str | None) -> None:
+        self.fs.fail_with = None if name is None else getattr(errno, name)
 
     # RaftLog: reads from the real log, writes to both.
     def start_offset(self) -> int:
@@ -88,7 +99,13 @@ class DiskLog(MemoryLog):
     def crashed(self, rng: random.Random, torn: bool) -> DiskLog:
         model = super().crashed(random.Random(0), False)  # exactly the fsync'd image
         self.fs.crash(rng, torn)
-        real = _open(self.fs)
+        # Recovery runs on a disk that works (a simplification: a restart on a disk that still
+        # fails is the supervisor's retry, modelled by the cluster's restart after a second).
+        fault, self.fs.fail_with = self.fs.fail_with, None
+        try:
+            real = _open(self.fs)
+        finally:
+            self.fs.fail_with = fault
         recovered = real.read(0, 1 << 62) if real.end_offset() else []
         durable = model.batches()
         if recovered[: len(durable)] != durable:
