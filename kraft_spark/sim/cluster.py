@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kraft_spark.log.errors import LogError
+from kraft_spark.log.errors import CorruptSegmentError, LogError
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse
@@ -51,6 +51,7 @@ class SimNode:
     alive: bool = False
     paused: bool = False
     wiped: bool = False  # lost its disk; excused from the majority check until caught up
+    damaged_at: int | None = None  # a damaged batch found here: the restart cuts the log
     # Messages still in flight from incarnations up to this one are lost (see crash()).
     silenced_incarnation: int = 0
     inbox: deque[tuple[int, Any]] = field(default_factory=deque)  # held while paused
@@ -152,7 +153,21 @@ class Cluster:
         except LogError as exc:  # the disk still fails: the start fails like the real one
             self.storage_failure(node, exc)
 
+    def _cut_at_damage(self, node: SimNode) -> None:
+        """The restart's repair: cut the log at the damaged batch; the node then catches up
+        before it votes, excused from the majority check meanwhile (like a lost disk)."""
+        cut, node.damaged_at = node.damaged_at, None
+        assert cut is not None
+        the_log = node.log
+        if the_log.start_offset() <= cut < the_log.end_offset():
+            the_log.truncate_to(cut)
+            the_log.flush()
+        self.trace.add(self.now, node.node_id, None, f"REPAIR log cut at {cut} (damaged batch)")
+        node.wiped = True
+
     def _start_node(self, node: SimNode, *, disk_lost: bool) -> None:
+        if node.damaged_at is not None:
+            self._cut_at_damage(node)
         node.incarnation += 1
         node.alive, node.paused = True, False
         node.inbox.clear()
@@ -239,8 +254,11 @@ class Cluster:
 
     def storage_failure(self, node: SimNode, exc: LogError) -> None:
         """What the real node does on a log-directory failure: the process stops (what was
-        not fsync'd is lost) and its supervisor starts it again a second later."""
+        not fsync'd is lost) and its supervisor starts it again a second later; a damaged
+        batch is noted for the restart to cut (kraft_spark.net.log_repair)."""
         self.trace.add(self.now, node.node_id, None, f"STORAGE FAILURE {exc}: process stops")
+        if isinstance(exc, CorruptSegmentError):
+            node.damaged_at = exc.offset
         self.crash(node, torn=False)
         self.at(self.now + RESTART_AFTER_US, self._supervised_restart, node.node_id)
 

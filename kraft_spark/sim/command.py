@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--observers", type=int, default=0)
     parser.add_argument(
         "--faults", default="all", help="all, none, or a comma list of: crash,restart,partition,"
-        "drop,duplicate,reorder,delay,pause,one-way,disk-full,io-error,torn-write,disk-loss",
+        "drop,duplicate,reorder,delay,pause,one-way,disk-full,io-error,bit-rot,torn-write,"
+        "disk-loss",
     )  # fmt: skip
     parser.add_argument(
         "--duration", type=float, default=20.0, help="simulated seconds of faults per seed"

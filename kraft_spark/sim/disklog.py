@@ -67,7 +67,7 @@ class DiskLog(MemoryLog):
     def last_epoch(self) -> int:
         return self.real.last_epoch()
 
-    def read(self, start_offset: int, max_bytes: int) -> list[Batch]:
+    def read_unchecked(self, start_offset: int, max_bytes: int) -> list[Batch]:
         return self.real.read(start_offset, max_bytes)
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
@@ -115,6 +115,7 @@ class DiskLog(MemoryLog):
                 f"the {len(durable)} batches it had fsync'd",
             )
         log = DiskLog(self.fs, real, recovered, model.durable_start_epoch())
+        log.rotten = {b for b in self.rotten if b < log.end_offset()}  # on the medium
         # The recovered log may differ from the model beyond the durable image (torn writes):
         # the checker must re-verify it from the durable point.
         log.durable_truncated_to = model.end_offset()

@@ -26,6 +26,7 @@ FAULT_KINDS = (
     "one-way",
     "disk-full",
     "io-error",
+    "bit-rot",
     "torn-write",
     "disk-loss",
 )
@@ -152,7 +153,8 @@ class FaultInjector:
         self._crash(torn=True)
 
     def _disk_loss(self) -> None:
-        if any(n.wiped for n in self.cluster.nodes.values()) or self.cluster.excused():
+        if any(n.wiped or n.log.rotten for n in self.cluster.nodes.values()) \
+                or self.cluster.excused():
             return  # one lost disk at a time: two would lose committed data (by design)
         self._crash(torn=False, wipe=True)
 
@@ -259,6 +261,26 @@ class FaultInjector:
         node.log.failing = name
         self.down.add(node.node_id)
         self.cluster.at(self._later(300, 3000), self._clear_disk_fault, node.node_id)
+
+    def _bit_rot(self) -> None:
+        """One durable batch of a voter's log goes bad (disk_faults). The node counts as down
+        until the faults heal: its copy of that batch is not one the quorum can count on."""
+        if self.cluster.catching_up_voters():
+            # Another voter is catching up after losing data: a second one would leave too few
+            # voters allowed to vote (the disk-loss rule) for any leader to be elected.
+            return
+        node = self._leader_or_any()
+        if node is None or not node.is_voter:
+            return
+        the_log = node.log
+        candidates = [b.base_offset for b in the_log.durable_batches()
+                      if b.base_offset >= the_log.start_offset()]
+        if not candidates:
+            return
+        base = self.rng.choice(candidates)
+        self._note(f"bit rot in n{node.node_id}'s batch at offset {base}")
+        the_log.rotten.add(base)
+        self.down.add(node.node_id)
 
     def _clear_disk_fault(self, node_id: int) -> None:
         if self.healed:

@@ -14,7 +14,7 @@ from bisect import bisect_right
 
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import Batch
-from kraft_spark.sim.disk_faults import disk_error
+from kraft_spark.sim.disk_faults import check_rot, disk_error
 
 _Op = tuple[str, Batch | int]
 
@@ -45,6 +45,9 @@ class MemoryLog:
         # this errno; ``ignore_fsync_error`` is the injected shell bug that carries on.
         self.failing: str | None = None
         self.ignore_fsync_error = False
+        # Bit rot (kraft_spark.sim.disk_faults): base offsets of durable batches whose bytes
+        # went bad; reading one raises as a real segment's CRC check does.
+        self.rotten: set[int] = set()
 
     # ------------------------------------------------------------------ RaftLog
 
@@ -97,6 +100,7 @@ class MemoryLog:
             raise ValueError(f"truncation to {offset} is not a batch boundary")
         del self._batches[idx:]
         del self._bases[idx:]
+        self.rotten = {base for base in self.rotten if base < offset}
         while self._epochs and self._epochs[-1][1] >= offset:
             self._epochs.pop()
             self._epoch_keys.pop()
@@ -154,6 +158,13 @@ class MemoryLog:
         return self._flushed
 
     def read(self, start_offset: int, max_bytes: int) -> list[Batch]:
+        out = self.read_unchecked(start_offset, max_bytes)
+        if self.rotten:
+            check_rot(self.rotten, out)
+        return out
+
+    def read_unchecked(self, start_offset: int, max_bytes: int) -> list[Batch]:
+        """``read`` as the checker sees the log: bit rot does not stop it."""
         start_offset = max(start_offset, self._start)
         idx = max(bisect_right(self._bases, start_offset) - 1, 0)
         out: list[Batch] = []
@@ -198,6 +209,7 @@ class MemoryLog:
                 _apply(image, op, arg)
         recovered = MemoryLog(image, self._durable_start, self._durable_start_epoch)
         recovered.durable_truncated_to = lowest
+        recovered.rotten = {b for b in self.rotten if b < recovered.end_offset()}
         return recovered
 
     def _apply_durable(self, image: list[Batch], op: str, arg: Batch | int) -> None:
