@@ -171,6 +171,6 @@ def test_bit_rot_is_found_cut_away_and_caught_up() -> None:
     result = _cli("--seeds", "0:60", "--faults", "bit-rot,crash,partition")
     assert result.returncode == 0, result.stdout[-3000:]
     assert " violations=0 " in result.stdout.strip().splitlines()[-1]
-    trace = _cli("--seed", "2", "--faults", "bit-rot,crash", "--trace").stdout
+    trace = _cli("--seed", "3", "--faults", "bit-rot,crash", "--trace").stdout
     assert "STORAGE FAILURE <simulated segment>" in trace and "CRC mismatch" in trace
     assert "REPAIR log cut at" in trace and "caught up after disk loss: voting again" in trace
