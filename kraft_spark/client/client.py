@@ -480,6 +480,7 @@ class AsyncQuorumClient:
     async def close(self) -> None:
         if self._coalescer is not None:
             await self._coalescer.close()
+        await self._watch.close()
         for conn in self._conns.values():
             await conn.close()
         self._conns.clear()

@@ -11,9 +11,10 @@ the request's target can no longer commit anything: the request is abandoned and
 retries on the new leader. Appends are retried on the same producer id and sequence, so an
 append the old leader had taken is never applied twice.
 
-Concurrent requests share the questions: at most one round of them is in flight per client,
-and a round answered less than ``probe_after_s / 2`` ago is reused, so a slow moment under
-many connections costs the followers a few DescribeQuorums, not one per waiting request.
+Concurrent requests share the questions: one ticker per client looks at the waiting requests
+every ``probe_after_s``, at most one round of questions is in flight per client, and a round
+answered less than ``probe_after_s / 2`` ago is reused, so a slow moment under many
+connections costs the followers a few DescribeQuorums, not one per waiting request.
 
 Only a *known leader at a higher epoch* moves the client: a higher epoch with no leader (an
 election in progress, or one partitioned voter that keeps bumping its epoch) does not prove
@@ -23,7 +24,6 @@ that the old leader has stopped committing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -51,6 +51,21 @@ class LeaderMovedError(Exception):
         self.endpoint = endpoint
 
 
+class _Waiting:
+    """One request waiting on its target."""
+
+    __slots__ = ("epoch", "moved", "others", "since", "target", "task")
+
+    def __init__(self, task: asyncio.Task[object], target: Endpoint, epoch: int,
+                 others: tuple[Endpoint, ...], since: float) -> None:
+        self.task = task
+        self.target = target
+        self.epoch = epoch
+        self.others = others
+        self.since = since
+        self.moved: LeaderMovedError | None = None
+
+
 class LeaderWatch:
     """``probe_after_s``: how long a request may wait before the others are asked (then again
     every ``probe_after_s``); each question waits at most ``probe_timeout_s``. One per client,
@@ -68,30 +83,65 @@ class LeaderWatch:
         self._round: asyncio.Future[list[tuple[int, int] | BaseException | None]] | None = None
         self._round_started = -math.inf
         self.rounds = 0  # rounds of questions asked (for tests and benchmarks)
+        self._waiting: set[_Waiting] = set()
+        self._ticker: asyncio.Task[None] | None = None
 
     async def await_unless_replaced(self, request: Awaitable[T], *, target: Endpoint,
                                     target_epoch: int, others: Sequence[Endpoint]) -> T:
         """The result of ``request`` sent to ``target`` (believed to lead ``target_epoch``, -1
         if unknown); raises :class:`LeaderMovedError` as soon as one of ``others`` names
-        another leader at a higher epoch."""
-        task = asyncio.ensure_future(request)
+        another leader at a higher epoch.
+
+        The request is awaited in the caller's own task and only registered with the client's
+        one ticker (every ``probe_after_s`` while requests are outstanding), so a prompt answer
+        costs a dictionary entry. When a request has waited longer, the ticker asks the
+        others; if they name a newer leader it cancels the caller's task, and the cancellation
+        becomes the ``LeaderMovedError``. (An answer that arrived in that same instant is lost
+        and the caller retries: appends are retried on the same producer id and sequence.)"""
         if not others or self.probe_after_s <= 0:
-            return await task
+            return await request
+        caller = asyncio.current_task()
+        assert caller is not None
+        waiting = _Waiting(caller, target, target_epoch, tuple(others), self._clock())
+        self._waiting.add(waiting)
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self.probe_after_s)
-                if done:
-                    return task.result()
-                moved = await self._newer_leader(target, target_epoch, others)
-                if moved is not None and not task.done():
-                    raise moved
-                if task.done():
-                    return task.result()
+            return await request
+        except asyncio.CancelledError:
+            if waiting.moved is None:
+                raise  # a cancellation of the caller's own
+            caller.uncancel()
+            raise waiting.moved from None
         finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            self._waiting.discard(waiting)
+
+    async def close(self) -> None:
+        """Stop the ticker (the client is closing)."""
+        ticker = self._ticker
+        if ticker is not None:
+            ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
+
+    async def _tick(self) -> None:
+        """While requests wait: every ``probe_after_s``, ask about the slow ones' targets."""
+        try:
+            while self._waiting:
+                await asyncio.sleep(self.probe_after_s)
+                now = self._clock()
+                slow = [w for w in self._waiting
+                        if now - w.since >= self.probe_after_s and w.moved is None]
+                if not slow:
+                    continue
+                await asyncio.gather(*(self._check(w) for w in slow))
+        finally:
+            self._ticker = None
+
+    async def _check(self, waiting: _Waiting) -> None:
+        found = await self._newer_leader(waiting.target, waiting.epoch, waiting.others)
+        if found is not None and waiting in self._waiting and waiting.moved is None:
+            waiting.moved = found
+            waiting.task.cancel()
 
     async def _newer_leader(self, target: Endpoint, target_epoch: int,
                             others: Sequence[Endpoint]) -> LeaderMovedError | None:
