@@ -1,0 +1,79 @@
+"""One HTTP client appending single records to `kraft-spark local --http-port` (the sidecar), for
+source trees taking turns: appends/s, p50, p99. Compares two checkouts of this repository (a
+`git worktree` of an older commit beside this one) on the same machine in the same minutes:
+
+    python -m bench.single_client ROUNDS TREE [TREE ...]
+
+Each tree runs with PYTHONPATH=TREE on this interpreter (copy the compiled
+kraft_spark/log/_fastcodec*.so into an older worktree, or it runs the pure-Python codec).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run(tree: str, seconds: float, base_port: int) -> tuple[float, float, float]:
+    """One 8 s point against a fresh 3-voter quorum of ``tree``: (appends/s, p50 ms, p99 ms)."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.Popen([sys.executable, "-m", "kraft_spark", "local", "--voters", "3",
+                              "--data-dir", tmp, "--base-port", str(base_port), "--http-port", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                             cwd=tree, start_new_session=True)
+        assert p.stdout is not None
+        for _ in range(3):
+            p.stdout.readline()
+        url = json.loads(p.stdout.readline())["http"]
+        host, port = url.split("//")[1].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        body = json.dumps({"key": "k", "value": "x" * 100}).encode()
+        lat: list[float] = []
+        end_warm = time.monotonic() + 2
+        stop = end_warm + seconds
+        while True:
+            t = time.perf_counter()
+            conn.request("POST", "/v1/records", body, {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            now = time.monotonic()
+            if now > stop:
+                break
+            if now > end_warm:
+                lat.append(time.perf_counter() - t)
+        conn.close()
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+        p.stdout.close()
+    lat.sort()
+    return len(lat) / seconds, lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or not argv[0].isdigit():
+        print(__doc__, file=sys.stderr)
+        return 2
+    rounds, trees = int(argv[0]), argv[1:]
+    results: dict[str, list[tuple[float, float, float]]] = {t: [] for t in trees}
+    for rnd in range(rounds):
+        for tree in trees:
+            r = run(tree, 8.0, 19850)
+            results[tree].append(r)
+            print(f"round {rnd}: {tree}: {r[0]:.0f} appends/s, p50 {r[1]:.2f} ms, "
+                  f"p99 {r[2]:.2f} ms", flush=True)
+    for tree, rs in results.items():
+        m = len(rs) // 2
+        ops, p50, p99 = (sorted(r[k] for r in rs)[m] for k in range(3))
+        print(f"median of {len(rs)}: {tree}: {ops:.0f} appends/s, p50 {p50:.2f} ms, "
+              f"p99 {p99:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
