@@ -91,24 +91,56 @@ def prepare_log_dir(settings: VoterSettings, voter_id: int) -> tuple[str, str, b
     return log_dir, meta.directory_id, disk_lost
 
 
+# A voter whose node stops on a storage failure, or cannot start, is started again inside its
+# task after a doubling backoff: failing the task would fail the barrier stage, and with it every
+# other voter (one node failing never stops the others).
+RESTART_FIRST_S = 1.0
+RESTART_MAX_S = 30.0
+
+
 async def _serve(settings: VoterSettings, config: Any, hello: dict[str, Any]) -> dict[str, Any]:
+    from kraft_spark.log.errors import LogError
     from kraft_spark.net.node import RaftNode
 
-    node = RaftNode(config, lock_timeout_s=settings.lock_timeout_s)
-    await node.start()
     reader, writer = await asyncio.open_connection(settings.control_host, settings.control_port)
     writer.write((json.dumps(hello) + "\n").encode())
     await writer.drain()
-    closed = asyncio.ensure_future(node.wait_closed())
     command = asyncio.ensure_future(reader.readline())
-    await asyncio.wait({closed, command}, return_when=asyncio.FIRST_COMPLETED)
-    reason = "driver asked to stop" if command.done() and command.result() else "driver gone"
-    if closed.done():
-        reason = f"node failed: {closed.exception()}"
-    command.cancel()
-    summary = node.describe()
-    await node.stop(graceful=True)
-    closed.cancel()
+    backoff, failures, reason, summary = RESTART_FIRST_S, 0, "driver gone", {}
+    node: RaftNode | None = None
+    while True:
+        node = RaftNode(config, lock_timeout_s=settings.lock_timeout_s)
+        try:
+            await node.start()
+        except (LogError, OSError, ValueError) as exc:
+            failures += 1
+            log.error("voter %d could not start (failure %d in a row): %s; starting it again "
+                      "in %.0f s, the other voters go on", config.node_id, failures, exc, backoff)
+            node = None
+        else:
+            started = asyncio.get_running_loop().time()
+            closed = asyncio.ensure_future(node.wait_closed())
+            await asyncio.wait({closed, command}, return_when=asyncio.FIRST_COMPLETED)
+            if command.done():
+                closed.cancel()
+                break
+            if asyncio.get_running_loop().time() - started > 60:
+                backoff, failures = RESTART_FIRST_S, 0  # it ran for a while: start afresh
+            failures += 1
+            log.error("voter %d stopped: %s; starting it again in %.0f s, the other voters go "
+                      "on", config.node_id, closed.exception(), backoff)
+            node = None
+        await asyncio.wait({command}, timeout=backoff)
+        if command.done():
+            break
+        backoff = min(RESTART_MAX_S, backoff * 2)
+    if command.done() and command.result():
+        reason = "driver asked to stop"
+    if node is not None:
+        summary = node.describe()
+        await node.stop(graceful=True)
+    elif failures:
+        reason = f"{reason} (the node was not running: {failures} failed start(s) or stop(s))"
     writer.close()
     with contextlib.suppress(Exception):
         await writer.wait_closed()

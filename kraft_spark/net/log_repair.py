@@ -95,21 +95,26 @@ async def open_with_repair(
     repaired = False
     for attempt in range(REPAIR_ATTEMPTS):
         storage: Storage = await run(open_storage)
+        damage: CorruptSegmentError | None = None
         try:
-            noted = noted_damage(storage.log.partition_dir)
-            if noted is not None:
-                raise noted
-            build(storage, repaired)
-            return
-        except CorruptSegmentError as damage:
-            if attempt == REPAIR_ATTEMPTS - 1:
-                storage.log.close()
-                raise
-            def cut(damage: CorruptSegmentError = damage, storage: Storage = storage) -> None:
-                cut_at_damage(storage.log, damage, node_id)
+            damage = noted_damage(storage.log.partition_dir)
+            if damage is None:
+                build(storage, repaired)
+                return
+        except CorruptSegmentError as found:
+            damage = found
+        except BaseException:
+            storage.log.close()  # a refusal (a damaged quorum-state): release the directory
+            raise
+        if attempt == REPAIR_ATTEMPTS - 1:
+            storage.log.close()
+            raise damage
 
-            try:
-                await run(cut)
-            finally:
-                storage.log.close()
-            repaired = True
+        def cut(damage: CorruptSegmentError = damage, storage: Storage = storage) -> None:
+            cut_at_damage(storage.log, damage, node_id)
+
+        try:
+            await run(cut)
+        finally:
+            storage.log.close()
+        repaired = True
