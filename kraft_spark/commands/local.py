@@ -28,6 +28,7 @@ from typing import Any
 from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
+from kraft_spark.net.storage_failure import is_disk_failure
 from kraft_spark.raft.config import PROPERTY_NAMES, ConfigError, QuorumConfig
 from kraft_spark.stop_signals import StopSignals
 
@@ -222,7 +223,11 @@ def _run_local(args: argparse.Namespace) -> int:
                 format_log_dir(log_dir, cluster_id=cluster_id, node_id=node_id,
                                ignore_formatted=True)
             except (LogError, ValueError, OSError) as exc:
-                raise CommandError(str(exc)) from exc
+                if not is_disk_failure(exc):
+                    raise CommandError(str(exc)) from exc
+                # A disk that fails now may work later: the node gets the same chance as one
+                # that fails while running (it exits 74 and is restarted with backoff).
+                say(f"node {node_id}: {log_dir}: {exc}; starting it anyway")
             conf = os.path.join(data_dir, f"node-{node_id}.properties")
             http_port = http_ports[node_id]
             node_props = [f"kraft.cpu.affinity={args.cpu_affinity}"]

@@ -216,3 +216,38 @@ def test_a_node_that_cannot_start_does_not_stop_the_others(tmp_path: Path) -> No
             assert result.base_offset > 0
         finally:
             client.close()
+
+
+def test_a_read_only_log_directory_is_survived_and_healed(tmp_path: Path) -> None:
+    """EROFS: the follower's log directory is read-only when the quorum starts (its tmpfs
+    remounted read-only while stopped): node 2 exits 74 at start-up (a disk failure, not a
+    refusal), `local` runs the two others and restarts it with backoff, and once the directory
+    is writable again it starts and catches up."""
+    reason = _tmpfs_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    follower_dir = tmp_path / "node-2"
+    with small_disk(follower_dir, "64m"):
+        first = LocalQuorum(tmp_path)
+        with running(first), QuorumClient(first.bootstrap, retry_budget_s=30.0) as client:
+            wait_replicated(client, 3)
+        subprocess.run(["mount", "-o", "remount,ro", str(follower_dir)], check=True, timeout=30)
+        quorum = LocalQuorum(tmp_path)
+        with running(quorum):
+            client = QuorumClient(quorum.bootstrap[:2], retry_budget_s=30.0)
+            acked: dict[bytes, int] = {}
+            try:
+                for i in range(50):
+                    keys = [f"k{i}-{j}".encode() for j in range(10)]
+                    result = client.append([NewRecord(k, b"x" * 100) for k in keys],
+                                           timeout_s=30)
+                    acked.update({k: result.base_offset + n for n, k in enumerate(keys)})
+                log_path = tmp_path / "logs" / "node-2.log"
+                text = log_path.read_text()
+                assert "Read-only file system" in text and "EROFS" in text, text[-3000:]
+                subprocess.run(["mount", "-o", "remount,rw", str(follower_dir)], check=True,
+                               timeout=30)
+                hw = wait_replicated(client, 3, timeout_s=60)
+            finally:
+                client.close()
+            check_acknowledged(acked, [quorum.log_dir(i) for i in range(3)], hw)
