@@ -180,6 +180,19 @@ def _listening_pid(port: int) -> int:
     return int(out.split(marker, 1)[1].split(",", 1)[0])
 
 
+def _stop(proc: subprocess.Popen[str], timeout_s: float) -> None:
+    """SIGTERM (a graceful stop of everything it runs), SIGKILL of its group after
+    ``timeout_s``; closes its stdout pipe."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 class LocalSystem:
     """``kraft-spark local --voters 3 --http-port 0`` with Kafka's default timings."""
 
@@ -213,18 +226,11 @@ class LocalSystem:
         self._restarted.append(proc)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        _stop(self.proc, 30)
         for proc in self._restarted:
             proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
 
 class AppSystem:
@@ -258,14 +264,7 @@ class AppSystem:
         """The driver relaunches the voters' barrier stage by itself."""
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(180)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        _stop(self.proc, 180)
         self._log.close()
 
 

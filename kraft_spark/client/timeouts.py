@@ -33,11 +33,9 @@ class ClientTimeouts:
 
     @classmethod
     def for_quorum(cls, config: QuorumConfig) -> ClientTimeouts:
-        jitter = config.fetch_timeout_jitter_ms
-        if jitter < 0:
-            jitter = config.election_timeout_ms // 2
         request_ms = config.request_timeout_ms
-        failover_ms = (config.fetch_timeout_ms + jitter + config.election_timeout_ms
+        failover_ms = (config.fetch_timeout_ms + config.max_fetch_jitter_ms
+                       + config.election_timeout_ms
                        + config.election_backoff_max_ms + request_ms)
         return cls(request_timeout_s=request_ms / 1000, retry_budget_s=failover_ms / 1000,
                    leader_probe_s=min(DEFAULT_PROBE_AFTER_S, request_ms / 4000))

@@ -29,7 +29,7 @@ from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
 from kraft_spark.net.storage_failure import is_disk_failure
-from kraft_spark.raft.config import PROPERTY_NAMES, ConfigError, QuorumConfig
+from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.stop_signals import StopSignals
 
 DEFAULT_BASE_PORT = 9093
@@ -81,12 +81,8 @@ def read_cluster_id(data_dir: str) -> str | None:
 def _quorum_of(settings: list[str]) -> QuorumConfig:
     """The quorum settings the nodes run with (the ``--set`` ones over Kafka's defaults), for
     the sidecar's timeouts; the nodes have already refused invalid ones at start-up."""
-    props = dict(item.split("=", 1) for item in settings)
-    quorum = {k: v for k, v in props.items()
-              if (k.startswith("controller.quorum.") and k != "controller.quorum.voters")
-              or k in PROPERTY_NAMES}
-    try:
-        return QuorumConfig.from_properties(quorum)
+    try:  # it reads its own keys and ignores the others
+        return QuorumConfig.from_properties(dict(item.split("=", 1) for item in settings))
     except ConfigError:
         return QuorumConfig()
 

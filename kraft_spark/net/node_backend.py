@@ -86,6 +86,8 @@ class NodeBackend:
 
     def __init__(self, node: LocalNode, *, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self._node = node
+        # As long as the quorum's own settings say finding a leader may take (timeouts).
+        self._timeouts = ClientTimeouts.for_quorum(node.config.quorum)
         self._appends = LocalAppends(node, self._forward_batch, max_in_flight=max_in_flight)
         self._client: AsyncQuorumClient | None = None
         self._closed = False
@@ -118,7 +120,7 @@ class NodeBackend:
             self._client = AsyncQuorumClient(
                 [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in cfg.voters.values()],
                 cluster_id=self._node.cluster_id or None,
-                **ClientTimeouts.for_quorum(cfg.quorum).client_kwargs(),
+                **self._timeouts.client_kwargs(),
                 ssl_context=cfg.tls.client_context() if cfg.tls is not None else None,
                 client_id=f"node-{cfg.node_id}-http",
                 coalesce=True,
@@ -177,8 +179,7 @@ class NodeBackend:
             return None
         try:
             future = self._node.submit_local(request)
-            timeouts = ClientTimeouts.for_quorum(self._node.config.quorum)
-            return await self._wait_local(future, timeouts.retry_budget_s, request)
+            return await self._wait_local(future, self._timeouts.retry_budget_s, request)
         except (NodeStoppedError, TimeoutError):
             return None
 

@@ -19,6 +19,7 @@ spinning. Exit code 74 is ``EX_IOERR`` of sysexits.h.
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 from typing import Final
 
 STORAGE_FAILURE_EXIT: Final = 74
@@ -29,14 +30,18 @@ STORAGE_FAILURE_EXIT: Final = 74
 DISK_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EIO, errno.EROFS, errno.EDQUOT})
 
 
-def is_disk_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is an OSError with one of DISK_ERRNOS."""
+def _os_errors(exc: BaseException) -> Iterator[OSError]:
+    """The OSErrors among ``exc`` and what caused it, outermost first."""
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, OSError) and cause.errno in DISK_ERRNOS:
-            return True
+        if isinstance(cause, OSError):
+            yield cause
         cause = cause.__cause__
-    return False
+
+
+def is_disk_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is an OSError with one of DISK_ERRNOS."""
+    return any(cause.errno in DISK_ERRNOS for cause in _os_errors(exc))
 
 
 class StorageFailure(Exception):
@@ -47,10 +52,8 @@ class StorageFailure(Exception):
 def storage_failure_text(exc: BaseException) -> str:
     """One line for the log: the failure, and the errno's name when one is known."""
     text = str(exc)
-    cause: BaseException | None = exc
-    while cause is not None and not isinstance(cause, OSError):
-        cause = cause.__cause__
-    if isinstance(cause, OSError) and cause.errno is not None:
+    cause = next(_os_errors(exc), None)
+    if cause is not None and cause.errno is not None:
         name = errno.errorcode.get(cause.errno, str(cause.errno))
         if name not in text:
             text = f"{text} ({name})"

@@ -179,10 +179,9 @@ class CoreState:
     def become_follower(self, epoch: int, leader_id: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
         self.transition(Role.FOLLOWER, epoch, leader_id, voted)
-        jitter = self.config.fetch_timeout_jitter_ms
-        if jitter < 0:
-            jitter = self.config.election_timeout_ms // 2
-        self.fetch_jitter_ms = fetch_timeout_jitter_ms(self.rng, jitter) if self.may_vote else 0
+        self.fetch_jitter_ms = (
+            fetch_timeout_jitter_ms(self.rng, self.config.max_fetch_jitter_ms)
+            if self.may_vote else 0)
         self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
         self.next_fetch_at = self.now
         self.leader_hw_seen = None

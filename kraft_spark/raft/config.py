@@ -86,6 +86,14 @@ class QuorumConfig:
                 )
 
     @property
+    def max_fetch_jitter_ms(self) -> int:
+        """The upper bound of the fetch-timeout jitter (``fetch_timeout_jitter_ms``, -1 being
+        election timeout / 2)."""
+        if self.fetch_timeout_jitter_ms < 0:
+            return self.election_timeout_ms // 2
+        return self.fetch_timeout_jitter_ms
+
+    @property
     def check_quorum_timeout_ms(self) -> int:
         """A leader without Fetches from a majority for this long resigns (1.5 × fetch timeout)."""
         return self.fetch_timeout_ms * 3 // 2
