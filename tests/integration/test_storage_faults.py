@@ -48,6 +48,36 @@ def small_disk(path: Path, size: str) -> Iterator[None]:
         subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)
 
 
+def append_batches(client: QuorumClient, acked: dict[bytes, int], start: int, count: int, *,
+                   records: int = 100, value: bytes = b"x" * 1000) -> None:
+    """Batches ``start`` .. ``start + count - 1`` of ``records`` unique keys each; every
+    acknowledged key goes into ``acked`` with its offset."""
+    for i in range(start, start + count):
+        keys = [f"k{i}-{j}".encode() for j in range(records)]
+        result = client.append([NewRecord(k, value) for k in keys], timeout_s=30)
+        acked.update({k: result.base_offset + n for n, k in enumerate(keys)})
+
+
+def flip_byte(path: Path, position: int) -> None:
+    """Bit rot: invert one byte of a file in place."""
+    with open(path, "r+b") as fh:
+        fh.seek(position)
+        byte = fh.read(1)
+        fh.seek(position)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def wait_for_log(path: Path, text: str, timeout_s: float) -> str:
+    """The node log at ``path`` once it contains ``text`` (its end in the failure)."""
+    deadline = time.monotonic() + timeout_s
+    log = path.read_text()
+    while text not in log:
+        assert time.monotonic() < deadline, log[-3000:]
+        time.sleep(0.2)
+        log = path.read_text()
+    return log
+
+
 def test_a_full_disk_on_a_follower_is_survived_and_healed(tmp_path: Path) -> None:
     reason = _tmpfs_unavailable()
     if reason is not None:
@@ -59,18 +89,10 @@ def test_a_full_disk_on_a_follower_is_survived_and_healed(tmp_path: Path) -> Non
         client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
         acked: dict[bytes, int] = {}
         try:
-            for i in range(120):  # ~12 MB of records: twice what node 2's disk holds
-                keys = [f"k{i}-{j}".encode() for j in range(100)]
-                result = client.append([NewRecord(k, b"x" * 1000) for k in keys],
-                                       timeout_s=30)
-                acked.update({k: result.base_offset + n for n, k in enumerate(keys)})
+            # ~12 MB of records: twice what node 2's disk holds.
+            append_batches(client, acked, 0, 120)
             # The quorum stayed available; node 2 stopped with one clear line, exit 74.
-            log = (tmp_path / "logs" / "node-2.log").read_text()
-            deadline = time.monotonic() + 20
-            while "No space left on device" not in log:
-                assert time.monotonic() < deadline, log[-2000:]
-                time.sleep(0.2)
-                log = (tmp_path / "logs" / "node-2.log").read_text()
+            log = wait_for_log(tmp_path / "logs" / "node-2.log", "No space left on device", 20)
             assert "log directory failure" in log and "ENOSPC" in log
             assert log.count("Traceback") == 0  # one line per failure, not a traceback loop
             # Counted where an operator scrapes: the sidecar of `local`.
@@ -107,38 +129,22 @@ def test_a_flipped_byte_in_a_sealed_segment_is_cut_away_and_fetched_again(
         client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
         acked: dict[bytes, int] = {}
 
-        def append(start: int, batches: int) -> None:
-            for i in range(start, start + batches):
-                keys = [f"k{i}-{j}".encode() for j in range(100)]
-                result = client.append([NewRecord(k, b"x" * 1000) for k in keys],
-                                       timeout_s=30)
-                acked.update({k: result.base_offset + n for n, k in enumerate(keys)})
-
         try:
-            append(0, 30)
+            append_batches(client, acked, 0, 30)
             leader = client.describe_quorum().leader_id
             victim = next(i for i in range(3) if i != leader)
             wait_replicated(client, 3)
             os.kill(quorum.pid(victim), 9)
             partition = quorum.log_dir(victim) / "__cluster_metadata-0"
             sealed = sorted(partition.glob("*.log"))[1]
-            with open(sealed, "r+b") as fh:  # one byte inside the first batch's records
-                fh.seek(5000)
-                byte = fh.read(1)
-                fh.seek(5000)
-                fh.write(bytes([byte[0] ^ 0xFF]))
-            append(30, 10)  # the quorum carries on with two voters
+            flip_byte(sealed, 5000)  # one byte inside the first batch's records
+            append_batches(client, acked, 30, 10)  # the quorum carries on with two voters
             quorum.restart_node(victim)
             log_path = tmp_path / "logs" / f"node-{victim}.log"
-            deadline = time.monotonic() + 30
-            while "is cut at offset" not in log_path.read_text():
-                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-                time.sleep(0.2)
-            append(40, 10)  # commits made without it let it vote again (SPEC §10)
-            deadline = time.monotonic() + 30
-            while "caught up after disk loss: voting again" not in log_path.read_text():
-                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-                time.sleep(0.2)
+            wait_for_log(log_path, "is cut at offset", 30)
+            # Commits made without it let it vote again (SPEC §10).
+            append_batches(client, acked, 40, 10)
+            wait_for_log(log_path, "caught up after disk loss: voting again", 30)
             hw = wait_replicated(client, 3, timeout_s=30)
         finally:
             client.close()
@@ -159,36 +165,19 @@ def test_the_scrub_finds_bit_rot_on_a_running_follower_which_heals_itself(
         client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
         acked: dict[bytes, int] = {}
 
-        def append(start: int, batches: int) -> None:
-            for i in range(start, start + batches):
-                keys = [f"k{i}-{j}".encode() for j in range(100)]
-                result = client.append([NewRecord(k, b"x" * 1000) for k in keys],
-                                       timeout_s=30)
-                acked.update({k: result.base_offset + n for n, k in enumerate(keys)})
-
         try:
-            append(0, 30)
+            append_batches(client, acked, 0, 30)
             leader = client.describe_quorum().leader_id
             victim = next(i for i in range(3) if i != leader)
             partition = quorum.log_dir(victim) / "__cluster_metadata-0"
             sealed = sorted(partition.glob("*.log"))[1]
-            with open(sealed, "r+b") as fh:  # bit rot under a running node
-                fh.seek(5000)
-                byte = fh.read(1)
-                fh.seek(5000)
-                fh.write(bytes([byte[0] ^ 0xFF]))
+            flip_byte(sealed, 5000)  # bit rot under a running node
             log_path = tmp_path / "logs" / f"node-{victim}.log"
-            deadline = time.monotonic() + 60
-            while "is cut at offset" not in log_path.read_text():
-                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-                time.sleep(0.2)
-            text = log_path.read_text()
+            text = wait_for_log(log_path, "is cut at offset", 60)
             assert "log scrub:" in text and "CRC mismatch" in text
-            append(30, 10)  # commits made without it let it vote again (SPEC §10)
-            deadline = time.monotonic() + 30
-            while "caught up after disk loss: voting again" not in log_path.read_text():
-                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-                time.sleep(0.2)
+            # Commits made without it let it vote again (SPEC §10).
+            append_batches(client, acked, 30, 10)
+            wait_for_log(log_path, "caught up after disk loss: voting again", 30)
             hw = wait_replicated(client, 3, timeout_s=30)
         finally:
             client.close()
@@ -237,11 +226,7 @@ def test_a_read_only_log_directory_is_survived_and_healed(tmp_path: Path) -> Non
             client = QuorumClient(quorum.bootstrap[:2], retry_budget_s=30.0)
             acked: dict[bytes, int] = {}
             try:
-                for i in range(50):
-                    keys = [f"k{i}-{j}".encode() for j in range(10)]
-                    result = client.append([NewRecord(k, b"x" * 100) for k in keys],
-                                           timeout_s=30)
-                    acked.update({k: result.base_offset + n for n, k in enumerate(keys)})
+                append_batches(client, acked, 0, 50, records=10, value=b"x" * 100)
                 log_path = tmp_path / "logs" / "node-2.log"
                 text = log_path.read_text()
                 assert "Read-only file system" in text and "EROFS" in text, text[-3000:]
