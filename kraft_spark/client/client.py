@@ -136,6 +136,7 @@ class AsyncQuorumClient:
         self._rng = random.Random()
         self.leader_changes = 0  # how often the client had to look for the leader again
         self._coalescer = AppendCoalescer(self._append_records) if coalesce else None
+        self._closing = False  # no new connection once close() began
         self._watch = LeaderWatch(self._ask_leader, self._node_endpoints.get,
                                   probe_after_s=leader_probe_s,
                                   probe_timeout_s=leader_probe_s)
@@ -184,6 +185,8 @@ class AsyncQuorumClient:
     async def _ask_leader(self, endpoint: tuple[str, int],
                           timeout_s: float) -> tuple[int, int] | None:
         """(leader id, epoch) as ``endpoint`` knows them; None when it does not answer."""
+        if self._closing:
+            return None
         body = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [
             {"partition_index": 0}]}]}
         try:
@@ -478,6 +481,7 @@ class AsyncQuorumClient:
         return result
 
     async def close(self) -> None:
+        self._closing = True
         if self._coalescer is not None:
             await self._coalescer.close()
         await self._watch.close()

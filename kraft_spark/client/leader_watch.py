@@ -117,11 +117,12 @@ class LeaderWatch:
             self._waiting.discard(waiting)
 
     async def close(self) -> None:
-        """Stop the ticker (the client is closing)."""
-        ticker = self._ticker
-        if ticker is not None:
-            ticker.cancel()
-            await asyncio.gather(ticker, return_exceptions=True)
+        """Stop the ticker and a round of questions still in flight (shielded from the
+        ticker's cancellation): the client is closing its connections."""
+        pending = [t for t in (self._ticker, self._round) if t is not None and not t.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _tick(self) -> None:
         """While requests wait: every ``probe_after_s``, ask about the slow ones' targets."""

@@ -139,3 +139,39 @@ def test_client_timeouts_follow_the_quorum_settings() -> None:
     assert (fast.request_timeout_s, fast.retry_budget_s, fast.leader_probe_s) == (0.4, 1.6, 0.1)
     assert fast.client_kwargs() == {"request_timeout_s": 0.4, "retry_budget_s": 1.6,
                                     "leader_probe_s": 0.1}
+
+
+def test_close_stops_a_round_of_questions_still_in_flight() -> None:
+    """A round is shielded from the ticker's cancellation (requests share it), so close()
+    must stop it itself: its questions would otherwise open connections after the client closed
+    them all."""
+    cancelled: list[tuple[str, int]] = []
+
+    async def body() -> None:
+        asked = asyncio.Event()
+
+        async def ask(endpoint: tuple[str, int], timeout_s: float) -> tuple[int, int] | None:
+            asked.set()
+            try:
+                await asyncio.sleep(3600)  # a node that does not answer
+            except asyncio.CancelledError:
+                cancelled.append(endpoint)
+                raise
+            return None
+
+        shared = LeaderWatch(ask, ENDPOINTS.get, probe_after_s=0.01, probe_timeout_s=0.01)
+
+        async def request() -> str:
+            await asyncio.sleep(3600)
+            return "never"
+
+        waiting = asyncio.ensure_future(
+            shared.await_unless_replaced(request(), target=A, target_epoch=5, others=[B, C]))
+        await asyncio.wait_for(asked.wait(), 5)
+        await shared.close()
+        assert sorted(cancelled) == [B, C]  # by close() itself, not by the loop's end
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+
+    asyncio.run(body())
+    assert sorted(cancelled) == [B, C]
