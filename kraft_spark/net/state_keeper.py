@@ -63,7 +63,8 @@ def open_storage(
         for sid in reversed(store.ids()):
             try:
                 content = store.load(sid)
-                state.load(content.entries, sid.offset, sid.epoch, content.producers)
+                state.load(content.entries, sid.offset, sid.epoch, content.producers,
+                           content.voters)
             except (InvalidSnapshotError, ValueError) as exc:
                 log.error("node %d: snapshot %s refused: %s", node_id, label(sid), exc)
                 continue
@@ -151,7 +152,8 @@ class StateKeeper:
 
     def on_snapshot_installed(self, snapshot_id: OffsetAndEpoch) -> None:
         content = self.store.load(snapshot_id)
-        self.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch, content.producers)
+        self.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch, content.producers,
+                        content.voters)
         self._bytes_since = 0
         self._last_snapshot_offset = snapshot_id.offset
         self._last_snapshot_ms = self._now_ms()
@@ -177,6 +179,7 @@ class StateKeeper:
         entries = state.copy_entries()
         keys = len(entries)
         producers = state.producers.export()
+        voters = state.voters
         self._bytes_since = 0
         self._last_snapshot_offset = sid.offset
         self._last_snapshot_ms = self._now_ms()
@@ -187,7 +190,8 @@ class StateKeeper:
             # sleep(0) between batches: the encoder would otherwise keep the GIL for up to
             # the interpreter's switch interval (5 ms) at a time, stalling the event loop.
             return self.store.write(sid, entries.items(), producers, self._now_ms(),
-                                    fs=self._writer_fs, between_batches=_yield_gil)
+                                    voters=voters, fs=self._writer_fs,
+                                    between_batches=_yield_gil)
 
         future = loop.run_in_executor(self._writer, write)
         self._writing = asyncio.ensure_future(self._finish(sid, keys, future, started))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,6 +16,9 @@ from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
 from kraft_spark.raft.snapshot_log import SnapshotAwareLog
 from kraft_spark.raft.state import PersistedState, Role, check_transition
 from kraft_spark.raft.vote_rules import election_timeout_ms, fetch_timeout_jitter_ms
+from kraft_spark.raft.voter_history import VoterHistory
+from kraft_spark.raft.voter_records import decode_voters
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, VoterSet
 
 # Sentinel for "no deadline" (about 292 million years of milliseconds).
 NEVER = 2**63 - 1
@@ -45,11 +49,19 @@ class CoreState:
         config: QuorumConfig,
         rng: random.Random,
         snapshots: SnapshotStore,
+        voter_set: VoterSet | None = None,
+        directory_id: uuid.UUID = NIL_DIRECTORY,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
-        self.voters: tuple[int, ...] = tuple(sorted(set(voters)))
-        self.is_voter = node_id in self.voters
+        self.directory_id = directory_id
+        # KIP-853: the static set (controller.quorum.voters, with the configured endpoints
+        # when the shell knows them), then whatever VotersRecords the log and snapshot hold
+        # (voter_history; adopted by MembershipMixin.voters_changed).
+        self.history = VoterHistory(voter_set or VoterSet.of_ids(voters))
+        self.voter_set = self.history.static
+        self.voters: tuple[int, ...] = self.voter_set.ids()
+        self.is_voter = self.voter_set.contains(node_id, directory_id)
         # The log as the core reads it: the injected log after its start, plus the snapshot
         # at its start (KIP-630).
         self.log = SnapshotAwareLog(log, snapshots)
@@ -242,8 +254,9 @@ class CoreState:
 
     # ------------------------------------------------------------------ producer state
 
-    def _rebuild_producers(self) -> None:
-        """The table as of the newest snapshot (stored in it), then the log after it."""
+    def _rebuild_from_log(self) -> None:
+        """The producer table and the voter history as of the newest snapshot (stored in
+        it), then the log after it."""
         latest = self.snapshots.latest_id()
         offset = self.log.start_offset()
         self.producers.rebuild([])
@@ -252,6 +265,7 @@ class CoreState:
                 self.producers.load(self.snapshots.producer_state())
             except ValueError:
                 self.events.append("the newest snapshot's producer table is unreadable")
+            self.history.reset(self.snapshot_voters())
             offset = latest.offset
         first = offset
         end = self.log.end_offset()
@@ -262,7 +276,20 @@ class CoreState:
             for batch in chunk:
                 if batch.base_offset >= first:
                     self.producers.on_append(batch)
+                    if batch.is_control:
+                        self.history.on_batch(batch)
             offset = chunk[-1].next_offset
+
+    def snapshot_voters(self) -> VoterSet | None:
+        """The voter set stored in the newest snapshot (None: it holds none)."""
+        raw = self.snapshots.voters_state()
+        if raw is None:
+            return None
+        try:
+            return decode_voters(raw)
+        except ValueError as exc:
+            self.events.append(f"the newest snapshot's VotersRecord is unreadable: {exc}")
+            return None
 
     # ------------------------------------------------------------------ provided by mixins
 
@@ -282,4 +309,7 @@ class CoreState:
         raise NotImplementedError
 
     def on_replica_contact(self, replica_id: int) -> None:
+        raise NotImplementedError
+
+    def voters_changed(self) -> None:
         raise NotImplementedError

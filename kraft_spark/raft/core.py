@@ -37,16 +37,18 @@ safety rules, kept as methods so the simulator can run deliberately broken varia
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Iterable
 
 from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.elections import ElectionMixin
 from kraft_spark.raft.follower import FollowerMixin
-from kraft_spark.raft.leader import LeaderMixin
 from kraft_spark.raft.log_api import RaftLog
+from kraft_spark.raft.membership import MembershipMixin
 from kraft_spark.raft.messages import (
     NO_LEADER,
+    AddVoterRequest,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     DescribeQuorumRequest,
@@ -58,6 +60,7 @@ from kraft_spark.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     ProduceRequest,
+    RemoveVoterRequest,
     Request,
     Response,
     VoteRequest,
@@ -68,9 +71,10 @@ from kraft_spark.raft.snapshot_api import NoSnapshots, SnapshotStore
 from kraft_spark.raft.snapshot_fetch import SnapshotFetchMixin
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.raft.vote_rules import election_timeout_ms
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, VoterSet
 
 
-class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, SnapshotFetchMixin, CoreState):
+class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin, CoreState):
     """One node of the quorum (voter or observer)."""
 
     def __init__(
@@ -86,24 +90,30 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, SnapshotFetchMixin, Co
         persisted: PersistedState | None = None,
         disk_lost: bool = False,
         snapshots: SnapshotStore | None = None,
+        voter_set: VoterSet | None = None,
+        directory_id: uuid.UUID = NIL_DIRECTORY,
     ) -> None:
         """``persisted`` is the quorum-state read at start-up (None when absent). ``disk_lost``
         tells that this voter's directory was wiped after it may have voted (SPEC §10).
         ``snapshots``: the node's snapshot store (KIP-630); its newest snapshot must not end
-        past the log's end (the shell restarts the log at it first)."""
+        past the log's end (the shell restarts the log at it first). ``voter_set``: the
+        static voters with their endpoints (else ``voters``, ids only); ``directory_id``: this
+        node's ``directory.id`` (KIP-853: a voter is an id and a directory)."""
         super().__init__(
             node_id=node_id, cluster_id=cluster_id, voters=voters, log=log, config=config,
-            rng=rng, snapshots=snapshots or NoSnapshots(),
+            rng=rng, snapshots=snapshots or NoSnapshots(), voter_set=voter_set,
+            directory_id=directory_id,
         )
         self.now = now_ms
         # The log start is a snapshot's end offset, and snapshots cover committed records only.
         self.high_watermark = self.log.start_offset()
         state = persisted or PersistedState(epoch=0)
+        self._rebuild_from_log()
+        self.voters_changed()
         self.pending_catch_up = self.is_voter and (disk_lost or state.pending_catch_up)
         self.epoch = state.epoch
         self.voted_id = state.voted_id
         self.leader_id = state.leader_id
-        self._rebuild_producers()
         log_epoch = log.last_epoch()
         if log_epoch > self.epoch:
             # The log holds an epoch that quorum-state never recorded (a crash between the two
@@ -167,6 +177,10 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, SnapshotFetchMixin, Co
             self.handle_describe_quorum(token)
         elif isinstance(message, FetchSnapshotRequest):
             self.handle_fetch_snapshot_request(token, message)
+        elif isinstance(message, AddVoterRequest):
+            self.handle_add_voter(token, message)
+        elif isinstance(message, RemoveVoterRequest):
+            self.handle_remove_voter(token, message)
         else:  # pragma: no cover - the union is exhaustive
             raise TypeError(f"unknown request {message!r}")
 
@@ -295,8 +309,10 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, SnapshotFetchMixin, Co
         if req.leader_epoch < self.epoch:
             self.reply(token, self._bqe_response(ErrorCode.FENCED_LEADER_EPOCH))
             return
-        if req.leader_id not in self.voters:
+        if req.leader_id not in self.voters and not self.history.dynamic:
             # Only a voter can lead: never adopt a leader (or its epoch) from anyone else.
+            # With dynamic voters (KIP-853) our set may lag the leader's (it was added by a
+            # VotersRecord we have not fetched yet), so the leader is taken at its word.
             self.reply(token, self._bqe_response(ErrorCode.INCONSISTENT_VOTER_SET))
             return
         if req.leader_epoch == self.epoch and self.leader_id not in (NO_LEADER, req.leader_id):
@@ -314,8 +330,9 @@ class RaftCore(ElectionMixin, LeaderMixin, FollowerMixin, SnapshotFetchMixin, Co
         if req.cluster_id != self.cluster_id:
             self.reply(token, self._eqe_response(ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
-        if req.leader_id not in self.voters:
+        if req.leader_id not in self.voters and not self.history.dynamic:
             # Neither its epoch nor its successor ranking counts (see handle_vote_request).
+            # With dynamic voters, a leader that removed itself hands over with this.
             self.reply(token, self._eqe_response(ErrorCode.INCONSISTENT_VOTER_SET))
             return
         if req.leader_epoch < self.epoch:

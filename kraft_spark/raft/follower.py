@@ -33,6 +33,8 @@ class FollowerMixin(CoreState):
             self.producers.on_truncate(offset)
             self.truncated_to = offset
             self.events.append(f"truncated to {offset} (diverging epoch {diverging.epoch})")
+            if self.history.truncate(offset):
+                self.voters_changed()
 
     # ------------------------------------------------------------------ fetching
 
@@ -70,6 +72,7 @@ class FollowerMixin(CoreState):
             max_wait_ms=self.config.fetch_max_wait_ms,
             max_bytes=self.config.fetch_max_bytes,
             catching_up=self.pending_catch_up,
+            directory_id=self.directory_id,
         )
         timeout = self.config.fetch_max_wait_ms + self.config.request_timeout_ms // 2
         self.fetch_in_flight = self.send(target, "fetch", request, timeout)
@@ -174,6 +177,8 @@ class FollowerMixin(CoreState):
             if new_hw > self.high_watermark:
                 self.high_watermark = new_hw
                 self.hw_changed_to = new_hw
+                if self.history.dynamic:
+                    self.voters_changed()  # a no-op unless a rule hook reads the commit
         self.next_fetch_at = self.now
         self._maybe_send_fetch()
 
@@ -191,7 +196,7 @@ class FollowerMixin(CoreState):
         )
 
     def _append_fetched(self, batches: Iterable[Batch]) -> None:
-        appended = False
+        appended = voters_moved = False
         for batch in batches:
             end = self.log.end_offset()
             if batch.last_offset < end:
@@ -200,6 +205,10 @@ class FollowerMixin(CoreState):
                 break  # not contiguous: drop the rest and fetch again
             self.log.append(batch)
             self.producers.on_append(batch)
+            if batch.is_control and self.history.on_batch(batch):
+                voters_moved = True
             appended = True
         if appended:
             self.request_flush()
+        if voters_moved:
+            self.voters_changed()

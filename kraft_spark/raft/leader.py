@@ -103,7 +103,7 @@ class LeaderMixin(CoreState):
         start = self.log.end_offset()
         others = {v for v in self.voters if v != self.node_id}
         ls = LeaderState(
-            progress=LeaderProgress(self.node_id, self.voters),
+            progress=LeaderProgress(self.node_id, self.voters, self.directory_id),
             epoch_start_offset=start,
             started_ms=self.now,
             unendorsed=set(others),
@@ -302,7 +302,11 @@ class LeaderMixin(CoreState):
                 self.now,
                 req.fetch_offset,
                 self.log.end_offset(),
-                as_observer=req.catching_up,
+                # KIP-853: a voter's id fetching from another directory (its disk was
+                # replaced) is not that voter until it is removed and added again.
+                as_observer=req.catching_up
+                or not self.voter_set.contains(req.replica_id, req.directory_id),
+                directory_id=req.directory_id,
             )
             if counted:
                 ls.unendorsed.discard(req.replica_id)
@@ -524,5 +528,6 @@ class LeaderMixin(CoreState):
                 ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark, voters, observers,
                 log_start_offset=self.log.start_offset(),
                 latest_snapshot=self.snapshots.latest_id(),
+                endpoints=tuple((v.node_id, v.endpoints) for v in self.voter_set.voters),
             ),
         )

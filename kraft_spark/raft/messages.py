@@ -8,11 +8,13 @@ the current leader and epoch so the receiver can catch up.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from enum import IntEnum
 
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import Batch, Record
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint
 
 NO_LEADER = -1
 # ReplicaId of a plain client read (sees committed records only).
@@ -40,6 +42,11 @@ class ErrorCode(IntEnum):
     SNAPSHOT_NOT_FOUND = 98
     POSITION_OUT_OF_RANGE = 99
     INCONSISTENT_CLUSTER_ID = 104
+    MISMATCHED_ENDPOINT_TYPE = 114
+    UNSUPPORTED_ENDPOINT_TYPE = 115
+    INVALID_VOTER_KEY = 125
+    DUPLICATE_VOTER = 126
+    VOTER_NOT_FOUND = 127
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,8 @@ class FetchRequest:
     # observer, so its offsets never count toward the high watermark or check-quorum. On the
     # wire this rides as a tagged field, like KIP-853's ReplicaDirectoryId.
     catching_up: bool = False
+    # KIP-853: the directory.id of the fetching replica's meta.properties (NIL: unknown).
+    directory_id: uuid.UUID = NIL_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +186,7 @@ class ReplicaState:
     log_end_offset: int
     last_fetch_timestamp: int
     last_caught_up_timestamp: int
+    directory_id: uuid.UUID = NIL_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +200,39 @@ class DescribeQuorumResponse:
     # KIP-630, the leader's: its log start offset and newest snapshot (None: none).
     log_start_offset: int = -1
     latest_snapshot: OffsetAndEpoch | None = None
+    # KIP-853 (DescribeQuorum v2's Nodes): the endpoints of the voters in force.
+    endpoints: tuple[tuple[int, tuple[Endpoint, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddVoterRequest:
+    """KIP-853 AddRaftVoter (api key 80): make the observer (voter_id, directory_id) a voter."""
+
+    cluster_id: str | None
+    timeout_ms: int
+    voter_id: int
+    directory_id: uuid.UUID
+    endpoints: tuple[Endpoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveVoterRequest:
+    """KIP-853 RemoveRaftVoter (api key 81)."""
+
+    cluster_id: str | None
+    voter_id: int
+    directory_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class VoterChangeResponse:
+    """The answer to AddRaftVoter and RemoveRaftVoter: sent once the change commits, or at
+    once with an error (the leader's view of leader and epoch, for clients to follow)."""
+
+    error: ErrorCode
+    message: str | None
+    leader_id: int
+    leader_epoch: int
 
 
 Request = (
@@ -200,6 +243,8 @@ Request = (
     | FetchSnapshotRequest
     | ProduceRequest
     | DescribeQuorumRequest
+    | AddVoterRequest
+    | RemoveVoterRequest
 )
 Response = (
     VoteResponse
@@ -209,4 +254,5 @@ Response = (
     | FetchSnapshotResponse
     | ProduceResponse
     | DescribeQuorumResponse
+    | VoterChangeResponse
 )

@@ -5,10 +5,12 @@ Reset at every new leader epoch: a ``LeaderProgress`` lives exactly as long as o
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from kraft_spark.raft.messages import ReplicaState
 from kraft_spark.raft.quorum import majority, majority_offset
+from kraft_spark.raft.voter_set import NIL_DIRECTORY
 
 UNKNOWN = -1
 
@@ -27,6 +29,8 @@ class ReplicaProgress:
     # Where the records of the last Fetch response sent to it end: what its log most likely
     # holds now, one round ahead of ``end_offset`` (which it acknowledges with its next Fetch).
     sent_end_offset: int = UNKNOWN
+    # The directory id its latest Fetch carried (KIP-853; NIL when it sent none).
+    directory_id: uuid.UUID = NIL_DIRECTORY
 
     def on_fetch(self, now_ms: int, fetch_offset: int, leader_end: int) -> None:
         """SPEC §7, in order: caught up now; or caught up to where the leader was at the
@@ -45,6 +49,7 @@ class ReplicaProgress:
             log_end_offset=self.end_offset,
             last_fetch_timestamp=self.last_fetch_ts,
             last_caught_up_timestamp=self.last_caught_up_ts,
+            directory_id=self.directory_id,
         )
 
 
@@ -57,13 +62,30 @@ MAX_OBSERVERS = 1000
 class LeaderProgress:
     """Replication progress of all voters and recently seen observers for one leader epoch."""
 
-    def __init__(self, local_id: int, voters: tuple[int, ...]) -> None:
+    def __init__(self, local_id: int, voters: tuple[int, ...],
+                 local_directory: uuid.UUID = NIL_DIRECTORY) -> None:
         self.local_id = local_id
+        self.local_directory = local_directory
         self.voters: dict[int, ReplicaProgress] = {
             v: ReplicaProgress(v) for v in voters if v != local_id
         }
         self.observers: dict[int, ReplicaProgress] = {}
         self.n_voters = len(voters)
+        # False once a VotersRecord removing the leader is appended (KIP-853): from then on
+        # its own offset and liveness no longer count (it leads until the removal commits).
+        self.local_is_voter = True
+
+    def set_voters(self, voters: tuple[int, ...], *, local_is_voter: bool) -> None:
+        """The voter set in force changed: a new voter's progress (it fetched as an observer)
+        moves over and counts at once; a removed one's becomes an observer's."""
+        wanted = {v for v in voters if v != self.local_id}
+        for removed in set(self.voters) - wanted:
+            self.observers[removed] = self.voters.pop(removed)
+        for added in wanted - set(self.voters):
+            seen = self.observers.pop(added, None)
+            self.voters[added] = seen if seen is not None else ReplicaProgress(added)
+        self.n_voters = len(voters)
+        self.local_is_voter = local_is_voter
 
     def on_fetch(
         self,
@@ -73,6 +95,7 @@ class LeaderProgress:
         leader_end: int,
         *,
         as_observer: bool = False,
+        directory_id: uuid.UUID = NIL_DIRECTORY,
     ) -> bool:
         """Record a valid Fetch; returns True when it counts as a voter's (affects the HW).
         ``as_observer``: a voter catching up after disk loss, tracked but never counted."""
@@ -84,8 +107,10 @@ class LeaderProgress:
                     stalest = min(self.observers.values(), key=lambda p: p.last_fetch_ts)
                     del self.observers[stalest.replica_id]
                 progress = self.observers[replica_id] = ReplicaProgress(replica_id)
+            progress.directory_id = directory_id
             progress.on_fetch(now_ms, fetch_offset, leader_end)
             return False
+        progress.directory_id = directory_id
         progress.on_fetch(now_ms, fetch_offset, leader_end)
         return True
 
@@ -98,19 +123,22 @@ class LeaderProgress:
 
     def majority_flushed_offset(self, local_flushed: int) -> int:
         """The offset a majority of voters have fsync'd (unknown replicas count as 0)."""
-        offsets = [local_flushed] + [max(p.end_offset, 0) for p in self.voters.values()]
+        offsets = [max(p.end_offset, 0) for p in self.voters.values()]
+        if self.local_is_voter:
+            offsets.append(local_flushed)
         return majority_offset(offsets)
 
     def has_fetch_majority_since(self, since_ms: int) -> bool:
         """Check-quorum: did a majority (the leader included) fetch at or after ``since_ms``?"""
-        fetched = 1 + sum(1 for p in self.voters.values() if p.last_fetch_ts >= since_ms)
+        fetched = int(self.local_is_voter) + sum(
+            1 for p in self.voters.values() if p.last_fetch_ts >= since_ms)
         return fetched >= majority(self.n_voters)
 
     def check_quorum_deadline(self, started_ms: int, timeout_ms: int) -> int:
         """When check-quorum could next fail: the timeout after the fetch that the majority
         condition currently rests on (or after the start of the epoch, if later)."""
         times = sorted((p.last_fetch_ts for p in self.voters.values()), reverse=True)
-        needed = majority(self.n_voters) - 1  # the leader counts itself
+        needed = majority(self.n_voters) - int(self.local_is_voter)  # the leader, itself
         if needed == 0:
             return 2**63 - 1
         return max(times[needed - 1], started_ms) + timeout_ms + 1
@@ -143,7 +171,9 @@ class LeaderProgress:
         self, now_ms: int, leader_end: int
     ) -> tuple[tuple[ReplicaState, ...], tuple[ReplicaState, ...]]:
         """Voters (the leader first, reporting itself as caught up now) and observers."""
-        me = ReplicaState(self.local_id, leader_end, now_ms, now_ms)
+        me = ReplicaState(self.local_id, leader_end, now_ms, now_ms, self.local_directory)
         others = tuple(self.voters[v].as_state() for v in sorted(self.voters))
         observers = tuple(self.observers[o].as_state() for o in sorted(self.observers))
+        if not self.local_is_voter:
+            return others, (me, *observers)
         return (me, *others), observers

@@ -63,6 +63,11 @@ class SnapshotStore(Protocol):
         """The producer table stored with the newest snapshot (b"" if none)."""
         ...
 
+    def voters_state(self) -> bytes | None:
+        """The VotersRecord value stored with the newest snapshot (None if none: static
+        voters, or no snapshot)."""
+        ...
+
 
 class NoSnapshots:
     """The store of a node that never snapshots (tests of the core without snapshots)."""
@@ -84,3 +89,6 @@ class NoSnapshots:
 
     def producer_state(self) -> bytes:
         return b""
+
+    def voters_state(self) -> bytes | None:
+        return None

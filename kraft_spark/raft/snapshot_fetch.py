@@ -158,6 +158,8 @@ class SnapshotFetchMixin(CoreState):
             self.producers.load(self.snapshots.producer_state())
         except ValueError:
             self.producers.load(b"")
+        self.history.reset(self.snapshot_voters())
+        self.voters_changed()
         self.truncated_to = snapshot_id.offset
         self.snapshot_installed = snapshot_id
         if snapshot_id.offset > self.high_watermark:

@@ -97,7 +97,8 @@ class SimSnapshots:
         latest = ns.store.latest_id()
         if latest is not None:
             content = ns.store.load(latest)
-            ns.state.load(content.entries, latest.offset, latest.epoch, content.producers)
+            ns.state.load(content.entries, latest.offset, latest.epoch, content.producers,
+                          content.voters)
             if latest.offset > log.end_offset():
                 log.truncate_fully_to(latest.offset, latest.epoch)
             self.check_state(node_id)
@@ -115,7 +116,8 @@ class SimSnapshots:
         log.set_start_epoch(snapshot_id.epoch)
         ns = self.of(node_id)
         content = ns.store.load(snapshot_id)
-        ns.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch, content.producers)
+        ns.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch,
+                      content.producers, content.voters)
         ns.bytes_since = 0
         self.stats.installed += 1
         self.check_state(node_id)
@@ -165,12 +167,13 @@ class SimSnapshots:
             # A writer cut short (the process died mid-write): a torn, unsynced .part that a
             # crash may keep or lose; the store must never take it for a snapshot, and removes
             # it when it opens.
-            data = b"".join(encode_snapshot(sid, state.items(), state.producers.export(), 0))
+            data = b"".join(encode_snapshot(sid, state.items(), state.producers.export(), 0,
+                                           state.voters))
             ns.store.fs.write_file(ns.store.path_of(sid) + ".part",
                                    data[: self.rng.randrange(len(data))])
             self.stats.torn_parts += 1
             return
-        ns.store.write(sid, state.items(), state.producers.export(), 0)
+        ns.store.write(sid, state.items(), state.producers.export(), 0, voters=state.voters)
         ns.store.add(sid)
         ns.bytes_since = 0
         self.stats.taken += 1

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from kraft_spark.raft.producers import ProducerStateTable
-from kraft_spark.raft.records import Batch
+from kraft_spark.raft.records import Batch, control_type_of
+from kraft_spark.raft.voter_records import CONTROL_TYPE_VOTERS
 
 
 class Entry(NamedTuple):
@@ -34,13 +35,16 @@ class Entry(NamedTuple):
 class KeyValueState:
     """The latest value per key. Not thread-safe: one owner applies, others read copies."""
 
-    __slots__ = ("_entries", "applied_epoch", "applied_offset", "producers")
+    __slots__ = ("_entries", "applied_epoch", "applied_offset", "producers", "voters")
 
     def __init__(self, applied_offset: int = 0, applied_epoch: int = 0) -> None:
         self._entries: dict[bytes, Entry] = {}
         # The idempotent-producer table as of ``applied_offset`` (committed batches only): what
         # a snapshot stores, so a node that loads it recognises retries exactly as before.
         self.producers = ProducerStateTable()
+        # The value of the last VotersRecord applied (KIP-853; None while the voters are
+        # static): a snapshot taken now stores it, being the voter set in force at its end.
+        self.voters: bytes | None = None
         self.applied_offset = applied_offset
         # The epoch of the last applied batch (or of the snapshot loaded): a snapshot taken now
         # is named (applied_offset, applied_epoch).
@@ -66,7 +70,11 @@ class KeyValueState:
             raise ValueError(
                 f"batch at offset {batch.base_offset} applied to a state at {self.applied_offset}"
             )
-        if not batch.is_control:
+        if batch.is_control:
+            record = batch.records[0]
+            if control_type_of(record.key) == CONTROL_TYPE_VOTERS:
+                self.voters = record.value
+        else:
             entries = self._entries
             for i, record in enumerate(batch.records):
                 key = record.key
@@ -87,11 +95,13 @@ class KeyValueState:
             self.apply(batch)
 
     def load(
-        self, entries: Iterable[tuple[bytes, Entry]], offset: int, epoch: int, producers: bytes
+        self, entries: Iterable[tuple[bytes, Entry]], offset: int, epoch: int, producers: bytes,
+        voters: bytes | None = None,
     ) -> None:
         """Replace everything with a snapshot's content, taken at ``offset`` in ``epoch``.
         Raises ValueError if the producer table is malformed."""
         self.producers.load(producers)
+        self.voters = voters
         self._entries = dict(entries)
         self.applied_offset = offset
         self.applied_epoch = epoch

@@ -13,6 +13,10 @@ uncompressed v2 record batches, all in the snapshot's epoch, with offsets counti
    is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns;
 3. a control batch holding a SnapshotFooterRecord (control type 4: version int16, empty tags).
 
+Once the voter set is dynamic (KIP-853), the header is followed, as in Kafka's snapshots, by a
+KRaftVersionRecord (control type 5, kraft.version 1) and the VotersRecord in force at the
+snapshot's end offset (control type 6), each a control batch of its own.
+
 Kafka's ``kafka-dump-log.sh`` reads these files (tests/kafka). A file is trusted only when every
 batch passes its CRC, the header comes first, the footer last and nothing follows it.
 """
@@ -29,6 +33,12 @@ from kraft_spark.log.errors import CorruptRecordError
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import Batch, Record, control_key, control_type_of
 from kraft_spark.raft.snapshot_api import InvalidSnapshotError
+from kraft_spark.raft.voter_records import (
+    CONTROL_TYPE_KRAFT_VERSION,
+    CONTROL_TYPE_VOTERS,
+    encode_kraft_version,
+)
+from kraft_spark.raft.voter_set import KRAFT_VERSION_DYNAMIC
 from kraft_spark.state.machine import Entry
 
 SUFFIX = ".checkpoint"
@@ -75,6 +85,8 @@ class SnapshotContent:
     entries: list[tuple[bytes, Entry]]
     producers: bytes
     last_timestamp_ms: int
+    # The VotersRecord value in force at the snapshot's end (None: static voters).
+    voters: bytes | None = None
 
 
 def _header_value(last_timestamp_ms: int) -> bytes:
@@ -90,8 +102,10 @@ def encode_snapshot(
     entries: Iterable[tuple[bytes, Entry]],
     producers: bytes,
     last_timestamp_ms: int,
+    voters: bytes | None = None,
 ) -> Iterator[bytes]:
-    """The file's bytes, batch by batch (a writer streams them to disk)."""
+    """The file's bytes, batch by batch (a writer streams them to disk). ``voters``: the
+    encoded VotersRecord in force at the snapshot's end, if the voter set is dynamic."""
     epoch = snapshot_id.epoch
     header = Record(
         key=control_key(CONTROL_TYPE_SNAPSHOT_HEADER),
@@ -101,6 +115,12 @@ def encode_snapshot(
     )
     yield encode_batch(Batch(0, epoch, (header,), is_control=True))
     offset = 1
+    if voters is not None:
+        for ctype, value in ((CONTROL_TYPE_KRAFT_VERSION, encode_kraft_version(
+                KRAFT_VERSION_DYNAMIC)), (CONTROL_TYPE_VOTERS, voters)):
+            record = Record(key=control_key(ctype), value=value, timestamp_ms=last_timestamp_ms)
+            yield encode_batch(Batch(offset, epoch, (record,), is_control=True))
+            offset += 1
     pending: list[Record] = []
     size = 0
     for key, entry in entries:
@@ -149,6 +169,7 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
     pos = 0
     expected_offset = 0
     producers = b""
+    voters: bytes | None = None
     last_ts = -1
     entries: list[tuple[bytes, Entry]] = []
     seen_header = seen_footer = False
@@ -179,6 +200,10 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
                 value = batch.records[0].value or b""
                 if len(value) >= 10:
                     last_ts = struct.unpack_from(">q", value, 2)[0]
+            elif ctype == CONTROL_TYPE_KRAFT_VERSION and seen_header:
+                pass
+            elif ctype == CONTROL_TYPE_VOTERS and seen_header:
+                voters = batch.records[0].value
             elif ctype == CONTROL_TYPE_SNAPSHOT_FOOTER and seen_header:
                 seen_footer = True
             else:
@@ -191,4 +216,4 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
         entries.extend(_entry_of(r, where) for r in batch.records)
     if not seen_footer:
         raise InvalidSnapshotError(f"{where}: no SnapshotFooterRecord (truncated file)")
-    return SnapshotContent(snapshot_id, entries, producers, last_ts)
+    return SnapshotContent(snapshot_id, entries, producers, last_ts, voters)

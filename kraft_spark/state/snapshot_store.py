@@ -88,7 +88,8 @@ class FileSnapshotStore:
         self.fs = fs
         self.pdir = pdir
         self._ids: list[SnapshotId] = []
-        self._producers: tuple[SnapshotId, bytes] | None = None
+        # The producer table and VotersRecord of the snapshot read last (the newest, usually).
+        self._meta: tuple[SnapshotId, bytes, bytes | None] | None = None
         for name in sorted(fs.listdir(pdir)):
             path = posixpath.join(pdir, name)
             if name.endswith(PART_SUFFIX):
@@ -125,16 +126,24 @@ class FileSnapshotStore:
         return self.fs.read(self.path_of(snapshot_id), position, max_bytes)
 
     def producer_state(self) -> bytes:
+        meta = self._latest_meta()
+        return meta[1] if meta is not None else b""
+
+    def voters_state(self) -> bytes | None:
+        """The VotersRecord stored with the newest snapshot (None: none, or static voters)."""
+        meta = self._latest_meta()
+        return meta[2] if meta is not None else None
+
+    def _latest_meta(self) -> tuple[SnapshotId, bytes, bytes | None] | None:
         latest = self.latest_id()
         if latest is None:
-            return b""
-        if self._producers is None or self._producers[0] != latest:
+            return None
+        if self._meta is None or self._meta[0] != latest:
             try:
-                content = self.load(latest)
+                self.load(latest)
             except InvalidSnapshotError:
-                return b""
-            self._producers = (latest, content.producers)
-        return self._producers[1]
+                return None
+        return self._meta
 
     def load(self, snapshot_id: SnapshotId) -> SnapshotContent:
         """Read and check a whole snapshot. A damaged one is set aside (``.corrupt``) and
@@ -145,7 +154,7 @@ class FileSnapshotStore:
         except InvalidSnapshotError as exc:
             self.set_aside(snapshot_id, str(exc))
             raise
-        self._producers = (snapshot_id, content.producers)
+        self._meta = (snapshot_id, content.producers, content.voters)
         return content
 
     # -- writes -----------------------------------------------------------------------------
@@ -157,6 +166,7 @@ class FileSnapshotStore:
         producers: bytes,
         last_timestamp_ms: int,
         *,
+        voters: bytes | None = None,
         fs: FileSystem | None = None,
         between_batches: Callable[[], None] | None = None,
     ) -> int:
@@ -169,7 +179,8 @@ class FileSnapshotStore:
         part = final + ".part"
         fs.write_file(part, b"")
         size = 0
-        for chunk in encode_snapshot(snapshot_id, entries, producers, last_timestamp_ms):
+        for chunk in encode_snapshot(snapshot_id, entries, producers, last_timestamp_ms,
+                                     voters):
             fs.write_at(part, size, chunk)
             size += len(chunk)
             if between_batches is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
 from pathlib import Path
 
 from kraft_spark.log.fs import RealFileSystem
@@ -27,46 +26,10 @@ from kraft_spark.raft.state import Role
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.state.machine import KeyValueState
 from kraft_spark.state.snapshot_store import FileSnapshotStore
+from tests.core_net import Net
 
 CLUSTER = "snap"
 CONFIG = QuorumConfig(fetch_max_bytes=700)  # small chunks: several FetchSnapshot rounds
-Tamper = Callable[[Response], Response]
-
-
-class Net:
-    """Cores wired to each other; ``pump`` delivers everything until the network is quiet."""
-
-    def __init__(self) -> None:
-        self.cores: dict[int, RaftCore] = {}
-        self.now = 1000
-        self.installed: dict[int, list[OffsetAndEpoch]] = {}
-        self.tamper: Tamper | None = None
-
-    def pump(self, rounds: int = 200) -> None:
-        for _ in range(rounds):
-            self.now += 1
-            for nid, core in self.cores.items():
-                core.poll(self.now)
-                ready = core.take_ready()
-                if ready.snapshot_installed is not None:
-                    self.installed.setdefault(nid, []).append(ready.snapshot_installed)
-                if ready.flush_log:
-                    core.log.flush()
-                    core.on_log_flushed(self.now)
-                for out in ready.sends:
-                    self.cores[out.dest].handle_request(
-                        self.now, nid, (nid, out.request_id), out.message
-                    )
-                for reply in ready.replies:
-                    src, rid = reply.token  # type: ignore[misc]
-                    if src not in self.cores:
-                        continue  # a client's answer
-                    message = reply.message
-                    if self.tamper is not None:
-                        message = self.tamper(message)
-                    self.cores[src].handle_response(self.now, nid, rid, message)
-
-
 def leader_with_snapshot(tmp_path: Path, net: Net) -> tuple[RaftCore, FileSnapshotStore]:
     """Node 1, the only voter, leading with 60 committed records, a snapshot at its high
     watermark and its log start moved there."""

@@ -1,0 +1,277 @@
+"""KIP-853 in the core: the voter set in force, and the leader's single-member changes.
+
+Rules (Kafka's AddVoterHandler / RemoveVoterHandler, checked in this order):
+
+1. only the leader changes the set; one change at a time: a change starts only when no other
+   is pending, the leader has committed a record of its own epoch (its high watermark is past
+   the epoch's LeaderChange record) and the newest VotersRecord is committed;
+2. an added voter is an observer that fetches from the leader with the given directory id and
+   is caught up (it reached the leader's log end within the last fetch timeout);
+3. a change is in force from the moment its VotersRecord is appended (``voter_history``): the
+   leader counts the new set for the high watermark and check-quorum at once;
+4. the request is answered once the VotersRecord commits (or with REQUEST_TIMED_OUT at its
+   timeout: it may still commit); a leader that removed itself steps down once it commits,
+   handing over with EndQuorumEpoch, and follows the quorum as an observer.
+
+The first change of a quorum started from a static voter list writes a KRaftVersionRecord
+(kraft.version 1) before its VotersRecord: the static set with the directory ids the leader has
+seen its voters fetch with (unknown ones stay NIL, matching any directory) and their endpoints
+from the configuration. Kafka asks for ``kafka-features.sh upgrade`` first; here the first
+change upgrades (documented deviation).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from kraft_spark.raft.base import NEVER
+from kraft_spark.raft.leader import LeaderMixin
+from kraft_spark.raft.messages import (
+    NO_LEADER,
+    AddVoterRequest,
+    EndQuorumEpochRequest,
+    ErrorCode,
+    RemoveVoterRequest,
+    VoterChangeResponse,
+)
+from kraft_spark.raft.progress import ReplicaProgress
+from kraft_spark.raft.state import Role
+from kraft_spark.raft.voter_records import kraft_version_batch, voters_batch
+from kraft_spark.raft.voter_set import (
+    KRAFT_VERSION_DYNAMIC,
+    NIL_DIRECTORY,
+    Voter,
+    VoterSet,
+    directory_text,
+)
+
+
+@dataclass(slots=True)
+class PendingVoterChange:
+    """A VotersRecord appended by this leader and not yet committed."""
+
+    token: object | None  # None once answered (timed out)
+    offset: int
+    deadline: int
+    description: str
+
+
+class MembershipMixin(LeaderMixin):
+    voter_change: PendingVoterChange | None = None
+    # Set when the VotersRecord removing this leader committed: it steps down at its next
+    # poll (not inside the high-watermark update that noticed, whose callers still use the
+    # leader's state).
+    step_down_due: bool = False
+
+    # ------------------------------------------------------------------ safety rules (hooks)
+
+    def _rule_voters_in_force(self) -> VoterSet:
+        """The newest VotersRecord, committed or not (KIP-853)."""
+        return self.history.latest()
+
+    def _rule_change_blocked(self) -> str | None:
+        """Why a change may not start now (None: it may)."""
+        ls = self.leader_state
+        if self.voter_change is not None:
+            return ("Request timed out waiting for leader to handle previous voter change "
+                    f"request ({self.voter_change.description} at offset "
+                    f"{self.voter_change.offset})")
+        if ls is None or self.high_watermark <= ls.epoch_start_offset:
+            return ("Request timed out waiting for leader to establish HWM and fence previous "
+                    "voter changes")
+        latest = self.history.latest_offset()
+        if latest >= self.high_watermark:
+            return (f"Request timed out waiting for voters to commit the latest voter change at "
+                    f"{latest} with HWM {self.high_watermark}")
+        return None
+
+    def _rule_caught_up(self, progress: ReplicaProgress) -> bool:
+        """A new voter counts only once it holds the leader's log (rule 2)."""
+        return progress.last_caught_up_ts >= self.now - self.config.fetch_timeout_ms
+
+    # ------------------------------------------------------------------ the set in force
+
+    def voters_changed(self) -> None:
+        """Adopt the voter set in force after the log or the high watermark moved."""
+        voters = self._rule_voters_in_force()
+        if voters == self.voter_set:
+            return
+        self.voter_set = voters
+        self.voters = voters.ids()
+        self.events.append(f"voter set in force: {voters.describe()}")
+        ls = self.leader_state
+        if self.role is Role.LEADER and ls is not None:
+            # The leader stays a voter until it steps down (rule 4); its own offset counts
+            # only while it is in the set.
+            ls.progress.set_voters(self.voters, local_is_voter=self.node_id in self.voters)
+            return
+        is_voter = voters.contains(self.node_id, self.directory_id)
+        if is_voter == self.is_voter:
+            return
+        if not is_voter and self.role in (Role.CANDIDATE, Role.RESIGNED):
+            self.become_unattached(self.epoch)
+        self.is_voter = is_voter
+        self.events.append("added to the voters" if is_voter else "removed from the voters")
+        if self.role is Role.UNATTACHED:
+            self._arm_unattached_timer()
+
+    def voter_directories(self) -> dict[int, uuid.UUID]:
+        """Directory ids the leader has seen each replica fetch with (its own included)."""
+        ls = self.leader_state
+        known = {self.node_id: self.directory_id}
+        if ls is not None:
+            for progress in (*ls.progress.voters.values(), *ls.progress.observers.values()):
+                if progress.directory_id != NIL_DIRECTORY:
+                    known.setdefault(progress.replica_id, progress.directory_id)
+        return known
+
+    # ------------------------------------------------------------------ requests
+
+    def _change_response(self, error: ErrorCode, message: str | None) -> VoterChangeResponse:
+        return VoterChangeResponse(error, message, self.known_leader(), self.epoch)
+
+    def _precheck(self, token: object, cluster_id: str | None) -> bool:
+        if cluster_id is not None and cluster_id != self.cluster_id:
+            self.reply(token, self._change_response(
+                ErrorCode.INCONSISTENT_CLUSTER_ID,
+                f"cluster id {cluster_id!r} is not this quorum's ({self.cluster_id!r})"))
+            return False
+        if self.role is not Role.LEADER or self.step_down_due:
+            self.reply(token, self._change_response(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader"))
+            return False
+        blocked = self._rule_change_blocked()
+        if blocked is not None:
+            self.reply(token, self._change_response(ErrorCode.REQUEST_TIMED_OUT, blocked))
+            return False
+        return True
+
+    def handle_add_voter(self, token: object, req: AddVoterRequest) -> None:
+        if not self._precheck(token, req.cluster_id):
+            return
+        ls = self.leader_state
+        assert ls is not None
+        if self.voter_set.get(req.voter_id) is not None:
+            self.reply(token, self._change_response(
+                ErrorCode.DUPLICATE_VOTER,
+                f"The voter id for {req.voter_id} is already part of the set of voters "
+                f"{self.voter_set.describe()}."))
+            return
+        if req.directory_id == NIL_DIRECTORY or not req.endpoints:
+            self.reply(token, self._change_response(
+                ErrorCode.INVALID_REQUEST,
+                "a new voter needs its directory id and at least one listener"))
+            return
+        progress = ls.progress.observers.get(req.voter_id)
+        if progress is None or progress.directory_id != req.directory_id:
+            self.reply(token, self._change_response(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"New voter {req.voter_id}@{directory_text(req.directory_id)} is not fetching "
+                "from the leader: start it as an observer of this quorum first"))
+            return
+        if not self._rule_caught_up(progress):
+            self.reply(token, self._change_response(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"Aborted add voter operation for {req.voter_id} since it is lagging behind"))
+            return
+        new = self._upgraded_set().with_voter(
+            Voter(req.voter_id, req.directory_id, req.endpoints))
+        self._append_voter_change(new, token, req.timeout_ms, f"add voter {req.voter_id}")
+
+    def handle_remove_voter(self, token: object, req: RemoveVoterRequest) -> None:
+        if not self._precheck(token, req.cluster_id):
+            return
+        voter = self.voter_set.get(req.voter_id)
+        if voter is None or not voter.matches(req.voter_id, req.directory_id):
+            self.reply(token, self._change_response(
+                ErrorCode.VOTER_NOT_FOUND,
+                f"{req.voter_id}@{directory_text(req.directory_id)} is not part of the set "
+                f"of voters {self.voter_set.describe()}"))
+            return
+        if len(self.voter_set.voters) == 1:
+            self.reply(token, self._change_response(
+                ErrorCode.INVALID_REQUEST,
+                f"cannot remove {req.voter_id}: it is the last voter"))
+            return
+        new = self._upgraded_set().without(req.voter_id)
+        timeout = self.config.request_timeout_ms
+        self._append_voter_change(new, token, timeout, f"remove voter {req.voter_id}")
+
+    def _upgraded_set(self) -> VoterSet:
+        """The set in force, with the directory ids learnt from Fetches where it has none."""
+        return self.voter_set.with_directories(self.voter_directories())
+
+    def _append_voter_change(
+        self, new: VoterSet, token: object, timeout_ms: int, description: str
+    ) -> None:
+        offset = self.log.end_offset()
+        if not self.history.dynamic:
+            self.log.append(kraft_version_batch(offset, self.epoch, KRAFT_VERSION_DYNAMIC,
+                                                self.now))
+            offset += 1
+        batch = voters_batch(offset, self.epoch, new, self.now)
+        self.log.append(batch)
+        self.history.on_batch(batch)
+        self.voter_change = PendingVoterChange(token, offset, self.now + timeout_ms, description)
+        self.events.append(f"{description}: VotersRecord at offset {offset}")
+        self.voters_changed()
+        self.request_flush()
+        self._answer_parked(hw_moved=False)
+        self.maybe_advance_high_watermark()  # a removal may commit on the offsets already seen
+
+    # ------------------------------------------------------------------ completion
+
+    def _answer_committed_waiters(self) -> None:
+        super()._answer_committed_waiters()
+        change = self.voter_change
+        if change is None or self.high_watermark <= change.offset:
+            return
+        self.voter_change = None
+        self.events.append(f"{change.description} committed")
+        if change.token is not None:
+            self.reply(change.token, self._change_response(ErrorCode.NONE, None))
+        if self.node_id not in self.voters:
+            self.step_down_due = True
+
+    def _poll_leader(self) -> None:
+        if self.step_down_due:
+            self._step_down_removed()
+            return
+        change = self.voter_change
+        if change is not None and change.token is not None and self.now >= change.deadline:
+            self.reply(change.token, self._change_response(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{change.description} did not commit in time; it may still commit"))
+            change.token = None
+        super()._poll_leader()
+
+    def leader_next_deadline(self) -> int:
+        if self.step_down_due:
+            return self.now
+        change = self.voter_change
+        own = change.deadline if change is not None and change.token is not None else NEVER
+        return min(super().leader_next_deadline(), own)
+
+    def on_leave_leader(self) -> None:
+        change = self.voter_change
+        self.voter_change = None
+        if change is not None and change.token is not None:
+            self.reply(change.token, self._change_response(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"leadership lost before {change.description} committed; it may still commit"))
+        super().on_leave_leader()
+
+    def _step_down_removed(self) -> None:
+        """Rule 4: hand over to the remaining voters, then follow as an observer."""
+        ls = self.leader_state
+        assert ls is not None
+        successors = tuple(v for v in ls.progress.preferred_successors() if v in self.voters)
+        self.step_down_due = False
+        self.transition(Role.UNATTACHED, self.epoch, NO_LEADER, self.voted_id)
+        self.is_voter = False
+        self._arm_unattached_timer()
+        request = EndQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch, successors)
+        for voter in successors:
+            self.send(voter, "end", request, self.config.request_timeout_ms)
+        self.events.append(f"removed from the voters: stepped down, successors {successors}")
