@@ -23,12 +23,14 @@ and on mutated bytes):
 from __future__ import annotations
 
 import struct
+import uuid
 
 from kraft_spark.net.wire import decode_record_set, encode_batches, split_error
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, RequestHeader
 from kraft_spark.protocol.primitives import write_uvarint
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse
+from kraft_spark.raft.voter_set import NIL_DIRECTORY
 
 FETCH_VERSION = 12
 
@@ -47,6 +49,7 @@ _REQ_PART = struct.Struct(">iiqiqi")
 # partition tags, topic tags, empty ForgottenTopicsData, empty RackId
 _REQ_AFTER_PART = b"\x00\x00\x01\x01"
 _CATCHING_UP_TAG = b"\x90\x4e\x01\x01"  # tag 10000, size 1, true
+_DIRECTORY_TAG = b"\x91\x4e\x10"  # tag 10001 (KraftSparkReplicaDirectoryId), size 16
 
 # ---- response: size, correlation id, header tags | ThrottleTimeMs, ErrorCode, SessionId
 _RESP_HEAD = struct.Struct(">iib")
@@ -94,7 +97,10 @@ def encode_fetch_request(msg: FetchRequest, correlation_id: int, client_id: str)
     count = 1
     if msg.catching_up:
         tags += _CATCHING_UP_TAG
-        count = 2
+        count += 1
+    if msg.directory_id != NIL_DIRECTORY:
+        tags += _DIRECTORY_TAG + msg.directory_id.bytes
+        count += 1
     body = b"".join((
         _REQ_FIXED.pack(msg.replica_id, msg.max_wait_ms, 0, msg.max_bytes, 0, 0, -1),
         _ONE_TOPIC,
@@ -159,6 +165,7 @@ def decode_fetch_request(
         return None
     cluster_id: str | None = None
     catching_up = False
+    directory_id = NIL_DIRECTORY
     count = payload[tags_at]
     if count >= 0x80:
         return None
@@ -182,6 +189,10 @@ def decode_fetch_request(
             if size != 1 or payload[pos] > 1:
                 return None
             catching_up = payload[pos] == 1
+        elif tag == 10001:
+            if size != 16:
+                return None
+            directory_id = uuid.UUID(bytes=bytes(payload[pos:pos + 16]))
         else:
             return None
         pos += size
@@ -197,6 +208,7 @@ def decode_fetch_request(
         max_wait_ms=max(0, max_wait_ms),
         max_bytes=max(1, min(max_bytes, part_max)),
         catching_up=catching_up,
+        directory_id=directory_id,
     )
 
 

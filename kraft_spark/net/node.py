@@ -70,6 +70,7 @@ from kraft_spark.net.node_tokens import (
     request_source,
     wall_ms,
 )
+from kraft_spark.net.node_voters import VoterEndpointsMixin, directory_of, static_voter_set
 from kraft_spark.net.scrub import LogScrubber
 from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
 from kraft_spark.net.stats import NodeStats
@@ -82,7 +83,7 @@ from kraft_spark.net.wire import (
     request_from_wire,
     response_to_wire,
 )
-from kraft_spark.protocol import RequestHeader, decode_request
+from kraft_spark.protocol import ApiKey, RequestHeader, decode_request
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import FetchRequest, FetchResponse, Response
 from kraft_spark.raft.ready import Ready
@@ -91,7 +92,7 @@ from kraft_spark.raft.state import PersistedState, Role
 log = logging.getLogger(__name__)
 
 
-class RaftNode(GroupCommitMixin, PeerRequestsMixin):
+class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
     """One voter or observer. ``await start()``, then ``await stop()``."""
 
     def __init__(
@@ -129,10 +130,6 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
         self.high_watermark = 0
         self._hw_listeners: list[Callable[[int], None]] = []
         self.stats = NodeStats()
-        self._endpoints = [
-            {"node_id": n, "host": host, "port": port}
-            for n, (host, port) in sorted(config.voters.items())
-        ]
         self._local: set[LocalToken] = set()
         # True while a local request's callback runs (inside _dispatch): a submission from it
         # drains on the next loop turn (_drain_soon), not nested in this Ready.
@@ -213,7 +210,8 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
                 log=self._log, config=cfg.quorum, rng=random.Random(), now_ms=wall_ms(),
                 persisted=PersistedState.from_json_dict(stored) if stored is not None else None,
                 disk_lost=cfg.disk_lost or storage.lost_history or repaired,
-                snapshots=storage.store,
+                snapshots=storage.store, voter_set=static_voter_set(cfg),
+                directory_id=directory_of(meta),
             )
 
         await open_with_repair(
@@ -369,6 +367,9 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
         if self._stopping or self._core is None:
             conn.close()
             return
+        if header.api_key == ApiKey.DESCRIBE_CLUSTER:
+            self._answer_describe_cluster(conn, header, body)
+            return
         try:
             message = (
                 body if type(body) is FetchRequest
@@ -523,7 +524,8 @@ class RaftNode(GroupCommitMixin, PeerRequestsMixin):
                         encode_fetch_response(reply.message, token.correlation_id)
                     )
                     continue
-                body = response_to_wire(reply.message, self.cluster_id, self._endpoints)
+                body = response_to_wire(reply.message, self.cluster_id,
+                                        self._voter_endpoints())
                 token.conn.respond(token.api_key, token.api_version, token.correlation_id, body)
             except Exception:
                 log.exception("node %d: cannot answer %s", self.node_id, reply.message)

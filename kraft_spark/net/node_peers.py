@@ -37,12 +37,15 @@ class PeerRequestsMixin:
     def _fail(self, exc: BaseException) -> None:
         raise NotImplementedError
 
+    def _voter_address(self, node_id: int) -> tuple[str, int] | None:
+        raise NotImplementedError
+
     def _peer(self, node_id: int) -> Connection | None:
-        endpoint = self.config.voters.get(node_id)
-        if endpoint is None:
-            return None
         conn = self._peers.get(node_id)
         if conn is None:
+            endpoint = self._voter_address(node_id)
+            if endpoint is None:
+                return None
             tls = self.config.tls
             conn = Connection(
                 endpoint[0],

@@ -24,10 +24,11 @@ from typing import Any
 
 from kraft_spark.log.codec import decode_batches, encode_batch
 from kraft_spark.log.errors import CorruptRecordError
-from kraft_spark.net import wire_snapshot
+from kraft_spark.net import wire_snapshot, wire_voters
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import (
+    AddVoterRequest,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     DescribeQuorumRequest,
@@ -40,14 +41,17 @@ from kraft_spark.raft.messages import (
     FetchSnapshotResponse,
     ProduceRequest,
     ProduceResponse,
+    RemoveVoterRequest,
     ReplicaState,
     Request,
     Response,
+    VoterChangeResponse,
     VoteRequest,
     VoteResponse,
 )
 from kraft_spark.raft.messages import ErrorCode as CoreError
 from kraft_spark.raft.records import Batch, Record
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint
 
 Body = dict[str, Any]
 
@@ -58,7 +62,7 @@ VERSIONS: dict[int, int] = {
     ApiKey.VOTE: 0,
     ApiKey.BEGIN_QUORUM_EPOCH: 0,
     ApiKey.END_QUORUM_EPOCH: 0,
-    ApiKey.DESCRIBE_QUORUM: 1,
+    ApiKey.DESCRIBE_QUORUM: 2,
     ApiKey.FETCH_SNAPSHOT: wire_snapshot.VERSION,
 }
 
@@ -170,6 +174,7 @@ def request_to_wire(msg: Request) -> tuple[int, int, Body]:
             "topics": [{"topic": METADATA_TOPIC, "partitions": [part]}],
             "forgotten_topics_data": [],
             "kraft_spark_catching_up": msg.catching_up,
+            "kraft_spark_replica_directory_id": msg.directory_id,
         }
         return ApiKey.FETCH, VERSIONS[ApiKey.FETCH], body
     if isinstance(msg, FetchSnapshotRequest):
@@ -215,7 +220,10 @@ def request_to_wire(msg: Request) -> tuple[int, int, Body]:
         }
         return ApiKey.PRODUCE, VERSIONS[ApiKey.PRODUCE], body
     if isinstance(msg, DescribeQuorumRequest):
-        return ApiKey.DESCRIBE_QUORUM, 1, {"topics": _topics({"partition_index": 0})}
+        return ApiKey.DESCRIBE_QUORUM, VERSIONS[ApiKey.DESCRIBE_QUORUM], {
+            "topics": _topics({"partition_index": 0})}
+    if isinstance(msg, AddVoterRequest | RemoveVoterRequest):
+        return wire_voters.request_to_wire(msg)
     raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover - the union is exhaustive
 
 
@@ -225,6 +233,11 @@ def request_from_wire(api_key: int, body: Body, local_cluster_id: str) -> Reques
         try:
             return wire_snapshot.request_from_wire(body, local_cluster_id)
         except wire_snapshot.SnapshotWireError as exc:
+            raise WireError(str(exc)) from exc
+    if api_key in wire_voters.VOTER_APIS:
+        try:
+            return wire_voters.request_from_wire(api_key, body)
+        except wire_voters.VoterWireError as exc:
             raise WireError(str(exc)) from exc
     if api_key == ApiKey.FETCH:
         topic = _only(body.get("topics"), "topic in Fetch")
@@ -244,6 +257,7 @@ def request_from_wire(api_key: int, body: Body, local_cluster_id: str) -> Reques
             max_wait_ms=max(0, body["max_wait_ms"]),
             max_bytes=max(1, min(body["max_bytes"], part["partition_max_bytes"])),
             catching_up=bool(body.get("kraft_spark_catching_up", False)),
+            directory_id=body.get("kraft_spark_replica_directory_id") or NIL_DIRECTORY,
         )
     if api_key == ApiKey.VOTE:
         part = _partition(body, "partitions", "topic_name", "Vote")
@@ -327,6 +341,8 @@ def error_response_body(api_key: int, error: int, message: str = "") -> Body:
         return {"error_code": error, "topics": []}
     if api_key == ApiKey.FETCH_SNAPSHOT:
         return wire_snapshot.error_body(error)
+    if api_key in (*wire_voters.VOTER_APIS, ApiKey.DESCRIBE_CLUSTER):
+        return wire_voters.error_body(error, message)
     raise WireError(f"no error response for api key {api_key}")
 
 
@@ -416,6 +432,7 @@ def response_to_wire(
                     "log_end_offset": s.log_end_offset,
                     "last_fetch_timestamp": s.last_fetch_timestamp,
                     "last_caught_up_timestamp": s.last_caught_up_timestamp,
+                    "replica_directory_id": s.directory_id,
                 }
                 for s in states
             ]
@@ -432,6 +449,11 @@ def response_to_wire(
         return {
             "error_code": 0,
             "topics": _topics(part),
+            "nodes": [
+                {"node_id": node_id, "listeners": [
+                    {"name": e.name, "host": e.host, "port": e.port} for e in ends]}
+                for node_id, ends in msg.endpoints
+            ],
             "kraft_spark_cluster_id": cluster_id,
             "kraft_spark_node_endpoints": endpoints or [],
             "kraft_spark_log_start": {
@@ -440,6 +462,8 @@ def response_to_wire(
                 "snapshot_epoch": snap.epoch if snap is not None else -1,
             },
         }
+    if isinstance(msg, VoterChangeResponse):
+        return wire_voters.response_to_wire(msg)
     raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover
 
 
@@ -536,6 +560,7 @@ def response_from_wire(api_key: int, body: Body) -> Response:
                     r["log_end_offset"],
                     r.get("last_fetch_timestamp", -1),
                     r.get("last_caught_up_timestamp", -1),
+                    r.get("replica_directory_id") or NIL_DIRECTORY,
                 )
                 for r in items
             )
@@ -552,5 +577,12 @@ def response_from_wire(api_key: int, body: Body) -> Response:
                 OffsetAndEpoch(start["snapshot_end_offset"], start["snapshot_epoch"])
                 if start.get("snapshot_end_offset", -1) >= 0 else None
             ),
+            endpoints=tuple(
+                (n["node_id"], tuple(Endpoint(e["name"], e["host"], e["port"])
+                                     for e in n["listeners"]))
+                for n in body.get("nodes") or ()
+            ),
         )
+    if api_key in wire_voters.VOTER_APIS:
+        return wire_voters.response_from_wire(body)
     raise WireError(f"api key {api_key} is not a quorum response")

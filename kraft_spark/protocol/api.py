@@ -22,6 +22,7 @@ from enum import IntEnum
 from typing import Any, Final
 
 from kraft_spark.protocol import messages as m
+from kraft_spark.protocol import messages_kip853 as k
 from kraft_spark.protocol.exceptions import EncodeError, ProtocolError, UnsupportedVersionError
 from kraft_spark.protocol.primitives import Reader
 from kraft_spark.protocol.schema import MessageSchema
@@ -43,6 +44,9 @@ class ApiKey(IntEnum):
     END_QUORUM_EPOCH = 54
     DESCRIBE_QUORUM = 55
     FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,10 @@ API_SPECS: dict[int, ApiSpec] = {
         _spec(ApiKey.END_QUORUM_EPOCH, m.END_QUORUM_EPOCH_REQUEST, m.END_QUORUM_EPOCH_RESPONSE),
         _spec(ApiKey.DESCRIBE_QUORUM, m.DESCRIBE_QUORUM_REQUEST, m.DESCRIBE_QUORUM_RESPONSE),
         _spec(ApiKey.FETCH_SNAPSHOT, m.FETCH_SNAPSHOT_REQUEST, m.FETCH_SNAPSHOT_RESPONSE),
+        _spec(ApiKey.DESCRIBE_CLUSTER, k.DESCRIBE_CLUSTER_REQUEST, k.DESCRIBE_CLUSTER_RESPONSE),
+        _spec(ApiKey.ADD_RAFT_VOTER, k.ADD_RAFT_VOTER_REQUEST, k.ADD_RAFT_VOTER_RESPONSE),
+        _spec(ApiKey.REMOVE_RAFT_VOTER, k.REMOVE_RAFT_VOTER_REQUEST,
+              k.REMOVE_RAFT_VOTER_RESPONSE),
     )
 }
 """Every API we implement, by key."""

@@ -14,13 +14,14 @@ strings of the fields we keep are Kafka's own, so the files can be compared line
 | Vote             | 0        | 0        |                                                    |
 | BeginQuorumEpoch | 0        | none     |                                                    |
 | EndQuorumEpoch   | 0        | none     | PreferredSuccessors is an int32 array              |
-| DescribeQuorum   | 0-1      | 0        | v1 adds LastFetchTimestamp, LastCaughtUpTimestamp  |
+| DescribeQuorum   | 0-2      | 0        | v1: KIP-836 timestamps; v2: KIP-853 Nodes, dir ids |
 | FetchSnapshot    | 0        | 0        | KIP-630; v1's ReplicaDirectoryId is KIP-853's      |
 """
 
 from __future__ import annotations
 
 from kraft_spark.protocol.fields import Field
+from kraft_spark.protocol.primitives import NIL_UUID
 from kraft_spark.protocol.schema import MessageSchema
 
 F = Field
@@ -195,6 +196,8 @@ FETCH_REQUEST = MessageSchema(
         F("RackId", "string", "11+", default=""),
         # kraft-spark's own tagged field (Kafka skips unknown tags): a voter that lost its disk
         # and is catching up as an observer (SPEC §10), like KIP-853's ReplicaDirectoryId.
+        F("KraftSparkReplicaDirectoryId", "uuid", "12+", tag=10001, tagged_versions="12+",
+          default=NIL_UUID),
         F("KraftSparkCatchingUp", "bool", "12+", tag=10000, tagged_versions="12+",
           default=False),
     ),
@@ -366,7 +369,7 @@ END_QUORUM_EPOCH_RESPONSE = MessageSchema(
 DESCRIBE_QUORUM_REQUEST = MessageSchema(
     "DescribeQuorumRequest",
     api_key=55,
-    valid_versions="0-1",
+    valid_versions="0-2",
     flexible_versions="0+",
     fields=(
         F("Topics", "[]TopicData", "0+", fields=(
@@ -380,6 +383,7 @@ DESCRIBE_QUORUM_REQUEST = MessageSchema(
 
 _REPLICA_STATE = (
     F("ReplicaId", "int32", "0+"),
+    F("ReplicaDirectoryId", "uuid", "2+"),
     F("LogEndOffset", "int64", "0+"),
     F("LastFetchTimestamp", "int64", "1+", default=-1),
     F("LastCaughtUpTimestamp", "int64", "1+", default=-1),
@@ -388,20 +392,30 @@ _REPLICA_STATE = (
 DESCRIBE_QUORUM_RESPONSE = MessageSchema(
     "DescribeQuorumResponse",
     api_key=55,
-    valid_versions="0-1",
+    valid_versions="0-2",
     flexible_versions="0+",
     fields=(
         F("ErrorCode", "int16", "0+"),
+        F("ErrorMessage", "string", "2+", nullable_versions="2+", default=None),
         F("Topics", "[]TopicData", "0+", fields=(
             F("TopicName", "string", "0+"),
             F("Partitions", "[]PartitionData", "0+", fields=(
                 F("PartitionIndex", "int32", "0+"),
                 F("ErrorCode", "int16", "0+"),
+                F("ErrorMessage", "string", "2+", nullable_versions="2+", default=None),
                 F("LeaderId", "int32", "0+"),
                 F("LeaderEpoch", "int32", "0+"),
                 F("HighWatermark", "int64", "0+"),
                 F("CurrentVoters", "[]ReplicaState", "0+", fields=_REPLICA_STATE),
                 F("Observers", "[]ReplicaState", "0+", fields=_REPLICA_STATE),
+            )),
+        )),
+        F("Nodes", "[]Node", "2+", fields=(
+            F("NodeId", "int32", "2+"),
+            F("Listeners", "[]Listener", "2+", fields=(
+                F("Name", "string", "2+"),
+                F("Host", "string", "2+"),
+                F("Port", "uint16", "2+"),
             )),
         )),
         # kraft-spark's own tagged field (Kafka skips unknown tags): the cluster id, which

@@ -4,6 +4,7 @@ the generic path would refuse or read differently."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -52,6 +53,7 @@ def fetch_requests() -> st.SearchStrategy[FetchRequest]:
         max_wait_ms=INT32,
         max_bytes=INT32,
         catching_up=st.booleans(),
+        directory_id=st.uuids() | st.just(uuid.UUID(int=0)),
     )
 
 

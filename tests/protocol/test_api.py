@@ -41,8 +41,11 @@ def test_supported_versions_table() -> None:
         {"api_key": 52, "min_version": 0, "max_version": 0},
         {"api_key": 53, "min_version": 0, "max_version": 0},
         {"api_key": 54, "min_version": 0, "max_version": 0},
-        {"api_key": 55, "min_version": 0, "max_version": 1},
+        {"api_key": 55, "min_version": 0, "max_version": 2},
         {"api_key": 59, "min_version": 0, "max_version": 0},
+        {"api_key": 60, "min_version": 0, "max_version": 1},
+        {"api_key": 80, "min_version": 0, "max_version": 0},
+        {"api_key": 81, "min_version": 0, "max_version": 0},
     ]
 
 

@@ -14,7 +14,11 @@ from hypothesis import strategies as st
 from kraft_spark.protocol import EncodeError, ProtocolError, SchemaError
 from kraft_spark.protocol.codec import BodyCodec
 from kraft_spark.protocol.fields import Field, snake_case
-from kraft_spark.protocol.messages import ALL_SCHEMAS, FETCH_REQUEST, VOTE_REQUEST
+from kraft_spark.protocol.messages import ALL_SCHEMAS as CORE_SCHEMAS
+from kraft_spark.protocol.messages import FETCH_REQUEST, VOTE_REQUEST
+from kraft_spark.protocol.messages_kip853 import ALL_KIP853_SCHEMAS
+
+ALL_SCHEMAS = CORE_SCHEMAS + ALL_KIP853_SCHEMAS
 from kraft_spark.protocol.schema import MessageSchema
 
 from .strategies import body_strategy
@@ -109,7 +113,7 @@ def test_field_lists_at_our_versions() -> None:
     assert list(fetch) == [
         "cluster_id", "replica_id", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level",
         "session_id", "session_epoch", "topics", "forgotten_topics_data", "rack_id",
-        "kraft_spark_catching_up",
+        "kraft_spark_replica_directory_id", "kraft_spark_catching_up",
     ]  # fmt: skip
     assert list(fetch["topics"]["partitions"]) == [
         "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch",
