@@ -93,6 +93,7 @@ from api.values import (
     record_out,
     replica_out,
 )
+from api.voters import voters_router
 from kraft_spark.client.errors import (
     ClientError,
 )
@@ -332,6 +333,8 @@ def create_app(
     )
     async def replication() -> list[ReplicationRowOut]:
         return [ReplicationRowOut(**row) for row in replication_rows(await describe())]
+
+    app.include_router(voters_router(current_backend, _ERRORS))
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     async def prometheus(request: Request) -> Response:

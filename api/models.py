@@ -102,9 +102,18 @@ class ReadResponse(BaseModel):
 
 class ReplicaStateOut(BaseModel):
     replicaId: int
+    directoryId: str | None = None
     logEndOffset: int
     lastFetchTimestamp: int
     lastCaughtUpTimestamp: int
+
+
+class QuorumNodeOut(BaseModel):
+    """A replica as Kafka 4.x's ``kafka-metadata-quorum.sh describe --status`` shows it."""
+
+    id: int
+    directoryId: str | None = Field(description="KIP-853 directory id (null: unknown)")
+    endpoints: list[str] = Field([], description="Listeners, NAME://host:port (voters)")
 
 
 class QuorumOut(BaseModel):
@@ -114,8 +123,8 @@ class QuorumOut(BaseModel):
     highWatermark: int
     maxFollowerLag: int
     maxFollowerLagTimeMs: int
-    currentVoters: list[int]
-    currentObservers: list[int]
+    currentVoters: list[QuorumNodeOut]
+    currentObservers: list[QuorumNodeOut]
     voters: list[ReplicaStateOut]
     observers: list[ReplicaStateOut]
     logStartOffset: int = Field(

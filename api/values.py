@@ -309,6 +309,7 @@ def record_out(record: CommittedRecord) -> RecordOut:
 def replica_out(replica: Any) -> ReplicaStateOut:
     return ReplicaStateOut(
         replicaId=replica.replica_id,
+        directoryId=replica.directory_id,
         logEndOffset=replica.log_end_offset,
         lastFetchTimestamp=replica.last_fetch_timestamp,
         lastCaughtUpTimestamp=replica.last_caught_up_timestamp,

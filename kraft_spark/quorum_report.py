@@ -16,6 +16,7 @@ that need the leader are -1 instead, and the table has no "Leader" row.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 from kraft_spark.client.types import QuorumInfo, ReplicaInfo
@@ -87,10 +88,32 @@ def status_summary(info: QuorumInfo) -> dict[str, Any]:
         "highWatermark": info.high_watermark,
         "maxFollowerLag": max_lag,
         "maxFollowerLagTimeMs": max_lag_time_ms,
-        # By id, as Kafka's tool prints them; the leader lists itself first in its response.
-        "currentVoters": sorted(voter.replica_id for voter in info.voters),
-        "currentObservers": sorted(observer.replica_id for observer in info.observers),
+        # By id, as Kafka 4.x's tool prints them (KIP-853: id, directory id, endpoints); the
+        # leader lists itself first in its response.
+        "currentVoters": [_node(v, info) for v in sorted(info.voters, key=_replica_id)],
+        "currentObservers": [_node(o, info) for o in sorted(info.observers, key=_replica_id)],
     }
+
+
+def _replica_id(replica: ReplicaInfo) -> int:
+    return replica.replica_id
+
+
+def _node(replica: ReplicaInfo, info: QuorumInfo) -> dict[str, Any]:
+    """A replica as Kafka's MetadataQuorumCommand.Node: its endpoints only when known."""
+    node: dict[str, Any] = {"id": replica.replica_id, "directoryId": replica.directory_id}
+    endpoints = info.endpoints.get(replica.replica_id)
+    if endpoints:
+        node["endpoints"] = list(endpoints)
+    return node
+
+
+def _node_text(node: dict[str, Any]) -> str:
+    """Kafka's rendering: ``{"id": 1, "directoryId": "...", "endpoints": ["C://h:1"]}``."""
+    text = f'{{"id": {node["id"]}, "directoryId": {json.dumps(node["directoryId"])}'
+    if node.get("endpoints"):
+        text += ', "endpoints": [' + ", ".join(json.dumps(e) for e in node["endpoints"]) + "]"
+    return text + "}"
 
 
 def _row(replica: ReplicaInfo, leader: ReplicaInfo | None, status: str) -> dict[str, Any]:
@@ -120,8 +143,8 @@ def replication_rows(info: QuorumInfo) -> list[dict[str, Any]]:
     return rows
 
 
-def _id_list(ids: list[int]) -> str:
-    return "[" + ",".join(str(i) for i in ids) + "]"
+def _node_list(nodes: list[dict[str, Any]]) -> str:
+    return "[" + ", ".join(_node_text(n) for n in nodes) + "]"
 
 
 def format_status(summary: dict[str, Any]) -> str:
@@ -129,7 +152,7 @@ def format_status(summary: dict[str, Any]) -> str:
     lines = []
     for key, label in _STATUS_LINES:
         value = summary[key]
-        text = _id_list(value) if isinstance(value, list) else str(value)
+        text = _node_list(value) if isinstance(value, list) else str(value)
         lines.append(f"{label:<{_STATUS_LABEL_WIDTH}}{text}")
     return "\n".join(lines)
 

@@ -47,10 +47,12 @@ from kraft_spark.client.types import (
     QuorumInfo,
     ReplicaInfo,
 )
+from kraft_spark.client.voter_changes import VoterChangesMixin
 from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.net.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.records import Batch, Record
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, directory_text
 
 T = TypeVar("T")
 
@@ -91,7 +93,7 @@ class _Lane:
     next_sequence: int = 0
 
 
-class AsyncQuorumClient:
+class AsyncQuorumClient(VoterChangesMixin):
     """A client of the quorum. Create and use it inside one running event loop."""
 
     def __init__(
@@ -290,7 +292,7 @@ class AsyncQuorumClient:
             body = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [
                 {"partition_index": 0}]}]}
             reply = await self._request(
-                endpoint, ApiKey.DESCRIBE_QUORUM, 1, body, self._request_timeout_s
+                endpoint, ApiKey.DESCRIBE_QUORUM, 2, body, self._request_timeout_s
             )
             self._check_cluster(reply.get("kraft_spark_cluster_id"))
             self._learn_endpoints(reply.get("kraft_spark_node_endpoints"))
@@ -312,6 +314,9 @@ class AsyncQuorumClient:
                 log_start_offset=(reply.get("kraft_spark_log_start") or {}).get(
                     "log_start_offset", -1),
                 latest_snapshot=_snapshot_of(reply.get("kraft_spark_log_start")),
+                endpoints={n["node_id"]: tuple(f"{e['name']}://{e['host']}:{e['port']}"
+                                               for e in n["listeners"])
+                           for n in reply.get("nodes") or ()},
             )
 
         info: QuorumInfo = await self._retry("describe quorum", attempt)
@@ -512,9 +517,11 @@ def committed_records(
 
 
 def _replica(r: dict[str, Any]) -> ReplicaInfo:
+    directory = r.get("replica_directory_id")
     return ReplicaInfo(
         r["replica_id"], r["log_end_offset"], r.get("last_fetch_timestamp", -1),
         r.get("last_caught_up_timestamp", -1),
+        directory_text(directory) if directory and directory != NIL_DIRECTORY else None,
     )
 
 

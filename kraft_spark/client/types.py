@@ -58,6 +58,8 @@ class ReplicaInfo:
     log_end_offset: int
     last_fetch_timestamp: int = -1
     last_caught_up_timestamp: int = -1
+    # KIP-853: the replica's directory id in Kafka's text form (None: unknown).
+    directory_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +76,5 @@ class QuorumInfo:
     # (``<end offset>-<epoch>``, None: none).
     log_start_offset: int = -1
     latest_snapshot: str | None = None
+    # KIP-853: each voter's listeners, ``NAME://host:port`` (DescribeQuorum v2's Nodes).
+    endpoints: dict[int, tuple[str, ...]] = field(default_factory=dict)

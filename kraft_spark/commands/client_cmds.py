@@ -23,6 +23,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from kraft_spark import aio
+from kraft_spark.commands.quorum_admin import register_actions
 from kraft_spark.errors import CommandError, silence_stdout
 
 if TYPE_CHECKING:  # the client is imported when a command runs, to keep --help quick
@@ -62,11 +63,14 @@ def register(subparsers: Any) -> None:
                           help="timestamps as 'N ms ago'")
     describe.add_argument("--json", action="store_true", help="print JSON")
     describe.set_defaults(func=_describe)
+    register_actions(actions, _run)
 
 
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,...]",
                         help="any node(s) of the quorum")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="add-controller: the new controller's properties file")
     parser.add_argument("--timeout", type=_seconds, default=15.0,
                         help="seconds to keep retrying while no leader answers (default 15)")
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Final
 
@@ -59,6 +60,7 @@ from kraft_spark.raft.messages import (
     Response,
 )
 from kraft_spark.raft.records import Record
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, directory_text
 
 # Batches handed to the local core at once, each waiting for its commit; appends beyond wait
 # and then share one batch. Local hand-over is cheap, so this is well above the client's 4.
@@ -67,9 +69,11 @@ READ_MAX_BYTES: Final = 4 * 1024 * 1024
 
 
 def _replica(state: ReplicaState) -> ReplicaInfo:
+    directory = state.directory_id
     return ReplicaInfo(
         state.replica_id, state.log_end_offset, state.last_fetch_timestamp,
         state.last_caught_up_timestamp,
+        directory_text(directory) if directory != NIL_DIRECTORY else None,
     )
 
 
@@ -221,8 +225,21 @@ class NodeBackend:
                 observers=tuple(_replica(o) for o in response.observers),
                 log_start_offset=response.log_start_offset,
                 latest_snapshot=snapshot_label(response.latest_snapshot),
+                endpoints={node_id: tuple(str(e) for e in ends)
+                           for node_id, ends in response.endpoints},
             )
         return await self._forwarder().describe_quorum()
+
+    # ------------------------------------------------------------------ voters (KIP-853)
+
+    async def add_voter(self, voter_id: int, directory_id: uuid.UUID,
+                        endpoints: tuple[Endpoint, ...], *, timeout_s: float = 30.0) -> None:
+        await self._forwarder().add_voter(voter_id, directory_id, endpoints,
+                                          timeout_s=timeout_s)
+
+    async def remove_voter(self, voter_id: int, directory_id: uuid.UUID, *,
+                           timeout_s: float = 30.0) -> None:
+        await self._forwarder().remove_voter(voter_id, directory_id, timeout_s=timeout_s)
 
     async def close(self) -> None:
         self._closed = True

@@ -59,7 +59,7 @@ def test_append_read_and_describe(tmp_path: Path) -> None:
         assert set(status) == {"clusterId", "leaderId", "leaderEpoch", "highWatermark",
                                "maxFollowerLag", "maxFollowerLagTimeMs", "currentVoters",
                                "currentObservers"}
-        assert status["currentVoters"] == [0, 1, 2]
+        assert [v["id"] for v in status["currentVoters"]] == [0, 1, 2]
         assert status["highWatermark"] > acks[1]["offset"]
         assert status["clusterId"] == (tmp_path / "q" / "cluster.id").read_text().strip()
         out = cli("metadata-quorum", "--bootstrap-controller", one, "describe",

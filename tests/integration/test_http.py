@@ -82,7 +82,7 @@ def test_http_append_read_describe(tmp_path: Path) -> None:
 
         status, quorum_json, _ = call(f"{base}/v1/quorum")
         assert status == 200 and quorum_json["leaderId"] in (0, 1, 2)
-        assert quorum_json["currentVoters"] == [0, 1, 2]
+        assert [v["id"] for v in quorum_json["currentVoters"]] == [0, 1, 2]
         status, replication, _ = call(f"{base}/v1/quorum/replication")
         assert status == 200 and replication[0]["status"] == "Leader"
         assert call(f"{base}/readyz")[0] == 200

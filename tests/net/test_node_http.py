@@ -132,7 +132,7 @@ def test_append_to_leader_and_follower_read_and_describe(tmp_path: Path) -> None
             assert quorum["clusterId"] == "test-cluster"
             assert quorum["leaderId"] == leader.node_id
             assert quorum["leaderEpoch"] == leader.core.epoch
-            assert quorum["currentVoters"] == [0, 1, 2]
+            assert [v["id"] for v in quorum["currentVoters"]] == [0, 1, 2]
             assert quorum["highWatermark"] >= second["last_offset"] + 1
             status, rows = await http(url_of(node), "GET", "/v1/quorum/replication")
             assert status == 200 and rows[0]["status"] == "Leader"
@@ -365,7 +365,7 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
         assert status == 200
         assert [r["key"] for r in page["records"]] == ["n0", "n1", "n2"]
         status, quorum = call(f"{lines[0]['http']}/v1/quorum")
-        assert status == 200 and quorum["currentVoters"] == [0, 1, 2]
+        assert status == 200 and [v["id"] for v in quorum["currentVoters"]] == [0, 1, 2]
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)

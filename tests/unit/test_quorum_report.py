@@ -46,8 +46,12 @@ def test_status_text_matches_the_spec_layout() -> None:
         "highWatermark": 234130,
         "maxFollowerLag": 34,
         "maxFollowerLagTimeMs": 15,
-        "currentVoters": [0, 1, 2],
-        "currentObservers": [3000],
+        "currentVoters": [
+            {"id": 0, "directoryId": "AAAAAAAAAAAAAAAAAAAAAQ", "endpoints": ["CONTROLLER://h:1"]},
+            {"id": 1, "directoryId": None},
+            {"id": 2, "directoryId": None, "endpoints": ["A://h:2", "B://h:3"]},
+        ],
+        "currentObservers": [{"id": 3000, "directoryId": None}],
     }
     assert format_status(summary) == (
         "ClusterId:              <id>\n"
@@ -56,8 +60,10 @@ def test_status_text_matches_the_spec_layout() -> None:
         "HighWatermark:          234130\n"
         "MaxFollowerLag:         34\n"
         "MaxFollowerLagTimeMs:   15\n"
-        "CurrentVoters:          [0,1,2]\n"
-        "CurrentObservers:       [3000]"
+        'CurrentVoters:          [{"id": 0, "directoryId": "AAAAAAAAAAAAAAAAAAAAAQ", '
+        '"endpoints": ["CONTROLLER://h:1"]}, {"id": 1, "directoryId": null}, '
+        '{"id": 2, "directoryId": null, "endpoints": ["A://h:2", "B://h:3"]}]\n'
+        'CurrentObservers:       [{"id": 3000, "directoryId": null}]'
     )
 
 
@@ -70,8 +76,8 @@ def test_status_summary_of_the_spec_example() -> None:
         "highWatermark": 234130,
         "maxFollowerLag": 4,
         "maxFollowerLagTimeMs": 15,
-        "currentVoters": [0, 1],
-        "currentObservers": [3000],
+        "currentVoters": [{"id": 0, "directoryId": None}, {"id": 1, "directoryId": None}],
+        "currentObservers": [{"id": 3000, "directoryId": None}],
     }
 
 
@@ -87,8 +93,8 @@ def test_observers_do_not_count_towards_follower_lag() -> None:
     # Voter 3 is the lowest (90): lag 100 - 90 = 10; time T - (T - 7) = 7 (not voter 1's 40).
     assert summary["maxFollowerLag"] == 10
     assert summary["maxFollowerLagTimeMs"] == 7
-    assert summary["currentVoters"] == [1, 2, 3]
-    assert summary["currentObservers"] == [9]
+    assert [v["id"] for v in summary["currentVoters"]] == [1, 2, 3]
+    assert summary["currentObservers"] == [{"id": 9, "directoryId": None}]
 
 
 def test_lag_time_is_zero_when_the_leader_is_the_lowest_voter() -> None:
@@ -206,5 +212,5 @@ def test_status_lists_ids_in_order_whatever_the_response_order() -> None:
         observers=(ReplicaInfo(3001, 50, T, T), ReplicaInfo(3000, 50, T, T)),
     )
     summary = status_summary(info)
-    assert summary["currentVoters"] == [0, 1, 2]
-    assert summary["currentObservers"] == [3000, 3001]
+    assert [v["id"] for v in summary["currentVoters"]] == [0, 1, 2]
+    assert [o["id"] for o in summary["currentObservers"]] == [3000, 3001]
