@@ -24,6 +24,12 @@ from kraft_spark.raft.records import (
     control_type_of,
     decode_leader_change,
 )
+from kraft_spark.raft.voter_records import (
+    CONTROL_TYPE_KRAFT_VERSION,
+    CONTROL_TYPE_VOTERS,
+    decode_kraft_version,
+    decode_voters,
+)
 
 # KIP-630 snapshot files (kraft_spark.state.snapshot_file writes them) and their control types.
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
@@ -109,6 +115,10 @@ def describe_record(batch: Batch, i: int, record: Record) -> str:
                     f"{list(change.granting_voters)}"
                 )
             value = record.value or b""
+            if ctype == CONTROL_TYPE_VOTERS:
+                return f"{line} KRaftVoters: {decode_voters(value).describe()}"
+            if ctype == CONTROL_TYPE_KRAFT_VERSION:
+                return f"{line} KRaftVersion: {decode_kraft_version(value)}"
             if ctype == _SNAPSHOT_HEADER and len(value) >= 10:
                 version, last = struct.unpack_from(">hq", value)
                 return (f"{line} SnapshotHeader {{version={version}, "

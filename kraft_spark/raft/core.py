@@ -299,6 +299,9 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             if not self.may_vote and self.role is Role.FOLLOWER:
                 # An observer whose leader went quiet tries another voter.
                 self.become_unattached(self.epoch)
+            elif not self.may_vote and self.role is Role.UNATTACHED:
+                # ...and one looking for the leader does not keep asking a voter that is down.
+                self._arm_unattached_timer()
 
     # ------------------------------------------------------------------ inbound control RPCs
 

@@ -14,6 +14,7 @@ from kraft_spark.raft.messages import (
 )
 from kraft_spark.raft.records import Batch, decode_leader_change
 from kraft_spark.raft.state import PersistedState
+from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.sim.memlog import MemoryLog
 
 CLUSTER_ID = "scenario-cluster-00000"
@@ -175,6 +176,9 @@ def log_summary(log: MemoryLog) -> str:
 def batch_body(batch: Batch) -> str:
     if batch.is_control:
         value = batch.records[0].value or b""
+        voters = voters_in(batch)
+        if voters is not None:
+            return f"Voters({list(voters.ids())})"
         try:
             change = decode_leader_change(value)
         except ValueError:

@@ -20,7 +20,12 @@ from pathlib import Path
 from kraft_spark.client import ClientError, NewRecord, QuorumClient
 from kraft_spark.log.codec import iter_batches
 from kraft_spark.log.errors import CorruptRecordError
-from kraft_spark.raft.records import Batch, decode_leader_change
+from kraft_spark.raft.records import (
+    CONTROL_TYPE_LEADER_CHANGE,
+    Batch,
+    control_type_of,
+    decode_leader_change,
+)
 from tests.net.helpers import free_ports
 
 # Quicker than Kafka's defaults so each scenario takes seconds, not tens of seconds.
@@ -209,7 +214,8 @@ def key_offsets(batches: list[Batch]) -> dict[bytes, list[int]]:
 def leaders_by_epoch(batches: list[Batch]) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
     for batch in batches:
-        if batch.is_control:
+        if batch.is_control and (
+                control_type_of(batch.records[0].key) == CONTROL_TYPE_LEADER_CHANGE):
             change = decode_leader_change(batch.records[0].value or b"")
             out.setdefault(batch.epoch, set()).add(change.leader_id)
     return out

@@ -1,0 +1,161 @@
+"""KIP-853 with real processes: a 3-voter ``kraft-spark local`` grows to 5 voters, shrinks back
+and replaces a dead voter, through ``kraft-spark metadata-quorum``, while a client appends;
+no acknowledged append is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kraft_spark.client import QuorumClient
+from kraft_spark.log.meta import format_log_dir
+from tests.integration.harness import (
+    FAST_SETTINGS,
+    LoadGenerator,
+    LocalQuorum,
+    check_acknowledged,
+    running,
+)
+from tests.net.helpers import free_ports
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+class Observer:
+    """A ``kraft-spark node`` that is not in ``controller.quorum.voters``: it follows the
+    quorum as an observer until it is added."""
+
+    def __init__(self, quorum: LocalQuorum, node_id: int) -> None:
+        data = quorum.data_dir
+        cluster = (data / "cluster.id").read_text().strip()
+        self.node_id = node_id
+        self.log_dir = data / f"node-{node_id}"
+        format_log_dir(str(self.log_dir), cluster_id=cluster, node_id=node_id)
+        port = free_ports(1)[0]
+        self.endpoint = f"127.0.0.1:{port}"
+        voters = ",".join(f"{i}@{n['endpoint']}" for i, n in enumerate(quorum.nodes))
+        lines = [
+            f"node.id={node_id}", "process.roles=controller",
+            "controller.listener.names=CONTROLLER",
+            f"listeners=CONTROLLER://{self.endpoint}", f"log.dirs={self.log_dir}",
+            f"controller.quorum.voters={voters}",
+            *(f"{k}={v}" for k, v in FAST_SETTINGS.items()),
+        ]
+        self.config = data / f"node-{node_id}.properties"
+        self.config.write_text("\n".join(lines) + "\n")
+        self.out = open(data / "logs" / f"node-{node_id}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kraft_spark", "node", "--config", str(self.config)],
+            stdout=self.out, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+
+
+@pytest.fixture
+def observers() -> Iterator[list[Observer]]:
+    started: list[Observer] = []
+    yield started
+    for obs in started:
+        obs.stop()
+
+
+def quorum_cli(bootstrap: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kraft_spark", "metadata-quorum", "--bootstrap-controller",
+         ",".join(bootstrap), "--timeout", "20", *args],
+        capture_output=True, text=True, timeout=60, check=False)
+
+
+def until_ok(bootstrap: list[str], *args: str, timeout_s: float = 40.0) -> str:
+    """Run a change until the leader takes it (it refuses an observer that has not caught up
+    yet, or a change while the previous one commits, with REQUEST_TIMED_OUT)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = quorum_cli(bootstrap, *args)
+        if done.returncode == 0:
+            return done.stdout
+        assert "REQUEST_TIMED_OUT" in done.stderr, done.stderr
+        assert time.monotonic() < deadline, done.stderr
+        time.sleep(0.3)
+
+
+def status(bootstrap: list[str]) -> dict[str, object]:
+    done = quorum_cli(bootstrap, "describe", "--status", "--json")
+    assert done.returncode == 0, done.stderr
+    summary: dict[str, object] = json.loads(done.stdout)
+    return summary
+
+
+def voter_ids(bootstrap: list[str]) -> list[int]:
+    return [int(v["id"]) for v in status(bootstrap)["currentVoters"]]  # type: ignore[attr-defined]
+
+
+def test_grow_to_five_shrink_to_three_and_replace_a_dead_voter_under_load(
+    tmp_path: Path, observers: list[Observer]
+) -> None:
+    quorum = LocalQuorum(tmp_path / "data")
+    with running(quorum):
+        boot = quorum.bootstrap
+        load = LoadGenerator(boot).start()
+        try:
+            load.wait_for_acks(20, 30)
+            observers += [Observer(quorum, 3), Observer(quorum, 4)]
+            # Grow 3 -> 5 with Kafka's add-controller, one voter at a time.
+            for obs in observers:
+                out = until_ok(boot, "--command-config", str(obs.config), "add-controller")
+                assert out.startswith(f"Added controller {obs.node_id} with directory id ")
+                assert f"CONTROLLER://{obs.endpoint}" in out
+            summary = status(boot)
+            voters = summary["currentVoters"]
+            assert [v["id"] for v in voters] == [0, 1, 2, 3, 4]  # type: ignore[attr-defined]
+            assert all(v["directoryId"] and v["endpoints"] for v in voters)  # type: ignore[attr-defined]
+            acked = len(load.acked)
+            load.wait_for_acks(acked + 20, 30)  # commits need 3 of 5 now
+            # Shrink 5 -> 3 with the reassignment (single-member changes toward the target).
+            done = quorum_cli(boot, "reassign", "--voters", "0,1,2")
+            assert done.returncode == 0, done.stderr
+            assert "removed voter 3" in done.stdout and "removed voter 4" in done.stdout
+            assert voter_ids(boot) == [0, 1, 2]
+            # Replace a dead voter: kill node 2, remove it, add a fresh node 5 in its place.
+            victim = 2
+            os.kill(quorum.pid(victim), signal.SIGKILL)
+            directory = next(v["directoryId"] for v in status(boot)["currentVoters"]  # type: ignore[attr-defined]
+                             if v["id"] == victim)
+            out = until_ok(boot, "remove-controller", "--controller-id", str(victim),
+                           "--controller-directory-id", str(directory))
+            assert out.startswith(f"Removed  KRaft controller {victim}")
+            fresh = Observer(quorum, 5)
+            observers.append(fresh)
+            until_ok(boot, "--command-config", str(fresh.config), "add-controller")
+            assert voter_ids(boot) == [0, 1, 5]
+            acked = len(load.acked)
+            load.wait_for_acks(acked + 20, 30)
+        finally:
+            load.stop()
+        assert not [e for e in load.errors if "refused" in e], load.errors
+        with QuorumClient(boot) as client:
+            deadline = time.monotonic() + 20
+            while True:
+                info = client.describe_quorum()
+                ends = {v.replica_id: v.log_end_offset for v in info.voters}
+                if sorted(ends) == [0, 1, 5] and min(ends.values()) >= info.high_watermark:
+                    break
+                assert time.monotonic() < deadline, info
+                time.sleep(0.1)
+        check_acknowledged(load.acked, [quorum.log_dir(0), quorum.log_dir(1), fresh.log_dir],
+                           info.high_watermark)
