@@ -135,6 +135,7 @@ class QuorumOut(BaseModel):
 
 class ReplicationRowOut(BaseModel):
     nodeId: int
+    directoryId: str | None = None
     logEndOffset: int
     lag: int
     lastFetchTimestamp: int

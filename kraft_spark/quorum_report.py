@@ -30,10 +30,12 @@ __all__ = [
 ]
 
 UNKNOWN: Final = -1
+ZERO_DIRECTORY: Final = "AAAAAAAAAAAAAAAAAAAAAA"
 
 # (dict key, column header) of the replication table, in display order.
 REPLICATION_COLUMNS: Final[tuple[tuple[str, str], ...]] = (
     ("nodeId", "NodeId"),
+    ("directoryId", "DirectoryId"),
     ("logEndOffset", "LogEndOffset"),
     ("lag", "Lag"),
     ("lastFetchTimestamp", "LastFetchTimestamp"),
@@ -109,8 +111,11 @@ def _node(replica: ReplicaInfo, info: QuorumInfo) -> dict[str, Any]:
 
 
 def _node_text(node: dict[str, Any]) -> str:
-    """Kafka's rendering: ``{"id": 1, "directoryId": "...", "endpoints": ["C://h:1"]}``."""
-    text = f'{{"id": {node["id"]}, "directoryId": {json.dumps(node["directoryId"])}'
+    """Kafka 4.x's rendering: ``{"id": 1, "directoryId": "...", "endpoints": ["C://h:1"]}``,
+    without the directory id while it is unknown (as Kafka 4.4 prints it)."""
+    text = f'{{"id": {node["id"]}'
+    if node.get("directoryId"):
+        text += f', "directoryId": {json.dumps(node["directoryId"])}'
     if node.get("endpoints"):
         text += ', "endpoints": [' + ", ".join(json.dumps(e) for e in node["endpoints"]) + "]"
     return text + "}"
@@ -120,6 +125,7 @@ def _row(replica: ReplicaInfo, leader: ReplicaInfo | None, status: str) -> dict[
     lag = UNKNOWN if leader is None else leader.log_end_offset - replica.log_end_offset
     return {
         "nodeId": replica.replica_id,
+        "directoryId": replica.directory_id,
         "logEndOffset": replica.log_end_offset,
         "lag": lag,
         "lastFetchTimestamp": replica.last_fetch_timestamp,
@@ -176,6 +182,8 @@ def format_replication(rows: list[dict[str, Any]], human_readable: bool, now_ms:
             value = row[key]
             if key in ("lastFetchTimestamp", "lastCaughtUpTimestamp"):
                 cells.append(_timestamp_cell(int(value), human_readable, now_ms))
+            elif key == "directoryId" and value is None:
+                cells.append(ZERO_DIRECTORY)  # Kafka prints Uuid.ZERO_UUID
             else:
                 cells.append(str(value))
         table.append(cells)

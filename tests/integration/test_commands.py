@@ -66,8 +66,8 @@ def test_append_read_and_describe(tmp_path: Path) -> None:
                   "--replication", "--json")
         rows = json.loads(out.stdout)
         assert [r["status"] for r in rows] == ["Leader", "Follower", "Follower"]
-        assert set(rows[0]) == {"nodeId", "logEndOffset", "lag", "lastFetchTimestamp",
-                                "lastCaughtUpTimestamp", "status"}
+        assert set(rows[0]) == {"nodeId", "directoryId", "logEndOffset", "lag",
+                                "lastFetchTimestamp", "lastCaughtUpTimestamp", "status"}
         text = cli("metadata-quorum", "--bootstrap-controller", one, "describe", "--status")
         assert text.stdout.splitlines()[0].startswith("ClusterId:")
         human = cli("metadata-quorum", "--bootstrap-controller", one, "describe",

@@ -16,54 +16,15 @@ from pathlib import Path
 import pytest
 
 from kraft_spark.client import QuorumClient
-from kraft_spark.log.meta import format_log_dir
 from tests.integration.harness import (
-    FAST_SETTINGS,
     LoadGenerator,
     LocalQuorum,
+    Observer,
     check_acknowledged,
     running,
 )
-from tests.net.helpers import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-class Observer:
-    """A ``kraft-spark node`` that is not in ``controller.quorum.voters``: it follows the
-    quorum as an observer until it is added."""
-
-    def __init__(self, quorum: LocalQuorum, node_id: int) -> None:
-        data = quorum.data_dir
-        cluster = (data / "cluster.id").read_text().strip()
-        self.node_id = node_id
-        self.log_dir = data / f"node-{node_id}"
-        format_log_dir(str(self.log_dir), cluster_id=cluster, node_id=node_id)
-        port = free_ports(1)[0]
-        self.endpoint = f"127.0.0.1:{port}"
-        voters = ",".join(f"{i}@{n['endpoint']}" for i, n in enumerate(quorum.nodes))
-        lines = [
-            f"node.id={node_id}", "process.roles=controller",
-            "controller.listener.names=CONTROLLER",
-            f"listeners=CONTROLLER://{self.endpoint}", f"log.dirs={self.log_dir}",
-            f"controller.quorum.voters={voters}",
-            *(f"{k}={v}" for k, v in FAST_SETTINGS.items()),
-        ]
-        self.config = data / f"node-{node_id}.properties"
-        self.config.write_text("\n".join(lines) + "\n")
-        self.out = open(data / "logs" / f"node-{node_id}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kraft_spark", "node", "--config", str(self.config)],
-            stdout=self.out, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.out.close()
 
 
 @pytest.fixture

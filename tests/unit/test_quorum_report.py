@@ -31,10 +31,14 @@ def spec_quorum() -> QuorumInfo:
 def test_replication_text_matches_the_spec_layout() -> None:
     text = format_replication(replication_rows(spec_quorum()), human_readable=False, now_ms=T)
     assert text == (
-        "NodeId  LogEndOffset  Lag  LastFetchTimestamp  LastCaughtUpTimestamp  Status\n"
-        "0       234134        0    1700000000000       1700000000000          Leader\n"
-        "1       234130        4    1699999999990       1699999999985          Follower\n"
-        "3000    234124        10   1699999999988       1699999999950          Observer"
+        "NodeId  DirectoryId             LogEndOffset  Lag  LastFetchTimestamp  "
+        "LastCaughtUpTimestamp  Status\n"
+        "0       AAAAAAAAAAAAAAAAAAAAAA  234134        0    1700000000000       "
+        "1700000000000          Leader\n"
+        "1       AAAAAAAAAAAAAAAAAAAAAA  234130        4    1699999999990       "
+        "1699999999985          Follower\n"
+        "3000    AAAAAAAAAAAAAAAAAAAAAA  234124        10   1699999999988       "
+        "1699999999950          Observer"
     )
 
 
@@ -61,9 +65,9 @@ def test_status_text_matches_the_spec_layout() -> None:
         "MaxFollowerLag:         34\n"
         "MaxFollowerLagTimeMs:   15\n"
         'CurrentVoters:          [{"id": 0, "directoryId": "AAAAAAAAAAAAAAAAAAAAAQ", '
-        '"endpoints": ["CONTROLLER://h:1"]}, {"id": 1, "directoryId": null}, '
-        '{"id": 2, "directoryId": null, "endpoints": ["A://h:2", "B://h:3"]}]\n'
-        'CurrentObservers:       [{"id": 3000, "directoryId": null}]'
+        '"endpoints": ["CONTROLLER://h:1"]}, {"id": 1}, '
+        '{"id": 2, "endpoints": ["A://h:2", "B://h:3"]}]\n'
+        'CurrentObservers:       [{"id": 3000}]'
     )
 
 
@@ -163,15 +167,20 @@ def test_rows_put_the_leader_first_then_voters_then_observers() -> None:
         observers=(ReplicaInfo(3001, 60, T - 1, -1), ReplicaInfo(3000, 100, T - 2, T - 2)),
     )
     assert replication_rows(info) == [
-        {"nodeId": 2, "logEndOffset": 100, "lag": 0, "lastFetchTimestamp": T,
+        {"nodeId": 2, "directoryId": None,
+         "logEndOffset": 100, "lag": 0, "lastFetchTimestamp": T,
          "lastCaughtUpTimestamp": T, "status": "Leader"},
-        {"nodeId": 0, "logEndOffset": 98, "lag": 2, "lastFetchTimestamp": T - 3,
+        {"nodeId": 0, "directoryId": None,
+         "logEndOffset": 98, "lag": 2, "lastFetchTimestamp": T - 3,
          "lastCaughtUpTimestamp": T - 20, "status": "Follower"},
-        {"nodeId": 1, "logEndOffset": -1, "lag": 101, "lastFetchTimestamp": -1,
+        {"nodeId": 1, "directoryId": None,
+         "logEndOffset": -1, "lag": 101, "lastFetchTimestamp": -1,
          "lastCaughtUpTimestamp": -1, "status": "Follower"},
-        {"nodeId": 3001, "logEndOffset": 60, "lag": 40, "lastFetchTimestamp": T - 1,
+        {"nodeId": 3001, "directoryId": None,
+         "logEndOffset": 60, "lag": 40, "lastFetchTimestamp": T - 1,
          "lastCaughtUpTimestamp": -1, "status": "Observer"},
-        {"nodeId": 3000, "logEndOffset": 100, "lag": 0, "lastFetchTimestamp": T - 2,
+        {"nodeId": 3000, "directoryId": None,
+         "logEndOffset": 100, "lag": 0, "lastFetchTimestamp": T - 2,
          "lastCaughtUpTimestamp": T - 2, "status": "Observer"},
     ]
 
@@ -184,10 +193,14 @@ def test_human_readable_timestamps_are_relative_and_unknown_stays_minus_one() ->
     )
     text = format_replication(replication_rows(info), human_readable=True, now_ms=T)
     assert text == (
-        "NodeId  LogEndOffset  Lag  LastFetchTimestamp  LastCaughtUpTimestamp  Status\n"
-        "0       10            0    0 ms ago            0 ms ago               Leader\n"
-        "1       9             1    1234 ms ago         -1                     Follower\n"
-        "5       10            0    0 ms ago            0 ms ago               Observer"
+        "NodeId  DirectoryId             LogEndOffset  Lag  LastFetchTimestamp  "
+        "LastCaughtUpTimestamp  Status\n"
+        "0       AAAAAAAAAAAAAAAAAAAAAA  10            0    0 ms ago            "
+        "0 ms ago               Leader\n"
+        "1       AAAAAAAAAAAAAAAAAAAAAA  9             1    1234 ms ago         "
+        "-1                     Follower\n"
+        "5       AAAAAAAAAAAAAAAAAAAAAA  10            0    0 ms ago            "
+        "0 ms ago               Observer"
     )
 
 
@@ -195,7 +208,8 @@ def test_empty_quorum_renders_headers_only() -> None:
     info = QuorumInfo("c", -1, 0, 0)
     assert replication_rows(info) == []
     assert format_replication([], human_readable=False, now_ms=0) == (
-        "NodeId  LogEndOffset  Lag  LastFetchTimestamp  LastCaughtUpTimestamp  Status"
+        "NodeId  DirectoryId  LogEndOffset  Lag  LastFetchTimestamp  LastCaughtUpTimestamp  "
+        "Status"
     )
     summary = status_summary(info)
     assert summary["currentVoters"] == []

@@ -1,0 +1,80 @@
+"""Kafka 4.x's own ``kafka-metadata-quorum.sh`` (MetadataQuorumCommand, from Maven Central)
+against a running kraft-spark quorum: ApiVersions, DescribeCluster (KIP-919), DescribeQuorum v2,
+AddRaftVoter and RemoveRaftVoter (KIP-853)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import LocalQuorum, Observer, running
+from tests.kafka.kafka_dist import KafkaUnavailable, ToolRun, run_kafka_tool
+
+pytestmark = [pytest.mark.kafka, pytest.mark.integration, pytest.mark.timeout(900)]
+TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
+
+
+def kafka_quorum(bootstrap: str, *args: str) -> ToolRun:
+    try:
+        return run_kafka_tool(TOOL, ["--bootstrap-controller", bootstrap, *args])
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Kafka's tools are not available: {exc}")
+
+
+def ours(bootstrap: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "kraft_spark", "metadata-quorum",
+                           "--bootstrap-controller", bootstrap, *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_kafkas_tool_describes_grows_and_shrinks_our_quorum(tmp_path: Path) -> None:
+    quorum = LocalQuorum(tmp_path / "data")
+    observer: Observer | None = None
+    with running(quorum):
+        boot = quorum.bootstrap[1]  # any node: the tool finds the leader (DescribeCluster)
+        for _ in range(100):  # until every voter has fetched (the leader knows its directory)
+            summary = json.loads(ours(boot, "describe", "--status", "--json"))
+            if all(v["directoryId"] for v in summary["currentVoters"]):
+                break
+        status = kafka_quorum(boot, "describe", "--status")
+        assert status.returncode == 0, status.stderr[-2000:]
+        # Kafka's output, line for line, is what our own tool prints.
+        assert status.stdout.strip().splitlines()[6:] == \
+            ours(boot, "describe", "--status").strip().splitlines()[6:]
+        assert '"endpoints": ["CONTROLLER://127.0.0.1:' in status.stdout
+        replication = kafka_quorum(boot, "describe", "--replication")
+        assert replication.returncode == 0, replication.stderr[-2000:]
+        rows = [line.split() for line in replication.stdout.strip().splitlines()[1:]]
+        assert sorted(r[-1] for r in rows) == ["Follower", "Follower", "Leader"]
+
+        observer = Observer(quorum, 3)
+        try:
+            for _ in range(30):  # refused (REQUEST_TIMED_OUT) until the observer caught up
+                added = kafka_quorum(boot, "--command-config", str(observer.config),
+                                     "add-controller")
+                if added.returncode == 0:
+                    break
+            assert added.returncode == 0, added.stderr[-2000:]
+            assert added.stdout.startswith("Added controller 3 with directory id ")
+            voters = json.loads(ours(boot, "describe", "--status", "--json"))["currentVoters"]
+            assert [v["id"] for v in voters] == [0, 1, 2, 3]
+            # Misuse gets Kafka's error: the same controller again is a duplicate voter.
+            again = kafka_quorum(boot, "--command-config", str(observer.config),
+                                 "add-controller")
+            assert again.returncode != 0 and "DuplicateVoterException" in again.stderr
+            directory = next(v["directoryId"] for v in voters if v["id"] == 3)
+            removed = kafka_quorum(boot, "remove-controller", "--controller-id", "3",
+                                   "--controller-directory-id", directory)
+            assert removed.returncode == 0, removed.stderr[-2000:]
+            assert removed.stdout.startswith(f"Removed KRaft controller 3 with directory id "
+                                             f"{directory}")
+            voters = json.loads(ours(boot, "describe", "--status", "--json"))["currentVoters"]
+            assert [v["id"] for v in voters] == [0, 1, 2]
+        finally:
+            observer.stop()
