@@ -56,6 +56,15 @@ def register(subparsers: Any) -> None:
     gray.add_argument("--json", action="store_true", help="end with one JSON line")
     gray.set_defaults(func=_bench_gray)
 
+    voters = bench_subparsers(subparsers).add_parser(
+        "voters", help="KIP-853: time to add / remove a voter, appends during a change, "
+        "failover with 5 voters (local quorum plus two observers)",
+    )
+    voters.add_argument("--rounds", type=int, default=3, help="grow/shrink rounds (default 3)")
+    voters.add_argument("--base-port", type=int, default=19800)
+    voters.add_argument("--json", action="store_true", help="end with one JSON line")
+    voters.set_defaults(func=_bench_voters)
+
     compare = bench_subparsers(subparsers).add_parser(
         "compare", help="kraft-spark against etcd and PySyncObj, with the physical floor "
         "(installs etcd, wrk and PySyncObj if missing)",
@@ -73,6 +82,19 @@ def register(subparsers: Any) -> None:
                          help="steady load for the Delta visibility point (default 30)")
     compare.add_argument("--out", default="bench/results", help="results directory")
     compare.set_defaults(func=_bench_compare)
+
+
+def _bench_voters(args: argparse.Namespace) -> int:
+    from bench.membership import format_result, run
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = run(args.rounds, args.base_port, say)
+    print(format_result(result))
+    if args.json:
+        print(json.dumps(result))
+    return 0
 
 
 def _bench_quorum(args: argparse.Namespace) -> int:

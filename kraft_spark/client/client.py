@@ -22,6 +22,7 @@ import random
 import ssl
 import threading
 import time
+import uuid
 from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -52,7 +53,7 @@ from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.net.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.records import Batch, Record
-from kraft_spark.raft.voter_set import NIL_DIRECTORY, directory_text
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, directory_text
 
 T = TypeVar("T")
 
@@ -565,6 +566,15 @@ class QuorumClient:
 
     def leader_views(self, timeout_s: float = 1.0) -> dict[str, tuple[int, int]]:
         return self._call(self._client.leader_views(timeout_s))
+
+    def add_voter(self, voter_id: int, directory_id: uuid.UUID,
+                  endpoints: tuple[Endpoint, ...], *, timeout_s: float = 30.0) -> None:
+        self._call(self._client.add_voter(voter_id, directory_id, endpoints,
+                                          timeout_s=timeout_s))
+
+    def remove_voter(self, voter_id: int, directory_id: uuid.UUID, *,
+                     timeout_s: float = 30.0) -> None:
+        self._call(self._client.remove_voter(voter_id, directory_id, timeout_s=timeout_s))
 
     def close(self) -> None:
         if self._loop.is_closed():

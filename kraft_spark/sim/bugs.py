@@ -10,7 +10,9 @@ from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.leader import LeaderState
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import NO_LEADER, VoteRequest
+from kraft_spark.raft.progress import ReplicaProgress
 from kraft_spark.raft.vote_rules import VoteDecision, decide_vote
+from kraft_spark.raft.voter_set import VoterSet
 
 
 class DoubleVote(RaftCore):
@@ -68,6 +70,30 @@ class NoTruncate(RaftCore):
         return None
 
 
+
+
+class ConcurrentVoterChanges(RaftCore):
+    """KIP-853: starts a voter change while another is uncommitted (or before its own epoch
+    committed anything)."""
+
+    def _rule_change_blocked(self) -> str | None:
+        return None
+
+
+class CommittedVotersOnly(RaftCore):
+    """KIP-853: uses only committed VotersRecords (the set in force lags the log)."""
+
+    def _rule_voters_in_force(self) -> VoterSet:
+        return self.history.at(self.high_watermark)
+
+
+class UncaughtVoter(RaftCore):
+    """KIP-853: adds a voter that has not caught up with the leader's log."""
+
+    def _rule_caught_up(self, progress: ReplicaProgress) -> bool:
+        return True
+
+
 BUGS: dict[str, type[RaftCore]] = {
     "double-vote": DoubleVote,
     "stale-log-vote": StaleLogVote,
@@ -75,4 +101,7 @@ BUGS: dict[str, type[RaftCore]] = {
     "minority-hw": MinorityHighWatermark,
     "ack-before-fsync": AckBeforeFsync,
     "no-truncate": NoTruncate,
+    "concurrent-voter-changes": ConcurrentVoterChanges,
+    "committed-voters-only": CommittedVotersOnly,
+    "uncaught-voter": UncaughtVoter,
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import random
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,10 +25,11 @@ from typing import Any
 from kraft_spark.log.errors import CorruptSegmentError, LogError
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
-from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse
+from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse, Request
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import PersistedState, Role
+from kraft_spark.raft.voter_set import NIL_DIRECTORY
 from kraft_spark.sim.disk_faults import DISK_BUGS, RESTART_AFTER_US
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
@@ -38,13 +40,19 @@ from kraft_spark.sim.trace import Trace
 CLUSTER_ID = "sim-cluster-0000000000"
 CLIENT_TIMEOUT_MS = 4000
 OBSERVER_BASE_ID = 100
+# The "client" that sends AddRaftVoter / RemoveRaftVoter (the reconfig fault): answers to it
+# are traced, not delivered.
+ADMIN_ID = -1_000_000
 
 
 @dataclass(slots=True)
 class SimNode:
     node_id: int
-    is_voter: bool
+    is_voter: bool  # in the initial (static) voter set
     log: MemoryLog
+    # KIP-853: this disk's directory id (a new one when the disk is lost), used only when the
+    # simulation changes voters (``reconfig``); NIL otherwise, matching any directory.
+    directory_id: uuid.UUID = NIL_DIRECTORY
     core: RaftCore | None = None
     persisted: PersistedState | None = None  # the durable quorum-state file
     incarnation: int = 0
@@ -90,22 +98,29 @@ class Cluster:
         log_factory: Callable[[], MemoryLog] = MemoryLog,
         snapshots: bool = False,
         shell_bug: str | None = None,
+        directories: bool = False,
     ) -> None:
+        """``directories``: give every disk a directory id (KIP-853), so that a lost disk comes
+        back as another voter key (the ``reconfig`` fault needs it)."""
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0  # microseconds
         self.config = config
         self.core_class = core_class
         self.trace = trace or Trace(keep=60)
-        self.voter_ids = tuple(range(voters))
-        ids = list(self.voter_ids) + [OBSERVER_BASE_ID + i for i in range(observers)]
+        self.initial_voters = tuple(range(voters))
+        ids = list(self.initial_voters) + [OBSERVER_BASE_ID + i for i in range(observers)]
         self.log_factory = log_factory
         self.disk_bug = shell_bug in DISK_BUGS
-        self.nodes = {i: SimNode(i, i in self.voter_ids, log_factory()) for i in ids}
+        self.directories = directories
+        self.nodes = {i: SimNode(i, i in self.initial_voters, log_factory()) for i in ids}
+        for node in self.nodes.values():
+            node.directory_id = self._new_directory()
         for node in self.nodes.values():
             node.log.ignore_fsync_error = self.disk_bug
         self.network = Network(random.Random(self.rng.random()))
-        self.checker = Checker(self.voter_ids)
+        self.checker = Checker(self.initial_voters)
+        self.admin_answers: list[str] = []
         # KIP-630: every node's snapshot store and state machine (None: no snapshots).
         self.snapshots = (
             SimSnapshots(random.Random(self.rng.random()), self.checker, shell_bug)
@@ -127,6 +142,14 @@ class Cluster:
             self.start_node(node, disk_lost=False)
         for client in self.clients:
             self.at(self.rng.randint(*self.client_think_us), self._client_send, client)
+
+    @property
+    def voter_ids(self) -> tuple[int, ...]:
+        """The voters of the committed log (the static set until a VotersRecord commits)."""
+        return self.checker.voters
+
+    def _new_directory(self) -> uuid.UUID:
+        return uuid.UUID(int=self.rng.getrandbits(128)) if self.directories else NIL_DIRECTORY
 
     # ------------------------------------------------------------------ event queue
 
@@ -181,7 +204,7 @@ class Cluster:
         node.core = self.core_class(
             node_id=node.node_id,
             cluster_id=CLUSTER_ID,
-            voters=self.voter_ids,
+            voters=self.initial_voters,
             log=node.log,
             config=self.config,
             rng=random.Random(self.rng.random()),
@@ -190,6 +213,7 @@ class Cluster:
             # A wiped node stays wiped until its core says it caught up, across restarts.
             disk_lost=disk_lost or node.wiped,
             snapshots=store,
+            directory_id=node.directory_id,
         )
         self._after(node)
 
@@ -206,6 +230,7 @@ class Cluster:
             node.log = self.log_factory()
             node.persisted = None
             node.wiped = True
+            node.directory_id = self._new_directory()
         else:
             node.log = node.log.crashed(self.rng, torn)
         node.log.failing, node.log.ignore_fsync_error = failing, self.disk_bug
@@ -387,6 +412,11 @@ class Cluster:
             self._send(nid, out.dest, ("req", out.request_id, out.message, node.incarnation))
         for reply in ready.replies:
             dest, request_id, dest_incarnation = _route(reply.token)
+            if dest == ADMIN_ID:
+                answer = f"voter change answered by n{nid}: {reply.message}"
+                self.admin_answers.append(answer)
+                self.trace.add(self.now, nid, None, answer)
+                continue
             self._send(nid, dest, ("resp", request_id, reply.message), dest_incarnation)
         if ready.flush_log:
             self._start_flush(node)
@@ -446,10 +476,47 @@ class Cluster:
         """The committed log is durably on a majority and no voter lacking it can be elected;
         voters catching up after disk loss are excused from the first and vote in neither."""
         catching_up = self.catching_up_voters()
+        # A node that is not its id's voter (a lost disk came back under a new directory id,
+        # KIP-853) neither votes nor campaigns until it is removed and added again: excused,
+        # like a voter catching up after a disk loss.
+        for i in self.voter_ids:
+            core = self.nodes[i].core
+            if core is not None and not core.is_voter:
+                catching_up.add(i)
+        leader = self.current_leader()
+        leader_voters = leader.core.voters if leader is not None and leader.core else None
+        logs = {i: self.nodes[i].log for i in {*self.voter_ids, *(leader_voters or ())}}
+        self.checker.check_majority(logs, len(catching_up), leader_voters)
         logs = self.voter_logs()
-        self.checker.check_majority(logs, len(catching_up))
         alive = {i: self.nodes[i].alive for i in self.voter_ids}
         self.checker.check_electable(logs, alive, catching_up)
+
+    def submit_voter_change(self, node: SimNode, request: Request) -> None:
+        """Hand an AddRaftVoter / RemoveRaftVoter to ``node`` (the reconfig fault)."""
+        core = node.core
+        assert core is not None
+        self.trace.add(self.now, node.node_id, None, f"ADMIN {request}")
+        self._handle_admin(node, request)
+
+    def _handle_admin(self, node: SimNode, request: Request) -> None:
+        core = node.core
+        if core is None or not node.alive or node.paused:
+            return
+        try:
+            core.handle_request(self.now // 1000, ADMIN_ID, (ADMIN_ID, 0, None), request)
+        except LogError as exc:
+            self.storage_failure(node, exc)
+            return
+        self._after(node)
+
+    def voter_changes_committed(self) -> int:
+        return sum(1 for a in self.admin_answers if "error=<ErrorCode.NONE" in a)
+
+    def current_leader(self) -> SimNode | None:
+        """The live leader of the highest epoch, if any."""
+        leaders = [n for n in self.nodes.values()
+                   if n.alive and n.core is not None and n.core.role is Role.LEADER]
+        return max(leaders, key=lambda n: n.core.epoch if n.core else -1, default=None)
 
     def voter_logs(self) -> dict[int, MemoryLog]:
         return {i: self.nodes[i].log for i in self.voter_ids}

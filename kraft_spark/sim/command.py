@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     echo = print if args.trace else None
     started = time.monotonic()
     events = commits = elections = 0
-    taken = installed = advanced = 0
+    taken = installed = advanced = changes = 0
     for n, seed in enumerate(seeds, 1):
         result = run_seed(
             seed,
@@ -129,6 +129,7 @@ def _run(args: argparse.Namespace) -> int:
             installed += result.snapshots.installed
             advanced += result.snapshots.starts_advanced
         events += result.events
+        changes += result.voter_changes
         commits += result.commits
         elections += result.elections
         if result.violation is not None:
@@ -154,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
         f"seeds={len(seeds)} events={events} commits={commits} elections={elections} violations=0"
         + ("" if args.no_snapshots else
            f" snapshots={taken} installed={installed} log-starts-advanced={advanced}")
+        + (f" voter-changes={changes}" if "reconfig" in faults else "")
     )
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kraft_spark.raft.records import Batch
+from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.sim.memlog import MemoryLog
 
 
@@ -39,6 +40,8 @@ class NodeView:
 
 @dataclass(slots=True)
 class Checker:
+    # The voter set of the committed log (KIP-853: its newest committed VotersRecord, else
+    # the static set): the majority and electability checks are phrased against it.
     voters: tuple[int, ...]
     committed: list[Batch] = field(default_factory=list)
     committed_end: int = 0
@@ -180,6 +183,10 @@ class Checker:
         self.committed.append(batch)
         self.committed_end = batch.next_offset
         self.commits += 1
+        if batch.is_control:
+            voters = voters_in(batch)
+            if voters is not None:
+                self.voters = voters.ids()
         if not batch.is_control:
             for i, record in enumerate(batch.records):
                 if record.value is None:
@@ -218,20 +225,27 @@ class Checker:
                 f"node {node_id} truncated its log to {offset}, below its high watermark {hw}",
             )
 
-    def check_majority(self, logs: dict[int, MemoryLog], excused: int) -> None:
+    def check_majority(self, logs: dict[int, MemoryLog], excused: int,
+                       leader_voters: tuple[int, ...] | None = None) -> None:
         """A majority of voters durably hold the committed log; ``excused`` voters lost their
-        disk and are still catching up (SPEC §10), and so count as holding it."""
-        holding = 0
-        for node_id, log in logs.items():
-            if self.refresh(node_id, log).durable_agree_end >= self.committed_end:
-                holding += 1
-        if holding + excused < len(self.voters) // 2 + 1:
-            ends = {i: self.view(i).durable_agree_end for i in logs}
-            raise InvariantViolation(
-                "majority-holds-high-watermark",
-                f"only {holding} of {len(self.voters)} voters durably hold the committed log "
-                f"up to {self.committed_end} (durable agreement per voter: {ends})",
-            )
+        disk and are still catching up (SPEC §10), and so count as holding it.
+
+        KIP-853: the voters are those of the committed log, or those in force at the current
+        leader (``leader_voters``, its newest VotersRecord, committed or not): a leader commits
+        on a majority of the set in force at it, which during a removal is no majority of the
+        committed set (the two majorities overlap, which is what keeps it safe)."""
+        holding = {i for i, log in logs.items()
+                   if self.refresh(i, log).durable_agree_end >= self.committed_end}
+        sets = [self.voters] + ([leader_voters] if leader_voters else [])
+        for voters in sets:
+            if len(holding & set(voters)) + excused >= len(voters) // 2 + 1:
+                return
+        ends = {i: self.view(i).durable_agree_end for i in logs}
+        raise InvariantViolation(
+            "majority-holds-high-watermark",
+            f"only {len(holding)} of the voters {sets} durably hold the committed log up to "
+            f"{self.committed_end} (durable agreement per node: {ends})",
+        )
 
     def check_electable(
         self, logs: dict[int, MemoryLog], alive: dict[int, bool], non_voting: set[int]

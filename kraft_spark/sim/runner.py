@@ -36,6 +36,8 @@ class SeedResult:
     violation: InvariantViolation | None = None
     recent_trace: list[str] = field(default_factory=list)
     snapshots: SnapshotStats | None = None
+    # KIP-853: voter changes committed (answered NONE) during the run.
+    voter_changes: int = 0
 
 
 def run_seed(
@@ -63,6 +65,7 @@ def run_seed(
         log_factory=DiskLog.fresh if segmented_log else MemoryLog,
         snapshots=snapshots,
         shell_bug=shell_bug,
+        directories="reconfig" in faults,
     )
     fault_end = int(duration_s * 1_000_000)
     injector = FaultInjector(cluster, faults, until_us=fault_end)
@@ -87,10 +90,11 @@ def run_seed(
     except InvariantViolation as violation:
         return SeedResult(
             seed, cluster.events, cluster.checker.commits, cluster.elections, violation,
-            trace.recent(), _snapshot_stats(cluster),
+            trace.recent(), _snapshot_stats(cluster), cluster.voter_changes_committed(),
         )  # fmt: skip
     return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections,
-                      snapshots=_snapshot_stats(cluster))
+                      snapshots=_snapshot_stats(cluster),
+                      voter_changes=cluster.voter_changes_committed())
 
 
 def _snapshot_stats(cluster: Cluster) -> SnapshotStats | None:
