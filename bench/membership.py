@@ -39,7 +39,7 @@ class _Appender(threading.Thread):
         super().__init__(daemon=True)
         self.client = QuorumClient(bootstrap, retry_budget_s=30.0, request_timeout_s=2.0)
         self.samples: list[tuple[float, float]] = []
-        self.acks: list[float] = []
+        self.acks: list[tuple[float, int]] = []  # (when, epoch of the batch)
         self.errors = 0
         self.stop = threading.Event()
 
@@ -48,13 +48,14 @@ class _Appender(threading.Thread):
         while not self.stop.is_set():
             start = time.monotonic()
             try:
-                self.client.append([NewRecord(b"bench-%d" % n, b"x" * 100)], timeout_s=30)
+                result = self.client.append([NewRecord(b"bench-%d" % n, b"x" * 100)],
+                                            timeout_s=30)
             except ClientError:
                 self.errors += 1
                 continue
             end = time.monotonic()
             self.samples.append((start, end - start))
-            self.acks.append(end)
+            self.acks.append((end, result.epoch))
             n += 1
 
 
@@ -96,11 +97,13 @@ def run(rounds: int, base_port: int, say: Say) -> dict[str, Any]:
     load = _Appender(boot)
     load.start()
     windows: list[tuple[float, float]] = []
+    warm = killed_at = float("inf")
     adds: list[float] = []
     removes: list[float] = []
     try:
         while len(load.samples) < 200:
             time.sleep(0.05)
+        warm = time.monotonic()  # the first appends waited for the first election
 
         def change(what: str, call: Any) -> float:
             while True:
@@ -137,9 +140,13 @@ def run(rounds: int, base_port: int, say: Say) -> dict[str, Any]:
         killed_at = time.monotonic()
         os.kill(pids[info.leader_id], signal.SIGKILL)
         deadline = killed_at + 30
-        while time.monotonic() < deadline and not [a for a in load.acks[-20:] if a > killed_at]:
+
+        def new_epoch() -> list[float]:  # acks from the next leader (in-flight ones excluded)
+            return [a for a, e in load.acks[-50:] if a > killed_at and e > info.leader_epoch]
+
+        while time.monotonic() < deadline and not new_epoch():
             time.sleep(0.002)
-        after = [a for a in load.acks if a > killed_at]
+        after = new_epoch()
         failover_ms = 1000 * (after[0] - killed_at) if after else float("nan")
         say(f"  next acknowledged append {failover_ms:.0f} ms after the kill")
     finally:
@@ -160,8 +167,9 @@ def run(rounds: int, base_port: int, say: Say) -> dict[str, Any]:
     def in_change(start: float) -> bool:
         return any(a <= start <= b for a, b in windows)
 
-    during = [lat * 1000 for s, lat in load.samples if in_change(s)]
-    outside = [lat * 1000 for s, lat in load.samples if not in_change(s)]
+    steady = [(s, lat) for s, lat in load.samples if warm <= s < killed_at]
+    during = [lat * 1000 for s, lat in steady if in_change(s)]
+    outside = [lat * 1000 for s, lat in steady if not in_change(s)]
     return {
         "add_voter_ms": {"median": 1000 * statistics.median(adds), "max": 1000 * max(adds)},
         "remove_voter_ms": {"median": 1000 * statistics.median(removes),
