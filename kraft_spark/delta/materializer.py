@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.direct_append import append_direct
+from kraft_spark.delta.log_rows import Rows, rows_from
 from kraft_spark.delta.maintenance import Compaction, checkpoint_table, compact_table
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
@@ -92,12 +93,9 @@ from kraft_spark.delta.tables import (
     table_path,
 )
 from kraft_spark.raft.records import (
-    CONTROL_TYPE_LEADER_CHANGE,
     Batch,
     LeaderChange,
     Record,
-    control_type_of,
-    decode_leader_change,
     leader_change_batch,
 )
 
@@ -144,14 +142,6 @@ class CommitStats:
     def lag_offsets(self) -> int:
         """Committed offsets not yet materialized when the call returned."""
         return max(0, self.high_watermark - self.end_offset)
-
-
-@dataclass(slots=True)
-class _Rows:
-    records: list[tuple[Any, ...]]
-    events: list[tuple[Any, ...]]
-    # key -> (key, value, offset, epoch, timestamp_ms), the last change per key in the call.
-    latest: dict[str, tuple[Any, ...]]
 
 
 class DeltaMaterializer:
@@ -266,7 +256,7 @@ class DeltaMaterializer:
         end = batches[-1].next_offset
         if end <= resume:
             return min(offsets.values())  # everything already materialized
-        rows = _rows_from(batches, resume)
+        rows = rows_from(batches, resume)
         counts: dict[str, int] = {}
         seconds: dict[str, float] = {}
         try:
@@ -372,7 +362,7 @@ class DeltaMaterializer:
             shutil.rmtree(scratch, ignore_errors=True)
         return time.monotonic() - started
 
-    def _commit(self, table: str, rows: _Rows, first: int, meta: CommitMetadata) -> int:
+    def _commit(self, table: str, rows: Rows, first: int, meta: CommitMetadata) -> int:
         self._create_tables()
         if table == RECORDS:
             data = [r for r in rows.records if r[0] >= first]
@@ -495,46 +485,6 @@ def _check_batches(batches: Sequence[Batch], high_watermark: int) -> None:
             f"batch up to offset {previous.last_offset} is not below the high watermark "
             f"{high_watermark}: only committed records may be materialized"
         )
-
-
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", errors="replace")
-
-
-def _rows_from(batches: Sequence[Batch], start: int) -> _Rows:
-    """Rows of every table for the records at offsets >= ``start``."""
-    rows = _Rows(records=[], events=[], latest={})
-    for batch in batches:
-        if batch.next_offset <= start:
-            continue
-        for index, record in enumerate(batch.records):
-            offset = batch.base_offset + index
-            if offset < start:
-                continue
-            if batch.is_control:
-                if control_type_of(record.key) != CONTROL_TYPE_LEADER_CHANGE:
-                    continue  # other control records (snapshots, voter changes) carry no rows
-                if record.value is None:
-                    raise ValueError(f"LeaderChange record at offset {offset} has no value")
-                change = decode_leader_change(record.value)
-                rows.events.append(
-                    (
-                        offset,
-                        batch.epoch,
-                        change.leader_id,
-                        list(change.voters),
-                        list(change.granting_voters),
-                        record.timestamp_ms,
-                    )
-                )
-                continue
-            key = _text(record.key)
-            value = _text(record.value)
-            headers = {name: _text(data) for name, data in record.headers}
-            rows.records.append((offset, batch.epoch, record.timestamp_ms, key, value, headers))
-            if key is not None:
-                rows.latest[key] = (key, value, offset, batch.epoch, record.timestamp_ms)
-    return rows
 
 
 

@@ -4,7 +4,8 @@ Layout under the warehouse directory (path-based Delta tables, readable by any D
 
     <warehouse>/records        one row per committed data record
     <warehouse>/snapshot       the latest value per key
-    <warehouse>/quorum_events  one row per LeaderChange control record
+    <warehouse>/quorum_events  one row per LeaderChange control record, and per voter-set
+                               change (KIP-853 VotersRecord: leader_id -1, the new voters)
 
 Timestamps are Spark ``TIMESTAMP`` (UTC instants, millisecond precision from the record's
 ``timestamp_ms``); the application's session time zone is UTC (conf/spark-defaults.conf).

@@ -68,13 +68,19 @@ def record_rows(batches: Sequence[Batch]) -> list[tuple[Any, ...]]:
 
 def event_rows(batches: Sequence[Batch]) -> list[tuple[Any, ...]]:
     """Expected ``quorum_events`` rows: (offset, epoch, leader, voters, granting, timestamp_ms)."""
-    from kraft_spark.raft.records import decode_leader_change
+    from kraft_spark.raft.records import (
+        CONTROL_TYPE_LEADER_CHANGE,
+        control_type_of,
+        decode_leader_change,
+    )
 
     out = []
     for batch in batches:
         if batch.is_control:
             r = batch.records[0]
             assert r.value is not None
+            if control_type_of(r.key) != CONTROL_TYPE_LEADER_CHANGE:
+                continue
             lc = decode_leader_change(r.value)
             out.append(
                 (

@@ -88,3 +88,19 @@ def test_snapshots_carry_the_voter_set_applied_last() -> None:
     assert [k for k, _ in content.entries] == [b"k"]
     batch = voters_batch(0, 1, SET, 0)
     assert voters_in(batch) == SET and voters_in(Batch(0, 1, (Record(b"k", b"v"),))) is None
+
+
+def test_quorum_events_get_a_row_for_every_voter_set_change() -> None:
+    from kraft_spark.delta.log_rows import rows_from
+    from kraft_spark.raft.records import LeaderChange, leader_change_batch
+    from kraft_spark.raft.voter_records import kraft_version_batch
+
+    batches = [
+        leader_change_batch(0, 1, LeaderChange(1, (1, 2), (1,)), 10),
+        kraft_version_batch(1, 1, 1, 11),
+        voters_batch(2, 1, SET, 12),
+        Batch(3, 1, (Record(b"k", b"v", 13),)),
+    ]
+    rows = rows_from(batches, 0)
+    assert rows.events == [(0, 1, 1, [1, 2], [1], 10), (2, 1, -1, [1, 2], [], 12)]
+    assert [r[0] for r in rows.records] == [3]

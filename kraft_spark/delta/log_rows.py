@@ -1,0 +1,69 @@
+"""Committed Raft batches as the rows of the three Delta tables (pure: no Spark, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kraft_spark.raft.records import (
+    CONTROL_TYPE_LEADER_CHANGE,
+    Batch,
+    control_type_of,
+    decode_leader_change,
+)
+from kraft_spark.raft.voter_records import voters_in
+
+
+@dataclass(slots=True)
+class Rows:
+    records: list[tuple[Any, ...]]
+    events: list[tuple[Any, ...]]
+    # key -> (key, value, offset, epoch, timestamp_ms), the last change per key in the call.
+    latest: dict[str, tuple[Any, ...]]
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def rows_from(batches: Sequence[Batch], start: int) -> Rows:
+    """Rows of every table for the records at offsets >= ``start``."""
+    rows = Rows(records=[], events=[], latest={})
+    for batch in batches:
+        if batch.next_offset <= start:
+            continue
+        for index, record in enumerate(batch.records):
+            offset = batch.base_offset + index
+            if offset < start:
+                continue
+            if batch.is_control:
+                voters = voters_in(batch)
+                if voters is not None:
+                    # KIP-853: a voter-set change; no leader is named (-1), nobody granted.
+                    rows.events.append((offset, batch.epoch, -1, list(voters.ids()), [],
+                                        record.timestamp_ms))
+                    continue
+                if control_type_of(record.key) != CONTROL_TYPE_LEADER_CHANGE:
+                    continue  # other control records (kraft.version) carry no rows
+                if record.value is None:
+                    raise ValueError(f"LeaderChange record at offset {offset} has no value")
+                change = decode_leader_change(record.value)
+                rows.events.append(
+                    (
+                        offset,
+                        batch.epoch,
+                        change.leader_id,
+                        list(change.voters),
+                        list(change.granting_voters),
+                        record.timestamp_ms,
+                    )
+                )
+                continue
+            key = _text(record.key)
+            value = _text(record.value)
+            headers = {name: _text(data) for name, data in record.headers}
+            rows.records.append((offset, batch.epoch, record.timestamp_ms, key, value, headers))
+            if key is not None:
+                rows.latest[key] = (key, value, offset, batch.epoch, record.timestamp_ms)
+    return rows
