@@ -86,6 +86,7 @@ class Application:
         self._job_done = threading.Event()
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
         self._delta_ready = threading.Event()
+        self._reconcile_lock = threading.Lock()
         # Why the application cannot go on (the warehouse belongs to another cluster): main()
         # stops it and exits 1. Only set once, before anything was materialized.
         self.fatal: str | None = None
@@ -145,6 +146,38 @@ class Application:
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
+    def _static_voters(self) -> int:
+        """The first start's --voters (the static voter set), kept in the data directory; a
+        different --voters later is reached by KIP-853 changes (driver/voter_reconcile.py)."""
+        path = os.path.join(self.config.data_dir, "initial-voters")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return int(fh.read().strip())
+        except (OSError, ValueError):
+            pass
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(f"{self.config.voters}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        return self.config.voters
+
+    def _reconcile_voters(self, tasks: dict[int, Any]) -> None:
+        from driver.voter_reconcile import reconcile
+        from kraft_spark.client import QuorumClient
+
+        with self._reconcile_lock:
+            boot = [f"{h['host']}:{h['port']}" for h in tasks.values()]
+            client = QuorumClient(boot, retry_budget_s=30.0)
+            try:
+                reconcile(client, tasks, self.config.voters, stopping=self.stopping,
+                          say=progress)
+            except Exception:  # never takes the application down; retried next generation
+                log.exception("voter reconcile failed")
+            finally:
+                client.close()
+
     def _known_directory_ids(self) -> dict[int, str]:
         path = os.path.join(self.config.data_dir, "voter-directories.json")
         try:
@@ -183,6 +216,7 @@ class Application:
                 inline_flush_max_ms=cfg.inline_flush_max_ms,
                 log_preallocate=cfg.log_preallocate,
                 known_directory_ids=self._known_directory_ids(),
+                static_voters=self._static_voters(),
             )
             sc = self.spark.sparkContext
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
@@ -221,8 +255,11 @@ class Application:
     # ---------------------------------------------------------------- observer
 
     def _follow(self, voters: dict[int, Any]) -> None:
-        """(Re)start the observer with the voters' current endpoints."""
+        """(Re)start the observer with the voters' current endpoints; then bring the voter set
+        to the tasks (KIP-853) in the background."""
         self._save_directory_ids(voters)
+        threading.Thread(target=self._reconcile_voters, args=(voters,), daemon=True,
+                         name="voter-reconcile").start()
         endpoints = {v: (str(h["host"]), int(h["port"])) for v, h in voters.items()}
         if endpoints == self._observer_voters:
             return

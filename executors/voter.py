@@ -54,6 +54,10 @@ class VoterSettings:
     log_preallocate: bool = True  # kraft.log.preallocate
     known_directory_ids: dict[int, str] = field(default_factory=dict)
     lock_timeout_s: float = 120.0
+    # KIP-853: the tasks below this id form the static voter set (the application's first
+    # --voters, kept in its data directory); the others start as observers and the driver
+    # adds them (driver/voter_reconcile.py). 0: every task.
+    static_voters: int = 0
 
 
 def _host(settings: VoterSettings) -> str:
@@ -95,6 +99,7 @@ def prepare_log_dir(settings: VoterSettings, voter_id: int) -> tuple[str, str, b
 # task after a doubling backoff: failing the task would fail the barrier stage, and with it every
 # other voter (one node failing never stops the others).
 RESTART_FIRST_S = 1.0
+UNHOSTED = ("127.0.0.1", 9)  # the discard port: connections are refused
 RESTART_MAX_S = 30.0
 
 
@@ -168,9 +173,14 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         port = _port(host, settings, voter_id)
         me = {"voter_id": voter_id, "host": host, "port": port, "directory_id": directory_id}
         everyone = [json.loads(item) for item in ctx.allGather(json.dumps(me))]
-        voters = {int(v["voter_id"]): (str(v["host"]), int(v["port"])) for v in everyone}
+        everywhere = {int(v["voter_id"]): (str(v["host"]), int(v["port"])) for v in everyone}
+        static = settings.static_voters or len(everywhere)
+        # A static voter no task hosts now (a smaller --voters before its removal committed)
+        # keeps its place in the static set at an address where nothing listens.
+        voters = {i: everywhere.get(i, UNHOSTED) for i in range(static)}
         config = NodeConfig(
             node_id=voter_id, log_dir=log_dir, host=host, port=port, voters=voters,
+            addresses={i: a for i, a in everywhere.items() if i >= static},
             quorum=QuorumConfig.from_properties(settings.quorum_properties),
             disk_lost=disk_lost,
             inline_flush_max_ms=settings.inline_flush_max_ms,

@@ -184,6 +184,11 @@ class NodeConfig:
     log_preallocate: bool = True
     scrub_bytes_per_second: int = DEFAULT_SCRUB_BYTES_PER_SECOND
     snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
+    # Where other nodes listen that are not in ``voters`` (the static set): nodes that may
+    # become voters by a KIP-853 change (the Spark application's tasks beyond its initial
+    # voters). Preferred, like ``voters``, over the endpoints of VotersRecords, which name the
+    # addresses of the generation that wrote them.
+    addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def is_voter(self) -> bool:

@@ -38,23 +38,27 @@ class VoterEndpointsMixin:
     _endpoint_cache: tuple[VoterSet | None, list[dict[str, Any]]] = (None, [])
 
     def _voter_address(self, node_id: int) -> tuple[str, int] | None:
-        """Where voter ``node_id`` listens: its VotersRecord endpoint, else the static list."""
+        """Where voter ``node_id`` listens: the configured address (``controller.quorum.voters``
+        or the Spark application's current generation), else its VotersRecord endpoint."""
+        known = self.config.voters.get(node_id) or self.config.addresses.get(node_id)
+        if known is not None:
+            return known
         core = self._core
         if core is not None:
             voter = core.voter_set.get(node_id)
-            if voter is not None and voter.address() is not None:
+            if voter is not None:
                 return voter.address()
-        return self.config.voters.get(node_id)
+        return None
 
     def _voter_endpoints(self) -> list[dict[str, Any]]:
         """``{"node_id", "host", "port"}`` per voter in force (clients find the leader)."""
         core = self._core
         voters = core.voter_set if core is not None else static_voter_set(self.config)
         if self._endpoint_cache[0] is not voters:
-            full = voters.with_endpoints(dict(self.config.voters))
+            found = ((v.node_id, self._voter_address(v.node_id)) for v in voters.voters)
             self._endpoint_cache = (voters, [
-                {"node_id": v.node_id, "host": v.endpoints[0].host, "port": v.endpoints[0].port}
-                for v in full.voters if v.endpoints
+                {"node_id": node_id, "host": where[0], "port": where[1]}
+                for node_id, where in found if where is not None
             ])
         return self._endpoint_cache[1]
 
@@ -63,7 +67,9 @@ class VoterEndpointsMixin:
     ) -> None:
         core = self._core
         assert core is not None
-        voters = core.voter_set.with_endpoints(dict(self.config.voters))
+        voters = core.voter_set.with_addresses(
+            {v.node_id: a for v in core.voter_set.voters
+             if (a := self._voter_address(v.node_id)) is not None})
         conn.respond(header.api_key, header.api_version, header.correlation_id,
                      describe_cluster_body(self.cluster_id, core.known_leader(), voters,
                                            body.get("endpoint_type", 1)))

@@ -140,5 +140,16 @@ class VoterSet:
             for v in self.voters
         ))
 
+    def with_addresses(self, known: dict[int, tuple[str, int]]) -> VoterSet:
+        """The first endpoint of each voter in ``known`` moved to that address (where the
+        node listens now; a VotersRecord holds where it listened when it was written)."""
+        def moved(v: Voter) -> Voter:
+            if v.node_id not in known:
+                return v
+            name = v.endpoints[0].name if v.endpoints else DEFAULT_LISTENER
+            return Voter(v.node_id, v.directory_id,
+                         (Endpoint(name, *known[v.node_id]), *v.endpoints[1:]))
+        return VoterSet(tuple(moved(v) for v in self.voters))
+
     def describe(self) -> str:
         return "[" + ", ".join(v.describe() for v in self.voters) + "]"

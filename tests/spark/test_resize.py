@@ -1,0 +1,83 @@
+"""KIP-853 in the Spark application: a 3-voter application restarted with ``--voters 5`` grows
+its quorum to 5 voters (the new tasks join as observers and the driver adds them one at a time),
+and restarted with ``--voters 3`` shrinks back; nothing acknowledged is lost and every change
+is a ``quorum_events`` row."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import consecutive_free_ports, free_ports
+from tests.spark.test_application import App
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+
+def voter_ids(url: str) -> list[int]:
+    with urllib.request.urlopen(f"{url}/v1/quorum", timeout=30) as response:
+        info: dict[str, Any] = json.loads(response.read())
+    return [int(v["id"]) for v in info["currentVoters"]]
+
+
+def wait_voters(app: App, expected: list[int], timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    seen: list[int] = []
+    while time.monotonic() < deadline:
+        try:
+            seen = voter_ids(app.url)
+        except OSError:
+            seen = []
+        if seen == expected:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"voters {seen}, expected {expected}")
+
+
+def test_the_application_grows_to_five_voters_and_shrinks_back(tmp_path: Path,
+                                                               spark: Any) -> None:
+    http_port = free_ports(1)[0]
+    voter_base = consecutive_free_ports(5)
+    acked: list[str] = []
+
+    def append(app: App, n: int, tag: str) -> None:
+        for i in range(n):
+            app.post({"key": f"{tag}-{i}", "value": i})
+            acked.append(f"{tag}-{i}")
+
+    app = App(tmp_path, http_port, voter_base)
+    try:
+        wait_voters(app, [0, 1, 2])
+        append(app, 5, "three")
+    finally:
+        assert app.stop() == 0
+    app = App(tmp_path, http_port, voter_base, ("--voters", "5"))
+    try:
+        wait_voters(app, [0, 1, 2, 3, 4])
+        append(app, 5, "five")
+    finally:
+        assert app.stop() == 0
+    app = App(tmp_path, http_port, voter_base, ("--voters", "3"))
+    try:
+        wait_voters(app, [0, 1, 2])
+        append(app, 5, "back")
+        keys = [r["key"] for r in app.records()]
+        assert [k for k in keys if k in acked] == acked  # all there, once, in order
+        warehouse = app.info["warehouse"]
+        deadline = time.monotonic() + 120
+        while True:
+            events = spark.read.format("delta").load(f"{warehouse}/quorum_events")
+            changes = [list(r.voters) for r in events.where("leader_id = -1")
+                       .orderBy("offset").collect()]
+            if changes and changes[-1] == [0, 1, 2]:
+                break
+            assert time.monotonic() < deadline, f"voter changes in quorum_events: {changes}"
+            time.sleep(1)
+        assert [0, 1, 2, 3, 4] in changes and changes[0] == [0, 1, 2, 3]
+    finally:
+        assert app.stop() == 0
