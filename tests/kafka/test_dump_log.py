@@ -65,3 +65,31 @@ def test_kafka_reads_our_snapshot_checkpoint(tmp_path: Path) -> None:
     assert "SnapshotHeader" in out and "SnapshotFooter" in out
     assert "key: key-1 payload: value-1" in out
     assert out.count("isvalid: true") >= 3  # header, data, footer batches
+
+
+def test_kafka_decodes_our_kip853_records_in_segments_and_snapshots(tmp_path: Path) -> None:
+    import uuid
+
+    from kraft_spark.raft.voter_records import encode_voters, kraft_version_batch, voters_batch
+    from kraft_spark.raft.voter_set import Endpoint, Voter, VoterSet
+
+    voters = VoterSet((Voter(1, uuid.UUID(int=5), (Endpoint("CONTROLLER", "h", 9093),)),))
+    log = SegmentedLog.open(RealFileSystem(), str(tmp_path / "log"), segment_bytes=1 << 20)
+    log.append(kraft_version_batch(0, 1, 1, 1000))
+    log.append(voters_batch(1, 1, voters, 1000))
+    log.flush()
+    segment = Path(log.segment_paths()[0])
+    log.close()
+    out = _dump(segment)
+    assert 'KRaftVersion {"version":0,"kRaftVersion":1}' in out
+    assert ('KRaftVoters {"version":0,"voters":[{"voterId":1,"voterDirectoryId":'
+            '"AAAAAAAAAAAAAAAAAAAABQ","endpoints":[{"name":"CONTROLLER","host":"h","port":9093}]'
+            in out)
+    (tmp_path / "snap").mkdir()
+    store = FileSnapshotStore(RealFileSystem(), str(tmp_path / "snap"))
+    state = KeyValueState()
+    state.apply(Batch(0, 1, (Record(b"k", b"v", 1000),)))
+    sid = OffsetAndEpoch(1, 1)
+    store.write(sid, state.items(), b"", 5000, voters=encode_voters(voters))
+    snap = _dump(Path(store.path_of(sid)))
+    assert "SnapshotHeader" in snap and "KRaftVoters" in snap and "SnapshotFooter" in snap
