@@ -127,6 +127,14 @@ class CoreState:
         """Voters vote and campaign; observers and voters catching up after disk loss do not."""
         return self.is_voter and not self.pending_catch_up
 
+    @property
+    def may_grant_votes(self) -> bool:
+        """Granting is not campaigning: with dynamic voters (KIP-853) a node outside the set in
+        force at it (its own removal not committed yet, or its addition not fetched yet) may
+        still be a voter of the set a candidate counts with, and must answer as one; it never
+        campaigns. A node catching up after disk loss grants nothing (SPEC §10)."""
+        return not self.pending_catch_up and (self.is_voter or self.history.dynamic)
+
     def known_leader(self) -> int:
         return self.node_id if self.role is Role.LEADER else self.leader_id
 

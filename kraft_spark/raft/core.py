@@ -157,7 +157,10 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             else:
                 self._maybe_send_fetch()
         elif self.now >= self.election_deadline:  # Resigned
-            self.become_candidate()
+            if self.may_vote:
+                self.become_candidate()
+            else:  # removed from the voters while it led (KIP-853): it follows from now on
+                self.become_unattached(self.epoch)
 
     def handle_request(self, now_ms: int, src: int, token: object, message: Request) -> None:
         """An inbound request from node ``src`` (or a client); answered later through

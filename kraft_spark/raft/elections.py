@@ -29,7 +29,7 @@ class ElectionMixin(CoreState):
         return decide_vote(
             candidate_id=req.candidate_id,
             voters=self.voters,
-            may_vote=self.may_vote,
+            may_vote=self.may_grant_votes,
             voted_id=self.voted_id,
             leader_known=self.known_leader() != NO_LEADER,
             log_ok=self._rule_vote_log_ok(req),

@@ -261,6 +261,13 @@ class MembershipMixin(LeaderMixin):
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"leadership lost before {change.description} committed; it may still commit"))
         super().on_leave_leader()
+        # A leader stays a voter while it leads (rule 4); one that appended its own removal
+        # and lost leadership before it committed is no voter of the set in force: it must
+        # not campaign with it (found by the simulator: it was elected by the voters of the
+        # older set).
+        if not self.voter_set.contains(self.node_id, self.directory_id):
+            self.is_voter = False
+            self.events.append("not in the voter set in force: following as an observer")
 
     def _step_down_removed(self) -> None:
         """Rule 4: hand over to the remaining voters, then follow as an observer."""

@@ -57,7 +57,10 @@ ALLOWED_TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset(
 )  # fmt: skip
 
 # Roles a node that may not vote (observer, or voter catching up after disk loss) may take.
-NON_VOTING_TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset({(U, U), (U, F), (F, U), (F, F)})
+# Plus Resigned -> Unattached / Follower: a leader removed from the voters (KIP-853) that
+# lost leadership before the removal committed leaves Resigned as a non-voting node.
+NON_VOTING_TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset(
+    {(U, U), (U, F), (F, U), (F, F), (R, U), (R, F)})
 
 
 class IllegalTransitionError(RuntimeError):

@@ -187,6 +187,9 @@ class Cluster:
             the_log.flush()
         self.trace.add(self.now, node.node_id, None, f"REPAIR log cut at {cut} (damaged batch)")
         node.wiped = True
+        # KIP-853: the cut log may have lost committed VotersRecords; it is no longer the
+        # voter it was (a new directory id, as after a disk loss) until removed and added.
+        node.directory_id = self._new_directory()
 
     def _start_node(self, node: SimNode, *, disk_lost: bool) -> None:
         if node.damaged_at is not None:

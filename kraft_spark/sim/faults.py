@@ -50,6 +50,8 @@ def parse_faults(text: str) -> frozenset[str]:
     if text == "none":
         return frozenset()
     kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    if "all" in kinds:  # "all,reconfig": every fault, the opt-in ones named too
+        kinds = (kinds - {"all"}) | (frozenset(FAULT_KINDS) - OPT_IN_FAULTS)
     unknown = sorted(kinds - set(FAULT_KINDS))
     if unknown:
         raise ValueError(
@@ -108,7 +110,12 @@ class FaultInjector:
         nodes = self.cluster.nodes
         sets = {self.cluster.voter_ids}
         sets.update(n.core.voters for n in nodes.values() if n.alive and n.core is not None)
-        out = self.down | self._stale_voters() | {i for i, n in nodes.items() if n.wiped}
+        # ...and a node outside the set in force at it (it appended its own removal, which
+        # has not committed): it no longer campaigns, yet the older set still counts it.
+        removing = {i for i, n in nodes.items() if n.alive and n.core is not None
+                    and n.core.voter_set.get(i) is None}
+        out = (self.down | self._stale_voters() | removing
+               | {i for i, n in nodes.items() if n.wiped})
         return all(
             sum(1 for i in out if i in voters) < (len(voters) - 1) // 2
             for voters in sets if node.node_id in voters
@@ -246,7 +253,8 @@ class FaultInjector:
         # Three voters at least: the faults take down up to a minority at a time, and a
         # 2-voter set tolerates none (liveness, not safety, would fail).
         grow = size <= 3 or (size < 5 and not stale and self.rng.random() < 0.5)
-        nodes_out = self.down | set(stale) | {i for i, n in nodes.items() if n.wiped}
+        nodes_out = self.down | set(stale) | {
+            i for i, n in nodes.items() if n.wiped or n.log.rotten or n.damaged_at is not None}
         if grow and outside and not nodes_out & set(voters.ids()):
             new = self.cluster.nodes[self.rng.choice(outside)]
             request = AddVoterRequest(CLUSTER_ID, 5000, new.node_id, new.directory_id,
