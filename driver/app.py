@@ -48,7 +48,9 @@ from driver.config import (
     AppConfig,
     parse_args,
 )
+from driver.console import progress
 from driver.control import ControlChannel
+from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from kraft_spark import aio
 from kraft_spark.metrics import AppMetrics, Registry
@@ -64,7 +66,7 @@ OBSERVER_ID = 3000
 # ------------------------------------------------------------------------------ the application
 
 
-class Application:
+class Application(VoterMembershipMixin):
     def __init__(self, config: AppConfig) -> None:
         self.config = config
         self.registry = Registry()
@@ -87,6 +89,10 @@ class Application:
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
         self._delta_ready = threading.Event()
         self._reconcile_lock = threading.Lock()
+        # KIP-853: how many voter tasks the barrier stage hosts (--voters, or a live resize)
+        self.target_voters = config.voters
+        self._resizing = threading.Event()
+        self._tasks: dict[int, Any] = {}  # the current generation's hellos
         # Why the application cannot go on (the warehouse belongs to another cluster): main()
         # stops it and exits 1. Only set once, before anything was materialized.
         self.fatal: str | None = None
@@ -102,7 +108,9 @@ class Application:
         cfg = self.config
         os.makedirs(cfg.log_root, exist_ok=True)
         self.cluster_id = cluster_id_for(cfg.data_dir)
-        master = cfg.master or f"local[{cfg.voters + 2}]"
+        # Room for growing to 5 voters live (resize) plus the Delta jobs; task slots are
+        # threads of the one local JVM, not cores.
+        master = cfg.master or f"local[{max(cfg.voters, 5) + 2}]"
         progress(f"starting Spark ({master}) with Delta; first start resolves Delta's jars")
         self.spark = build_spark(
             "kraft-spark", master=master, warehouse_dir=cfg.warehouse,
@@ -129,6 +137,7 @@ class Application:
         threading.Thread(target=self._materialize_loop, args=((QUORUM_EVENTS, SNAPSHOT), False),
                          name="materializer-full", daemon=True).start()
         from api.limits import HttpLimits
+        from driver.resize_api import resize_router
         from kraft_spark.commands.sidecar import start_sidecar
         from kraft_spark.raft.config import QuorumConfig
 
@@ -142,60 +151,10 @@ class Application:
                                       limits=HttpLimits(cfg.http_max_connections,
                                                         cfg.http_header_timeout_s),
                                       quorum=QuorumConfig.from_properties(
-                                          cfg.quorum_properties))
+                                          cfg.quorum_properties),
+                                      routers=[resize_router(self.resize)])
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
-
-    def _static_voters(self) -> int:
-        """The first start's --voters (the static voter set), kept in the data directory; a
-        different --voters later is reached by KIP-853 changes (driver/voter_reconcile.py)."""
-        path = os.path.join(self.config.data_dir, "initial-voters")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return int(fh.read().strip())
-        except (OSError, ValueError):
-            pass
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(f"{self.config.voters}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        return self.config.voters
-
-    def _reconcile_voters(self, tasks: dict[int, Any]) -> None:
-        from driver.voter_reconcile import reconcile
-        from kraft_spark.client import QuorumClient
-
-        with self._reconcile_lock:
-            boot = [f"{h['host']}:{h['port']}" for h in tasks.values()]
-            client = QuorumClient(boot, retry_budget_s=30.0)
-            try:
-                reconcile(client, tasks, self.config.voters, stopping=self.stopping,
-                          say=progress)
-            except Exception:  # never takes the application down; retried next generation
-                log.exception("voter reconcile failed")
-            finally:
-                client.close()
-
-    def _known_directory_ids(self) -> dict[int, str]:
-        path = os.path.join(self.config.data_dir, "voter-directories.json")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return {int(k): str(v) for k, v in json.load(fh).items()}
-        except (OSError, ValueError):
-            return {}
-
-    def _save_directory_ids(self, voters: dict[int, Any]) -> None:
-        path = os.path.join(self.config.data_dir, "voter-directories.json")
-        ids = self._known_directory_ids()
-        ids.update({v: h["directory_id"] for v, h in voters.items()})
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({str(k): v for k, v in ids.items()}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
 
     # ---------------------------------------------------------------- supervisor
 
@@ -207,7 +166,7 @@ class Application:
         assert self.control is not None
         while not self.stopping.is_set():
             settings = VoterSettings(
-                cluster_id=self.cluster_id, voters=cfg.voters, log_root=os.path.abspath(
+                cluster_id=self.cluster_id, voters=self.target_voters, log_root=os.path.abspath(
                     cfg.log_root), control_host=self.control.host,
                 control_port=self.control.port, generation=self.generation,
                 base_port=cfg.voter_base_port,
@@ -222,7 +181,8 @@ class Application:
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
             started = time.monotonic()
             try:
-                rows = (sc.parallelize(range(cfg.voters), cfg.voters).barrier()
+                count = self.target_voters
+                rows = (sc.parallelize(range(count), count).barrier()
                         .mapPartitions(voter_task(settings)).collect())
                 for row in rows:
                     log.info("voter finished: %s", row)
@@ -233,6 +193,14 @@ class Application:
                 reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             if self.stopping.is_set():
                 break
+            if self._resizing.is_set():  # a resize stopped the voters: relaunch at once
+                self._resizing.clear()
+                self.generation += 1
+                progress(f"voters: generation {self.generation} with {self.target_voters} "
+                         "tasks")
+                threading.Thread(target=self._refollow, args=(self.generation,), daemon=True,
+                                 name="refollow").start()
+                continue
             self.restarts += 1
             self.app_metrics.barrier_stage_restarts.inc()
             if time.monotonic() - started > 60:
@@ -248,7 +216,7 @@ class Application:
 
     def _refollow(self, generation: int) -> None:
         assert self.control is not None
-        voters = self.control.wait_generation(generation, self.config.voters, 300)
+        voters = self.control.wait_generation(generation, self.target_voters, 300)
         if voters and not self.stopping.is_set():
             self._follow(voters)
 
@@ -258,6 +226,7 @@ class Application:
         """(Re)start the observer with the voters' current endpoints; then bring the voter set
         to the tasks (KIP-853) in the background."""
         self._save_directory_ids(voters)
+        self._tasks = voters
         threading.Thread(target=self._reconcile_voters, args=(voters,), daemon=True,
                          name="voter-reconcile").start()
         endpoints = {v: (str(h["host"]), int(h["port"])) for v, h in voters.items()}
@@ -522,10 +491,6 @@ def _driver_host(master: str) -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
-
-
-def progress(message: str) -> None:
-    print(f"[kraft-spark] {message}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------ entry point

@@ -21,6 +21,7 @@ __all__ = ["CommandError", "build_parser", "main"]
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = [
     "kraft_spark.commands.run",
+    "kraft_spark.commands.resize",
     "kraft_spark.commands.local",
     "kraft_spark.commands.node",
     "kraft_spark.commands.client_cmds",

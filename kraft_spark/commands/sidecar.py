@@ -9,6 +9,7 @@ children; the driver waits on the JVM); see the README for the measurement behin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from api.app import create_app
 from api.limits import HttpLimits
@@ -30,9 +31,12 @@ def start_sidecar(
     registry: Registry | None = None,
     limits: HttpLimits | None = None,
     quorum: QuorumConfig | None = None,
+    routers: Sequence[Any] = (),
 ) -> ServerHandle:
     """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``. The
-    client's timeouts follow ``quorum``'s settings (Kafka's defaults when not given)."""
+    client's timeouts follow ``quorum``'s settings (Kafka's defaults when not given).
+    ``routers``: more FastAPI routers (the Spark application's ``/v1/app``), behind the same
+    token."""
     tune_for_serving()
     endpoints = list(bootstrap)
     timeouts = ClientTimeouts.for_quorum(quorum or QuorumConfig())
@@ -42,4 +46,6 @@ def start_sidecar(
                                  **timeouts.client_kwargs())
 
     app = create_app(backend_factory=backend, token=token, metrics=registry)
+    for router in routers:
+        app.include_router(router)
     return serve_in_thread(app, host, port, limits=limits)

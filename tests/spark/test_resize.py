@@ -6,6 +6,8 @@ is a ``quorum_events`` row."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -79,5 +81,30 @@ def test_the_application_grows_to_five_voters_and_shrinks_back(tmp_path: Path,
             assert time.monotonic() < deadline, f"voter changes in quorum_events: {changes}"
             time.sleep(1)
         assert [0, 1, 2, 3, 4] in changes and changes[0] == [0, 1, 2, 3]
+    finally:
+        assert app.stop() == 0
+
+
+def test_a_running_application_resizes_live_with_kraft_spark_resize(tmp_path: Path,
+                                                                      spark: Any) -> None:
+    http_port = free_ports(1)[0]
+    voter_base = consecutive_free_ports(5)
+    app = App(tmp_path, http_port, voter_base)
+    acked: list[str] = []
+    try:
+        wait_voters(app, [0, 1, 2])
+        for voters in (5, 3):
+            done = subprocess.run(
+                [sys.executable, "-m", "kraft_spark", "resize", "--voters", str(voters),
+                 "--url", app.url, "--timeout", "240"],
+                capture_output=True, text=True, timeout=300, check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert f"voters {list(range(voters))}" in done.stdout
+            for i in range(5):
+                app.post({"key": f"v{voters}-{i}", "value": i})
+                acked.append(f"v{voters}-{i}")
+        assert voter_ids(app.url) == [0, 1, 2]
+        keys = [r["key"] for r in app.records()]
+        assert [k for k in keys if k in acked] == acked
     finally:
         assert app.stop() == 0
