@@ -132,8 +132,15 @@ class CoreState:
         """Granting is not campaigning: with dynamic voters (KIP-853) a node outside the set in
         force at it (its own removal not committed yet, or its addition not fetched yet) may
         still be a voter of the set a candidate counts with, and must answer as one; it never
-        campaigns. A node catching up after disk loss grants nothing (SPEC §10)."""
-        return not self.pending_catch_up and (self.is_voter or self.history.dynamic)
+        campaigns. A node catching up after disk loss grants nothing (SPEC §10), and neither
+        does one whose id is in the set under another directory id: it is a new disk of that
+        id, and the vote the old disk may have cast in this epoch is forgotten (Kafka's Vote v1
+        names the voter's directory for the same reason)."""
+        if self.pending_catch_up:
+            return False
+        if self.is_voter:
+            return True
+        return self.history.dynamic and self.voter_set.get(self.node_id) is None
 
     def known_leader(self) -> int:
         return self.node_id if self.role is Role.LEADER else self.leader_id

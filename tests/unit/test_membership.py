@@ -203,3 +203,22 @@ def test_a_restarted_node_adopts_the_voter_set_from_its_log() -> None:
     other = RaftCore(node_id=4, cluster_id=CLUSTER, voters=(1, 2, 3), log=log, config=CONFIG,
                      rng=random.Random(9), now_ms=net.now, directory_id=uuid.UUID(int=5))
     assert not other.is_voter
+
+
+def test_who_may_grant_votes_outside_the_set_in_force() -> None:
+    net, leader = three_voters_and_observers(4)
+    assert add(net, leader, 4).error == ErrorCode.NONE  # type: ignore[union-attr]
+    net.pump(30)
+    log = net.cores[4].log
+    # Voter 4's id with another disk: not the voter, and it grants no votes as one.
+    other = RaftCore(node_id=4, cluster_id=CLUSTER, voters=(1, 2, 3), log=log, config=CONFIG,
+                     rng=random.Random(9), now_ms=net.now, directory_id=uuid.UUID(int=5))
+    assert not other.is_voter and not other.may_grant_votes
+    # A leader that appended its own removal and lost leadership before it committed: no
+    # longer a voter (it never campaigns), but it still answers votes for the older set.
+    old = leader.node_id
+    leader.handle_request(net.now, 0, ("client", "rm"),
+                          RemoveVoterRequest(CLUSTER, old, DIRS[old]))
+    leader.take_ready()  # nothing of it leaves the node: the removal stays uncommitted
+    leader.observe_epoch(leader.epoch + 1, -1)
+    assert not leader.is_voter and leader.may_grant_votes and leader.role is Role.UNATTACHED
