@@ -29,6 +29,16 @@ def register(subparsers: Any) -> None:
         "--ignore-formatted", action="store_true",
         help="succeed if the directory is already formatted for this cluster and node",
     )
+    voters = fmt.add_mutually_exclusive_group()
+    voters.add_argument("--standalone", action="store_true",
+                        help="KIP-853: this node alone is the initial voter set (give --listener)")
+    voters.add_argument("--initial-controllers", metavar="ID@HOST:PORT:DIRID,...",
+                        help="KIP-853: the initial voters; this node takes its listed directory id")
+    voters.add_argument("--no-initial-controllers", action="store_true",
+                        help="KIP-853: no initial voter set (the default): the node joins as an "
+                             "observer and is added with add-controller")
+    fmt.add_argument("--listener", metavar="HOST:PORT",
+                     help="with --standalone: where this node's Raft listener is")
     fmt.set_defaults(func=_format)
 
     dump = subparsers.add_parser(
@@ -73,18 +83,47 @@ def _format(args: argparse.Namespace) -> int:
     from kraft_spark.errors import CommandError
     from kraft_spark.log.errors import LogError
     from kraft_spark.log.meta import format_log_dir
+    from kraft_spark.net.config import parse_endpoint
+    from kraft_spark.raft.config import ConfigError
+    from kraft_spark.raft.voter_set import (
+        Endpoint,
+        Voter,
+        VoterSet,
+        directory_text,
+        parse_directory,
+    )
+    from kraft_spark.state.bootstrap_checkpoint import (
+        parse_initial_controllers,
+        write_bootstrap_checkpoint,
+    )
 
+    voters = None
+    directory = None
     try:
+        if args.initial_controllers:
+            voters = parse_initial_controllers(args.initial_controllers)
+            mine = voters.get(args.node_id)
+            directory = directory_text(mine.directory_id) if mine is not None else None
+        elif args.standalone and not args.listener:
+            raise CommandError("--standalone needs --listener HOST:PORT (this node's Raft "
+                               "listener, written into the initial voter set)")
         meta = format_log_dir(
             args.log_dir, cluster_id=args.cluster_id, node_id=args.node_id,
-            ignore_formatted=args.ignore_formatted,
+            ignore_formatted=args.ignore_formatted, directory_id=directory,
         )
-    except (LogError, ValueError, OSError) as exc:
+        if args.standalone:
+            host, port = parse_endpoint(args.listener, "--listener")
+            voters = VoterSet((Voter(args.node_id, parse_directory(meta.directory_id),
+                                     (Endpoint("CONTROLLER", host, port),)),))
+        written = write_bootstrap_checkpoint(args.log_dir, voters) if voters else None
+    except (LogError, ValueError, OSError, ConfigError) as exc:
         raise CommandError(str(exc)) from exc
     print(
         f"Formatted {args.log_dir}: cluster.id={meta.cluster_id} node.id={meta.node_id} "
         f"directory.id={meta.directory_id}"
     )
+    if written is not None and voters is not None:
+        print(f"Wrote the bootstrap checkpoint {written}: voters {voters.describe()}")
     return 0
 
 
