@@ -13,6 +13,8 @@ from typing import Any
 from driver.config import AppConfig
 from driver.console import progress
 from driver.control import ControlChannel
+from kraft_spark.log.checkpoints import atomic_write
+from kraft_spark.log.fs import RealFileSystem
 
 log = logging.getLogger("driver.app")
 # A live resize stays within the local master's task slots (see Application.start()).
@@ -37,15 +39,17 @@ class VoterMembershipMixin:
                 return int(fh.read().strip())
         except (OSError, ValueError):
             pass
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(f"{self.config.voters}\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        atomic_write(RealFileSystem(), path, f"{self.config.voters}\n".encode())
         return self.config.voters
 
     def _reconcile_voters(self, tasks: dict[int, Any]) -> None:
+        try:
+            self._reconcile_to(tasks, self.target_voters)
+        except Exception:  # never takes the application down; retried next generation
+            log.exception("voter reconcile failed")
+
+    def _reconcile_to(self, tasks: dict[int, Any], target: int) -> None:
+        """KIP-853 changes until the voters are the tasks ``0..target-1`` (one at a time)."""
         from driver.voter_reconcile import reconcile
         from kraft_spark.client import QuorumClient
 
@@ -53,10 +57,7 @@ class VoterMembershipMixin:
             boot = [f"{h['host']}:{h['port']}" for h in tasks.values()]
             client = QuorumClient(boot, retry_budget_s=30.0)
             try:
-                reconcile(client, tasks, self.target_voters, stopping=self.stopping,
-                          say=progress)
-            except Exception:  # never takes the application down; retried next generation
-                log.exception("voter reconcile failed")
+                reconcile(client, tasks, target, stopping=self.stopping, say=progress)
             finally:
                 client.close()
 
@@ -79,17 +80,7 @@ class VoterMembershipMixin:
         assert self.control is not None
         progress(f"voters: resizing {self.target_voters} -> {voters}")
         if voters < self.target_voters:
-            from driver.voter_reconcile import reconcile
-            from kraft_spark.client import QuorumClient
-
-            tasks = dict(self._tasks)
-            boot = [f"{h['host']}:{h['port']}" for h in tasks.values()]
-            with self._reconcile_lock:
-                client = QuorumClient(boot, retry_budget_s=30.0)
-                try:
-                    reconcile(client, tasks, voters, stopping=self.stopping, say=progress)
-                finally:
-                    client.close()
+            self._reconcile_to(dict(self._tasks), voters)
         self.target_voters = voters
         self._resizing.set()
         self.control.stop_voters()  # graceful: the leader resigns; the stage returns
@@ -106,9 +97,5 @@ class VoterMembershipMixin:
         path = os.path.join(self.config.data_dir, "voter-directories.json")
         ids = self._known_directory_ids()
         ids.update({v: h["directory_id"] for v, h in voters.items()})
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({str(k): v for k, v in ids.items()}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        atomic_write(RealFileSystem(), path,
+                     json.dumps({str(k): v for k, v in ids.items()}).encode())

@@ -105,7 +105,8 @@ class LeaderChange:
     version: int = 0
 
 
-def _uvarint(n: int) -> bytes:
+def encode_uvarint(n: int) -> bytes:
+    """Kafka's unsigned varint (compact lengths and tag counts of flexible messages)."""
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -147,7 +148,7 @@ def encode_leader_change(msg: LeaderChange) -> bytes:
 
     def voters(ids: tuple[int, ...]) -> bytes:
         # Each Voter struct is VoterId int32 followed by its own (empty) tagged-field section.
-        return _uvarint(len(ids) + 1) + b"".join(struct.pack(">i", v) + b"\x00" for v in ids)
+        return encode_uvarint(len(ids) + 1) + b"".join(struct.pack(">i", v) + b"\x00" for v in ids)
 
     return (
         struct.pack(">hi", msg.version, msg.leader_id)

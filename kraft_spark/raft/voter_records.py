@@ -11,7 +11,13 @@ from __future__ import annotations
 import struct
 import uuid
 
-from kraft_spark.raft.records import Batch, Record, control_key, control_type_of
+from kraft_spark.raft.records import (
+    Batch,
+    Record,
+    control_key,
+    control_type_of,
+    encode_uvarint,
+)
 from kraft_spark.raft.voter_set import Endpoint, Voter, VoterSet
 
 CONTROL_TYPE_KRAFT_VERSION = 5
@@ -24,18 +30,9 @@ _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _compact_string(text: str) -> bytes:
     raw = text.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
+    return encode_uvarint(len(raw) + 1) + raw
 
 
 class _Reader:
@@ -107,11 +104,11 @@ def decode_kraft_version(buf: bytes) -> int:
 
 
 def encode_voters(voters: VoterSet) -> bytes:
-    out = [_I16.pack(0), _uvarint(len(voters.voters) + 1)]
+    out = [_I16.pack(0), encode_uvarint(len(voters.voters) + 1)]
     lo, hi = SUPPORTED_KRAFT_VERSIONS
     for voter in voters.voters:
         out.append(_I32.pack(voter.node_id) + voter.directory_id.bytes)
-        out.append(_uvarint(len(voter.endpoints) + 1))
+        out.append(encode_uvarint(len(voter.endpoints) + 1))
         for ep in voter.endpoints:
             out.append(_compact_string(ep.name) + _compact_string(ep.host) + _U16.pack(ep.port))
             out.append(b"\x00")
