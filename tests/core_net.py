@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.log_api import OffsetAndEpoch
-from kraft_spark.raft.messages import Response
+from kraft_spark.raft.messages import ErrorCode, Response, VoteRequest, VoteResponse
+from kraft_spark.raft.state import Role
 
 Tamper = Callable[[Response], Response]
 
@@ -48,3 +49,14 @@ class Net:
                     if self.tamper is not None:
                         message = self.tamper(message)
                     self.cores[src].handle_response(self.now, nid, rid, message)
+
+
+def grant_pre_votes(core: RaftCore, now: int) -> None:
+    """Answer every pre-vote a Prospective ``core`` has out with a grant (KIP-996), so that it
+    becomes a Candidate: for tests about what happens once an election runs."""
+    assert core.role is Role.PROSPECTIVE, core.describe_role()
+    for out in core.take_ready().sends:
+        if isinstance(out.message, VoteRequest) and out.message.pre_vote:
+            core.handle_response(now, out.dest, out.request_id,
+                                 VoteResponse(ErrorCode.NONE, -1, core.epoch, True))
+    assert core.role is Role.CANDIDATE, core.describe_role()

@@ -1,8 +1,8 @@
 """Client commands: ``append``, ``read``, ``metadata-quorum`` (like kafka-metadata-quorum.sh).
 
-Each finds the leader by itself from any node given in ``--bootstrap-controller``, retries while
-an election is in progress, and ends with one line on stderr and a non-zero exit code when the
-quorum stays unreachable.
+Each finds the leader by itself from any node given in ``--bootstrap-controller`` (or
+``--bootstrap-server``, its synonym), retries while an election is in progress, and ends with
+one line on stderr and a non-zero exit code when the quorum stays unreachable.
 
 Values: ``--key K --value V`` are stored as the bytes given on the command line (the UTF-8
 text K and V in a UTF-8 locale). In a ``--file`` of JSON lines, a string value is stored as its
@@ -67,8 +67,13 @@ def register(subparsers: Any) -> None:
 
 
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,...]",
-                        help="any node(s) of the quorum")
+    # Kafka's tools take one of the two flags. Every node here is a controller that also
+    # answers a broker's admin requests, so both mean the same: any node(s) of the quorum.
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]",
+                       help="any node(s) of the quorum")
+    where.add_argument("--bootstrap-server", dest="bootstrap_controller",
+                       metavar="HOST:PORT[,...]", help="the same (Kafka's flag for brokers)")
     parser.add_argument("--command-config", metavar="FILE",
                         help="add-controller: the new controller's properties file")
     parser.add_argument("--timeout", type=_seconds, default=15.0,

@@ -83,6 +83,8 @@ def _run_node(args: argparse.Namespace) -> int:
             raise CommandError(f"log directory failure at start-up: {storage_failure_text(exc)}",
                                exit_code=STORAGE_FAILURE_EXIT) from exc
         raise CommandError(str(exc), exit_code=1) from exc
+    except ConfigError as exc:  # controller.quorum.bootstrap.servers found no quorum
+        raise CommandError(f"{args.config}: {exc}") from exc
     return 0
 
 
@@ -92,6 +94,10 @@ async def _serve(config: Any, lock_timeout_s: float) -> None:
     from kraft_spark.net.metrics_server import start_metrics_server
     from kraft_spark.net.node import RaftNode
 
+    if config.bootstrap_servers and not config.voters:  # KIP-853: find the quorum first
+        from kraft_spark.net.bootstrap_servers import discover_voters
+
+        config = await discover_voters(config)
     node = RaftNode(config, lock_timeout_s=lock_timeout_s, http=serve_node_http)
     await node.start()
     metrics = None

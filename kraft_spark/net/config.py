@@ -9,6 +9,10 @@ names are ignored):
 * ``log.dirs``: its log directory (formatted with ``kraft-spark format``);
 * ``listeners``: ``host:port`` to bind (``PLAINTEXT://host:port`` and ``SSL://`` accepted);
 * ``controller.quorum.voters``: ``id@host:port,...``;
+* ``controller.quorum.bootstrap.servers``: ``host:port,...`` of any nodes of the quorum, in
+  place of ``controller.quorum.voters`` (KIP-853): the node asks them for the voters and their
+  endpoints before it starts (``net/bootstrap_servers``); the voter set itself comes from the
+  log's VotersRecords;
 * ``controller.quorum.*`` timings (``kraft_spark.raft.config``);
 * ``socket.request.max.bytes``: the largest frame accepted (default 8 MiB);
 * ``max.connections``: connections the listener holds at most; more are closed at once
@@ -189,6 +193,8 @@ class NodeConfig:
     # voters). Preferred, like ``voters``, over the endpoints of VotersRecords, which name the
     # addresses of the generation that wrote them.
     addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # controller.quorum.bootstrap.servers: where to discover the voters (no static list).
+    bootstrap_servers: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_voter(self) -> bool:
@@ -210,7 +216,19 @@ class NodeConfig:
             raise ConfigError(f"node.id must be an integer, got {raw_id!r}") from None
         if not 0 <= node_id <= 2**31 - 1:  # an int32 on the wire
             raise ConfigError(f"node.id must be from 0 to 2147483647, got {node_id}")
-        voters = parse_voters(required("controller.quorum.voters"))
+        bootstrap = tuple(
+            parse_endpoint(item, "controller.quorum.bootstrap.servers")
+            for item in props.get("controller.quorum.bootstrap.servers", "").split(",")
+            if item.strip())
+        if props.get("controller.quorum.voters", "").strip() or not bootstrap:
+            voters = parse_voters(props.get("controller.quorum.voters", "")) if (
+                props.get("controller.quorum.voters", "").strip()) else {}
+            if not voters:
+                raise ConfigError("controller.quorum.voters (id@host:port,...) or "
+                                  "controller.quorum.bootstrap.servers (host:port,...) is "
+                                  "required")
+        else:
+            voters = {}
         if "listeners" in props:
             host, port = parse_endpoint(props["listeners"], "listeners")
         elif node_id in voters:
@@ -271,6 +289,7 @@ class NodeConfig:
             metrics_port=metrics_port,
             disk_lost=parse_boolean("node.disk.lost", props.get("node.disk.lost"), default=False),
             http_listener=http_listener,
+            bootstrap_servers=bootstrap,
             http_token=http_token,
             inline_flush_max_ms=inline_flush_max_ms,
             scrub_bytes_per_second=(DEFAULT_SCRUB_BYTES_PER_SECOND if scrub is None

@@ -25,7 +25,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-from kraft_spark.net.wire import decode_record_set, encode_batches, split_error
+from kraft_spark.net.wire import decode_record_set, encode_batches
+from kraft_spark.net.wire_elections import split_error
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, RequestHeader
 from kraft_spark.protocol.primitives import write_uvarint
 from kraft_spark.raft.log_api import OffsetAndEpoch

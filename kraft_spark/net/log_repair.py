@@ -8,7 +8,12 @@ the state and the producer table are rebuilt at start-up, or while serving a Fet
 * the log is truncated at the damaged batch: it and everything after it go, and the node
   fetches them again from the leader;
 * the node does not vote until it has caught up (the disk-loss rule, persisted in its
-  quorum-state), since the records it dropped may have been committed with its vote.
+  quorum-state), since the records it dropped may have been committed with its vote;
+* and it takes a new ``directory.id`` (KIP-853: a log that lost records is another replica).
+  With static voters (directory ids unknown) that changes nothing; with dynamic ones the node
+  is not the voter it was until it has been removed and added again (the Spark driver does
+  that once it has caught up; by hand: ``metadata-quorum remove-controller`` then
+  ``add-controller``).
 
 Found at start-up, the repair happens there and the node starts. Found while running, the node
 notes the damage in ``damaged-offset`` in the partition directory and stops (exit 74, see
@@ -17,6 +22,7 @@ notes the damage in ``damaged-offset`` in the partition directory and stops (exi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -24,7 +30,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kraft_spark.log.checkpoints import atomic_write
 from kraft_spark.log.errors import CorruptSegmentError
+from kraft_spark.log.fs import RealFileSystem
+from kraft_spark.log.meta import (
+    META_PROPERTIES_FILE,
+    MetaProperties,
+    new_directory_id,
+    read_meta_properties,
+)
 from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.state_keeper import Storage
 
@@ -72,6 +86,9 @@ def cut_at_damage(the_log: SegmentedLog, damage: CorruptSegmentError, node_id: i
     end = the_log.end_offset()
     if damage.offset < end:
         the_log.truncate_to(damage.offset)
+    directory = renew_directory(os.path.dirname(the_log.partition_dir))
+    if directory is not None and the_log.meta is not None:
+        the_log.meta = directory
     note = os.path.join(the_log.partition_dir, DAMAGE_NOTE)
     if os.path.exists(note):
         os.remove(note)
@@ -81,6 +98,19 @@ def cut_at_damage(the_log: SegmentedLog, damage: CorruptSegmentError, node_id: i
         "the leader and does not vote until it has caught up",
         node_id, damage.path, damage.position, damage.offset, damage, aside,
         the_log.end_offset(), end)
+
+
+def renew_directory(log_dir: str) -> MetaProperties | None:
+    """Blocking: give ``meta.properties`` a new directory id, durably (None: the directory
+    has no meta.properties, as in tests of the bare log)."""
+    meta = read_meta_properties(log_dir)
+    if meta is None:
+        return None
+    renewed = dataclasses.replace(meta, directory_id=new_directory_id())
+    atomic_write(RealFileSystem(), os.path.join(log_dir, META_PROPERTIES_FILE), renewed.to_bytes())
+    log.warning("%s: directory.id %s -> %s (the log was cut: this is another replica now)",
+                log_dir, meta.directory_id, renewed.directory_id)
+    return renewed
 
 
 async def open_with_repair(

@@ -31,6 +31,7 @@ _STATES = {
     Role.FOLLOWER: "follower",
     Role.UNATTACHED: "unattached",
     Role.RESIGNED: "resigned",
+    Role.PROSPECTIVE: "prospective",
 }
 
 

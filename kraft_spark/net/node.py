@@ -70,7 +70,12 @@ from kraft_spark.net.node_tokens import (
     request_source,
     wall_ms,
 )
-from kraft_spark.net.node_voters import VoterEndpointsMixin, directory_of, static_voter_set
+from kraft_spark.net.node_voters import (
+    VoterEndpointsMixin,
+    directory_of,
+    local_endpoints,
+    static_voter_set,
+)
 from kraft_spark.net.scrub import LogScrubber
 from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
 from kraft_spark.net.stats import NodeStats
@@ -83,7 +88,7 @@ from kraft_spark.net.wire import (
     request_from_wire,
     response_to_wire,
 )
-from kraft_spark.protocol import ApiKey, RequestHeader, decode_request
+from kraft_spark.protocol import RequestHeader, decode_request
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import FetchRequest, FetchResponse, Response
 from kraft_spark.raft.ready import Ready
@@ -159,13 +164,9 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         return self._keeper
 
     def _observer_hold(self) -> int | None:
-        """Retention's hold (``kraft.retention.hold.observers``): the lowest offset a recently
-        seen observer has fetched to. Only the leader knows it; other voters hold nothing."""
-        core = self._core
-        ls = core.leader_state if core is not None else None
-        if ls is None or not ls.progress.observers:
-            return None
-        return min(max(p.end_offset, 0) for p in ls.progress.observers.values())
+        """Retention's observer hold; only the leader knows it, other voters hold nothing."""
+        ls = self._core.leader_state if self._core is not None else None
+        return ls.progress.lowest_observer_offset() if ls is not None else None
 
     @property
     def port(self) -> int:
@@ -186,10 +187,8 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         """This node leads (and is running): a Produce handed to ``submit_local`` now is
         appended to its log, or refused for its content, never for want of leadership."""
         core = self._core
-        return (
-            core is not None and not self._stopping and self._failed is None
-            and core.role is Role.LEADER
-        )
+        return (core is not None and not self._stopping and self._failed is None
+                and core.role is Role.LEADER)
 
     async def start(self) -> None:
         """Open (and recover) the log, start the core and the listener."""
@@ -211,7 +210,7 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
                 persisted=PersistedState.from_json_dict(stored) if stored is not None else None,
                 disk_lost=cfg.disk_lost or storage.lost_history or repaired,
                 snapshots=storage.store, voter_set=static_voter_set(cfg),
-                directory_id=directory_of(meta),
+                directory_id=directory_of(meta), local_endpoints=local_endpoints(cfg),
             )
 
         await open_with_repair(
@@ -367,8 +366,7 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         if self._stopping or self._core is None:
             conn.close()
             return
-        if header.api_key == ApiKey.DESCRIBE_CLUSTER:
-            self._answer_describe_cluster(conn, header, body)
+        if self._answered_without_core(conn, header, body):  # DescribeCluster, Metadata
             return
         try:
             message = (
@@ -377,17 +375,18 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
             )
         except WireError as exc:
             log.info("node %d: refusing a request from %s: %s", self.node_id, conn.peer, exc)
-            conn.respond(
-                header.api_key,
-                header.api_version,
-                header.correlation_id,
-                error_response_body(header.api_key, exc.error, str(exc)),
-            )
+            conn.respond(header.api_key, header.api_version, header.correlation_id,
+                         error_response_body(header.api_key, exc.error, str(exc)))
             return
+        if self._probing_new_voter(conn, header, message):  # AddRaftVoter: ApiVersions first
+            return
+        self._hand_to_core(conn, header, message)
+
+    def _hand_to_core(self, conn: ServerConnection, header: RequestHeader, message: Any) -> None:
         self.stats.on_request(message)
         try:  # the core writes to the log as it handles a request (a leader's append)
-            self._core.handle_request(wall_ms(), request_source(message), Token(conn, header),
-                                      message)
+            self.core.handle_request(wall_ms(), request_source(message), Token(conn, header),
+                                     message)
         except (LogError, OSError) as exc:
             self._fail(exc)
             return

@@ -1,24 +1,50 @@
 """``RaftNode``'s view of the voters (KIP-853): the static set it starts from, where each voter
 listens (the newest VotersRecord's endpoints, else ``controller.quorum.voters``), and the
-answer to KIP-919's DescribeCluster, which the node serves without the core."""
+answers to KIP-919's DescribeCluster and to Metadata (``wire_metadata``), which the node serves
+without the core."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from kraft_spark.log.meta import MetaProperties
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.frame_server import ServerConnection
-from kraft_spark.net.wire_voters import describe_cluster_body
-from kraft_spark.protocol import RequestHeader
+from kraft_spark.net.voter_probe import probe_new_voter
+from kraft_spark.net.wire_metadata import metadata_body
+from kraft_spark.net.wire_voters import describe_cluster_body, error_body
+from kraft_spark.protocol import ApiKey, RequestHeader
 from kraft_spark.raft.core import RaftCore
-from kraft_spark.raft.voter_set import NIL_DIRECTORY, VoterSet, parse_directory
+from kraft_spark.raft.messages import AddVoterRequest
+from kraft_spark.raft.state import Role
+from kraft_spark.raft.voter_set import (
+    DEFAULT_LISTENER,
+    NIL_DIRECTORY,
+    Endpoint,
+    VoterSet,
+    parse_directory,
+)
+
+log = logging.getLogger(__name__)
+PROBE_TIMEOUT_S = 5.0
 
 
 def static_voter_set(config: NodeConfig) -> VoterSet:
     """``controller.quorum.voters`` as a voter set: ids with their configured endpoints."""
     return VoterSet.of_ids(config.voters).with_endpoints(dict(config.voters))
+
+
+def local_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
+    """Where this node says it listens (UpdateRaftVoter keeps its VotersRecord entry in line):
+    its address in the static set or the Spark generation, else its listener; nothing for a
+    wildcard listener, whose reachable address is not known here."""
+    host, port = (config.voters.get(config.node_id) or config.addresses.get(config.node_id)
+                  or (config.host, config.port))
+    if host in ("", "0.0.0.0", "::"):
+        return ()
+    return (Endpoint(DEFAULT_LISTENER, host, port),)
 
 
 def directory_of(meta: MetaProperties) -> uuid.UUID:
@@ -30,11 +56,19 @@ def directory_of(meta: MetaProperties) -> uuid.UUID:
 
 
 class VoterEndpointsMixin:
-    """Mixed into ``RaftNode``, which owns ``config``, ``cluster_id`` and ``_core``."""
+    """Mixed into ``RaftNode``, which owns ``config``, ``cluster_id``, ``_core`` and the
+    methods below that raise NotImplementedError."""
 
     config: NodeConfig
     cluster_id: str
     _core: RaftCore | None
+    _stopping: bool
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        raise NotImplementedError
+
+    def _hand_to_core(self, conn: ServerConnection, header: RequestHeader, message: Any) -> None:
+        raise NotImplementedError
     _endpoint_cache: tuple[VoterSet | None, list[dict[str, Any]]] = (None, [])
 
     def _voter_address(self, node_id: int) -> tuple[str, int] | None:
@@ -62,6 +96,48 @@ class VoterEndpointsMixin:
             ])
         return self._endpoint_cache[1]
 
+    def _probing_new_voter(
+        self, conn: ServerConnection, header: RequestHeader, message: object
+    ) -> bool:
+        """A leader asks a voter to be added for its ApiVersions first (voter_probe); the
+        core then gets the request from ``_probe_then_add``. False: not such a request."""
+        core = self._core
+        if (not isinstance(message, AddVoterRequest) or not message.endpoints or core is None
+                or core.role is not Role.LEADER):
+            return False
+        self._spawn(self._probe_then_add(conn, header, message), "voter-probe")
+        return True
+
+    async def _probe_then_add(
+        self, conn: ServerConnection, header: RequestHeader, message: AddVoterRequest
+    ) -> None:
+        where = message.endpoints[0]
+        tls = self.config.tls
+        refusal = await probe_new_voter(
+            where.host, where.port, min(PROBE_TIMEOUT_S, self.config.quorum.request_timeout_ms
+                                        / 1000), tls.client_context() if tls else None)
+        if self._stopping or self._core is None:
+            conn.close()
+        elif refusal is not None:
+            log.info("node %d: refusing to add voter %d: %s", self.config.node_id,
+                     message.voter_id, refusal[1])
+            conn.respond(header.api_key, header.api_version, header.correlation_id,
+                         error_body(int(refusal[0]), refusal[1]))
+        else:
+            self._hand_to_core(conn, header, message)
+
+    def _answered_without_core(
+        self, conn: ServerConnection, header: RequestHeader, body: Any
+    ) -> bool:
+        """Answer the admin requests the node serves by itself; False for any other."""
+        if header.api_key == ApiKey.DESCRIBE_CLUSTER:
+            self._answer_describe_cluster(conn, header, body)
+        elif header.api_key == ApiKey.METADATA:  # --bootstrap-server admin clients
+            self._answer_metadata(conn, header, body)
+        else:
+            return False
+        return True
+
     def _answer_describe_cluster(
         self, conn: ServerConnection, header: RequestHeader, body: dict[str, Any]
     ) -> None:
@@ -73,3 +149,14 @@ class VoterEndpointsMixin:
         conn.respond(header.api_key, header.api_version, header.correlation_id,
                      describe_cluster_body(self.cluster_id, core.known_leader(), voters,
                                            body.get("endpoint_type", 1)))
+
+    def _answer_metadata(
+        self, conn: ServerConnection, header: RequestHeader, body: dict[str, Any]
+    ) -> None:
+        """Metadata names the leader this node knows as the one broker (see wire_metadata)."""
+        core = self._core
+        assert core is not None
+        leader = core.known_leader()
+        where = self._voter_address(leader) if leader >= 0 else None
+        conn.respond(header.api_key, header.api_version, header.correlation_id,
+                     metadata_body(header.api_version, self.cluster_id, leader, where, body))

@@ -101,6 +101,8 @@ def api_versions_body(error: int = 0) -> Body:
         "error_code": error,
         "api_keys": supported_api_versions(),
         "throttle_time_ms": 0,
+        # KIP-853: a leader checks this before it adds a voter (voter_probe).
+        "supported_features": [{"name": "kraft.version", "min_version": 0, "max_version": 1}],
     }
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from kraft_spark.log.codec import decode_batches, encode_batch
 from kraft_spark.log.errors import CorruptRecordError
-from kraft_spark.net import wire_snapshot, wire_voters
+from kraft_spark.net import wire_elections, wire_snapshot, wire_voters
+from kraft_spark.net.wire_elections import split_error
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import (
@@ -45,6 +46,7 @@ from kraft_spark.raft.messages import (
     ReplicaState,
     Request,
     Response,
+    UpdateVoterRequest,
     VoterChangeResponse,
     VoteRequest,
     VoteResponse,
@@ -59,9 +61,7 @@ Body = dict[str, Any]
 VERSIONS: dict[int, int] = {
     ApiKey.PRODUCE: 10,
     ApiKey.FETCH: 12,
-    ApiKey.VOTE: 0,
-    ApiKey.BEGIN_QUORUM_EPOCH: 0,
-    ApiKey.END_QUORUM_EPOCH: 0,
+    **wire_elections.VERSIONS,
     ApiKey.DESCRIBE_QUORUM: 2,
     ApiKey.FETCH_SNAPSHOT: wire_snapshot.VERSION,
 }
@@ -179,30 +179,8 @@ def request_to_wire(msg: Request) -> tuple[int, int, Body]:
         return ApiKey.FETCH, VERSIONS[ApiKey.FETCH], body
     if isinstance(msg, FetchSnapshotRequest):
         return wire_snapshot.request_to_wire(msg)
-    if isinstance(msg, VoteRequest):
-        part = {
-            "partition_index": 0,
-            "candidate_epoch": msg.candidate_epoch,
-            "candidate_id": msg.candidate_id,
-            "last_offset_epoch": msg.last_offset_epoch,
-            "last_offset": msg.last_offset,
-        }
-        return ApiKey.VOTE, 0, {"cluster_id": msg.cluster_id, "topics": _topics(part)}
-    if isinstance(msg, BeginQuorumEpochRequest):
-        part = {"partition_index": 0, "leader_id": msg.leader_id, "leader_epoch": msg.leader_epoch}
-        return (
-            ApiKey.BEGIN_QUORUM_EPOCH,
-            0,
-            {"cluster_id": msg.cluster_id, "topics": _topics(part)},
-        )
-    if isinstance(msg, EndQuorumEpochRequest):
-        part = {
-            "partition_index": 0,
-            "leader_id": msg.leader_id,
-            "leader_epoch": msg.leader_epoch,
-            "preferred_successors": list(msg.preferred_successors),
-        }
-        return ApiKey.END_QUORUM_EPOCH, 0, {"cluster_id": msg.cluster_id, "topics": _topics(part)}
+    if isinstance(msg, VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest):
+        return wire_elections.request_to_wire(msg)
     if isinstance(msg, ProduceRequest):
         data = produce_batch(
             msg.records,
@@ -222,7 +200,7 @@ def request_to_wire(msg: Request) -> tuple[int, int, Body]:
     if isinstance(msg, DescribeQuorumRequest):
         return ApiKey.DESCRIBE_QUORUM, VERSIONS[ApiKey.DESCRIBE_QUORUM], {
             "topics": _topics({"partition_index": 0})}
-    if isinstance(msg, AddVoterRequest | RemoveVoterRequest):
+    if isinstance(msg, AddVoterRequest | RemoveVoterRequest | UpdateVoterRequest):
         return wire_voters.request_to_wire(msg)
     raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover - the union is exhaustive
 
@@ -259,30 +237,11 @@ def request_from_wire(api_key: int, body: Body, local_cluster_id: str) -> Reques
             catching_up=bool(body.get("kraft_spark_catching_up", False)),
             directory_id=body.get("kraft_spark_replica_directory_id") or NIL_DIRECTORY,
         )
-    if api_key == ApiKey.VOTE:
-        part = _partition(body, "partitions", "topic_name", "Vote")
-        return VoteRequest(
-            cluster_id=_cluster(body["cluster_id"], local_cluster_id),
-            candidate_epoch=part["candidate_epoch"],
-            candidate_id=part["candidate_id"],
-            last_offset_epoch=part["last_offset_epoch"],
-            last_offset=part["last_offset"],
-        )
-    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
-        part = _partition(body, "partitions", "topic_name", "BeginQuorumEpoch")
-        return BeginQuorumEpochRequest(
-            cluster_id=_cluster(body["cluster_id"], local_cluster_id),
-            leader_id=part["leader_id"],
-            leader_epoch=part["leader_epoch"],
-        )
-    if api_key == ApiKey.END_QUORUM_EPOCH:
-        part = _partition(body, "partitions", "topic_name", "EndQuorumEpoch")
-        return EndQuorumEpochRequest(
-            cluster_id=_cluster(body["cluster_id"], local_cluster_id),
-            leader_id=part["leader_id"],
-            leader_epoch=part["leader_epoch"],
-            preferred_successors=tuple(part["preferred_successors"]),
-        )
+    if api_key in wire_elections.ELECTION_APIS:
+        what = wire_elections.ELECTION_APIS[api_key]
+        part = _partition(body, "partitions", "topic_name", what)
+        return wire_elections.request_from_wire(
+            api_key, body, _cluster(body["cluster_id"], local_cluster_id), part)
     if api_key == ApiKey.PRODUCE:
         if body["transactional_id"] is not None:
             raise WireError("transactional produce is not supported by the metadata quorum")
@@ -349,13 +308,6 @@ def error_response_body(api_key: int, error: int, message: str = "") -> Body:
 # --------------------------------------------------------------------------- responses
 
 
-def split_error(error: CoreError) -> tuple[int, int]:
-    """(top-level, partition) error codes, as Kafka places them."""
-    if error == CoreError.INCONSISTENT_CLUSTER_ID:
-        return int(error), 0
-    return 0, int(error)
-
-
 def response_to_wire(
     msg: Response, cluster_id: str, endpoints: list[Body] | None = None
 ) -> Body:
@@ -387,25 +339,8 @@ def response_to_wire(
         }
     if isinstance(msg, FetchSnapshotResponse):
         return wire_snapshot.response_to_wire(msg)
-    if isinstance(msg, VoteResponse):
-        top, err = split_error(msg.error)
-        part = {
-            "partition_index": 0,
-            "error_code": err,
-            "leader_id": msg.leader_id,
-            "leader_epoch": msg.leader_epoch,
-            "vote_granted": msg.vote_granted,
-        }
-        return {"error_code": top, "topics": _topics(part)}
-    if isinstance(msg, BeginQuorumEpochResponse | EndQuorumEpochResponse):
-        top, err = split_error(msg.error)
-        part = {
-            "partition_index": 0,
-            "error_code": err,
-            "leader_id": msg.leader_id,
-            "leader_epoch": msg.leader_epoch,
-        }
-        return {"error_code": top, "topics": _topics(part)}
+    if isinstance(msg, VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse):
+        return wire_elections.response_to_wire(msg, endpoints)
     if isinstance(msg, ProduceResponse):
         ok = msg.error == CoreError.NONE
         part = {
@@ -463,7 +398,7 @@ def response_to_wire(
             },
         }
     if isinstance(msg, VoterChangeResponse):
-        return wire_voters.response_to_wire(msg)
+        return wire_voters.response_to_wire(msg, endpoints)
     raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover
 
 
@@ -518,21 +453,9 @@ def response_from_wire(api_key: int, body: Body) -> Response:
             ),
             log_start_offset=part.get("log_start_offset", -1),
         )
-    if api_key == ApiKey.VOTE:
+    if api_key in wire_elections.ELECTION_APIS:
         part = first_partition(body, "topics", "partitions")
-        if part is None:
-            return VoteResponse(_error_of(body, None), -1, -1, False)
-        return VoteResponse(
-            _error_of(body, part), part["leader_id"], part["leader_epoch"], part["vote_granted"]
-        )
-    if api_key in (ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH):
-        cls = BeginQuorumEpochResponse if api_key == ApiKey.BEGIN_QUORUM_EPOCH else (
-            EndQuorumEpochResponse
-        )
-        part = first_partition(body, "topics", "partitions")
-        if part is None:
-            return cls(_error_of(body, None), -1, -1)
-        return cls(_error_of(body, part), part["leader_id"], part["leader_epoch"])
+        return wire_elections.response_from_wire(api_key, _error_of(body, part), part)
     if api_key == ApiKey.PRODUCE:
         part = first_partition(body, "responses", "partition_responses")
         if part is None:

@@ -1,5 +1,6 @@
-"""KIP-853's AddRaftVoter (80) and RemoveRaftVoter (81) ↔ Kafka wire bodies, and the voters'
-listeners as DescribeQuorum v2 (``Nodes``) and KIP-919's DescribeCluster list them."""
+"""KIP-853's AddRaftVoter (80), RemoveRaftVoter (81) and UpdateRaftVoter (82) ↔ Kafka wire
+bodies, and the voters' listeners as DescribeQuorum v2 (``Nodes``) and KIP-919's
+DescribeCluster list them."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from kraft_spark.protocol import ApiKey
 from kraft_spark.raft.messages import (
     AddVoterRequest,
     RemoveVoterRequest,
+    UpdateVoterRequest,
     VoterChangeResponse,
 )
 from kraft_spark.raft.messages import ErrorCode as CoreError
 from kraft_spark.raft.voter_set import Endpoint, VoterSet
 
 Body = dict[str, Any]
-VOTER_APIS = (ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER)
+VOTER_APIS = (ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER)
+VoterChange = AddVoterRequest | RemoveVoterRequest | UpdateVoterRequest
 # KIP-919's EndpointType in DescribeCluster: 1 = brokers, 2 = controllers.
 ENDPOINT_TYPE_BROKER = 1
 ENDPOINT_TYPE_CONTROLLER = 2
@@ -29,15 +32,28 @@ def _endpoints(listeners: list[Body]) -> tuple[Endpoint, ...]:
     return tuple(Endpoint(e["name"], e["host"], e["port"]) for e in listeners)
 
 
-def request_to_wire(msg: AddVoterRequest | RemoveVoterRequest) -> tuple[int, int, Body]:
+def _listeners(endpoints: tuple[Endpoint, ...]) -> list[Body]:
+    return [{"name": e.name, "host": e.host, "port": e.port} for e in endpoints]
+
+
+def request_to_wire(msg: VoterChange) -> tuple[int, int, Body]:
+    if isinstance(msg, UpdateVoterRequest):
+        return ApiKey.UPDATE_RAFT_VOTER, 0, {
+            "cluster_id": msg.cluster_id,
+            "current_leader_epoch": msg.current_leader_epoch,
+            "voter_id": msg.voter_id,
+            "voter_directory_id": msg.directory_id,
+            "listeners": _listeners(msg.endpoints),
+            "kraft_version_feature": {"min_supported_version": msg.min_kraft_version,
+                                       "max_supported_version": msg.max_kraft_version},
+        }
     if isinstance(msg, AddVoterRequest):
         return ApiKey.ADD_RAFT_VOTER, 0, {
             "cluster_id": msg.cluster_id,
             "timeout_ms": msg.timeout_ms,
             "voter_id": msg.voter_id,
             "voter_directory_id": msg.directory_id,
-            "listeners": [{"name": e.name, "host": e.host, "port": e.port}
-                          for e in msg.endpoints],
+            "listeners": _listeners(msg.endpoints),
         }
     return ApiKey.REMOVE_RAFT_VOTER, 0, {
         "cluster_id": msg.cluster_id,
@@ -46,9 +62,20 @@ def request_to_wire(msg: AddVoterRequest | RemoveVoterRequest) -> tuple[int, int
     }
 
 
-def request_from_wire(api_key: int, body: Body) -> AddVoterRequest | RemoveVoterRequest:
+def request_from_wire(api_key: int, body: Body) -> VoterChange:
     if body["voter_id"] < 0:
         raise VoterWireError(f"invalid voter id {body['voter_id']}")
+    if api_key == ApiKey.UPDATE_RAFT_VOTER:
+        feature = body["kraft_version_feature"]
+        return UpdateVoterRequest(
+            cluster_id=body["cluster_id"],
+            current_leader_epoch=body["current_leader_epoch"],
+            voter_id=body["voter_id"],
+            directory_id=body["voter_directory_id"],
+            endpoints=_endpoints(body["listeners"]),
+            min_kraft_version=feature["min_supported_version"],
+            max_kraft_version=feature["max_supported_version"],
+        )
     if api_key == ApiKey.ADD_RAFT_VOTER:
         return AddVoterRequest(
             cluster_id=body["cluster_id"],
@@ -60,8 +87,17 @@ def request_from_wire(api_key: int, body: Body) -> AddVoterRequest | RemoveVoter
     return RemoveVoterRequest(body["cluster_id"], body["voter_id"], body["voter_directory_id"])
 
 
-def response_to_wire(msg: VoterChangeResponse) -> Body:
-    return {"throttle_time_ms": 0, "error_code": int(msg.error), "error_message": msg.message}
+def response_to_wire(msg: VoterChangeResponse, endpoints: list[Body] | None = None) -> Body:
+    """AddRaftVoter's and RemoveRaftVoter's ``ErrorMessage``; UpdateRaftVoter's
+    ``CurrentLeader`` (with the leader's address from ``endpoints`` when known)."""
+    where = next((e for e in endpoints or () if e["node_id"] == msg.leader_id), None)
+    return {
+        "throttle_time_ms": 0, "error_code": int(msg.error), "error_message": msg.message,
+        "current_leader": {
+            "leader_id": msg.leader_id, "leader_epoch": msg.leader_epoch,
+            "host": where["host"] if where else "", "port": where["port"] if where else -1,
+        },
+    }
 
 
 def error_body(error: int, message: str) -> Body:
@@ -77,7 +113,9 @@ def response_from_wire(body: Body) -> VoterChangeResponse:
     message = body.get("error_message")
     if error == CoreError.INVALID_REQUEST and code != CoreError.INVALID_REQUEST:
         message = f"error code {code}: {message}"
-    return VoterChangeResponse(error, message, -1, -1)
+    leader = body.get("current_leader") or {}
+    return VoterChangeResponse(error, message, leader.get("leader_id", -1),
+                               leader.get("leader_epoch", -1))
 
 
 def nodes_body(voters: VoterSet) -> list[Body]:
@@ -92,20 +130,23 @@ def nodes_body(voters: VoterSet) -> list[Body]:
 def describe_cluster_body(
     cluster_id: str, leader_id: int, voters: VoterSet, endpoint_type: int
 ) -> Body:
-    """KIP-919: a controller asked for controllers lists the voters and names the leader as
-    the (active) controller; asked for brokers it answers UNSUPPORTED_ENDPOINT_TYPE, as Kafka's
-    controllers do (this quorum has no brokers)."""
-    if endpoint_type != ENDPOINT_TYPE_CONTROLLER:
+    """KIP-919: asked for controllers (``--bootstrap-controller``), a node lists the voters
+    and names the leader as the (active) controller. Asked for brokers (``--bootstrap-server``,
+    or v0) it lists only the leader, the one node that answers DescribeQuorum: the quorum
+    presents its leader as its one broker, as its Metadata answer does (``wire_metadata``).
+    Any other endpoint type gets UNSUPPORTED_ENDPOINT_TYPE, as from Kafka."""
+    if endpoint_type not in (ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER):
         return {
             "throttle_time_ms": 0, "error_code": int(CoreError.UNSUPPORTED_ENDPOINT_TYPE),
-            "error_message": "this is a KRaft quorum of controllers: it has no brokers; use "
-                             "--bootstrap-controller", "endpoint_type": endpoint_type,
+            "error_message": f"unknown endpoint type {endpoint_type}: 1 asks for brokers, 2 "
+                             "for controllers", "endpoint_type": endpoint_type,
             "cluster_id": cluster_id, "controller_id": -1, "brokers": [],
         }
     brokers = [
         {"broker_id": v.node_id, "host": v.endpoints[0].host, "port": v.endpoints[0].port,
          "rack": None}
-        for v in voters.voters if v.endpoints
+        for v in voters.voters
+        if v.endpoints and (endpoint_type == ENDPOINT_TYPE_CONTROLLER or v.node_id == leader_id)
     ]
     return {
         "throttle_time_ms": 0, "error_code": 0, "error_message": None,

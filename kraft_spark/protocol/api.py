@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from kraft_spark.protocol import messages as m
 from kraft_spark.protocol import messages_kip853 as k
+from kraft_spark.protocol import messages_metadata as md
 from kraft_spark.protocol.exceptions import EncodeError, ProtocolError, UnsupportedVersionError
 from kraft_spark.protocol.primitives import Reader
 from kraft_spark.protocol.schema import MessageSchema
@@ -38,6 +39,7 @@ class ApiKey(IntEnum):
 
     PRODUCE = 0
     FETCH = 1
+    METADATA = 3
     API_VERSIONS = 18
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
@@ -47,6 +49,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     ADD_RAFT_VOTER = 80
     REMOVE_RAFT_VOTER = 81
+    UPDATE_RAFT_VOTER = 82
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ API_SPECS: dict[int, ApiSpec] = {
     for s in (
         _spec(ApiKey.PRODUCE, m.PRODUCE_REQUEST, m.PRODUCE_RESPONSE),
         _spec(ApiKey.FETCH, m.FETCH_REQUEST, m.FETCH_RESPONSE),
+        _spec(ApiKey.METADATA, md.METADATA_REQUEST, md.METADATA_RESPONSE),
         _spec(ApiKey.API_VERSIONS, m.API_VERSIONS_REQUEST, m.API_VERSIONS_RESPONSE),
         _spec(ApiKey.VOTE, m.VOTE_REQUEST, m.VOTE_RESPONSE),
         _spec(
@@ -86,6 +90,8 @@ API_SPECS: dict[int, ApiSpec] = {
         _spec(ApiKey.ADD_RAFT_VOTER, k.ADD_RAFT_VOTER_REQUEST, k.ADD_RAFT_VOTER_RESPONSE),
         _spec(ApiKey.REMOVE_RAFT_VOTER, k.REMOVE_RAFT_VOTER_REQUEST,
               k.REMOVE_RAFT_VOTER_RESPONSE),
+        _spec(ApiKey.UPDATE_RAFT_VOTER, k.UPDATE_RAFT_VOTER_REQUEST,
+              k.UPDATE_RAFT_VOTER_RESPONSE),
     )
 }
 """Every API we implement, by key."""

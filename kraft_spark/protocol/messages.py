@@ -11,9 +11,9 @@ strings of the fields we keep are Kafka's own, so the files can be compared line
 | ApiVersions      | 0-3      | 3        | response always travels with header v0             |
 | Produce          | 9        | 9        | CurrentLeader/NodeEndpoints are v10+, so absent    |
 | Fetch            | 12       | 12       | topics by name (TopicId is v13+)                   |
-| Vote             | 0        | 0        |                                                    |
-| BeginQuorumEpoch | 0        | none     |                                                    |
-| EndQuorumEpoch   | 0        | none     | PreferredSuccessors is an int32 array              |
+| Vote             | 0-2      | 0        | v1: KIP-853 voter keys, endpoints; v2: PreVote     |
+| BeginQuorumEpoch | 0-1      | 1        | v1: KIP-853 voter key, leader endpoints            |
+| EndQuorumEpoch   | 0-1      | 1        | v1: PreferredCandidates (id + dir) replace v0's    |
 | DescribeQuorum   | 0-2      | 0        | v1: KIP-836 timestamps; v2: KIP-853 Nodes, dir ids |
 | FetchSnapshot    | 0        | 0        | KIP-630; v1's ReplicaDirectoryId is KIP-853's      |
 """
@@ -251,27 +251,43 @@ FETCH_RESPONSE = MessageSchema(
 VOTE_REQUEST = MessageSchema(
     "VoteRequest",
     api_key=52,
-    valid_versions="0",
+    valid_versions="0-2",
     flexible_versions="0+",
     fields=(
         F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
+        F("VoterId", "int32", "1+", default=-1),  # KIP-853: the voter receiving the request
         F("Topics", "[]TopicData", "0+", fields=(
             F("TopicName", "string", "0+"),
             F("Partitions", "[]PartitionData", "0+", fields=(
                 F("PartitionIndex", "int32", "0+"),
                 F("CandidateEpoch", "int32", "0+"),
                 F("CandidateId", "int32", "0+"),
+                F("CandidateDirectoryId", "uuid", "1+"),
+                F("VoterDirectoryId", "uuid", "1+"),
                 F("LastOffsetEpoch", "int32", "0+"),
                 F("LastOffset", "int64", "0+"),
+                F("PreVote", "bool", "2+"),  # KIP-996
             )),
         )),
     ),
 )
 
+# KIP-853's v1 responses name where the leader they report listens (tag 0).
+_NODE_ENDPOINTS = F("NodeEndpoints", "[]NodeEndpoint", "1+", tag=0, tagged_versions="1+", fields=(
+    F("NodeId", "int32", "1+"),
+    F("Host", "string", "1+"),
+    F("Port", "uint16", "1+"),
+))
+_LEADER_ENDPOINTS = F("LeaderEndpoints", "[]LeaderEndpoint", "1+", fields=(
+    F("Name", "string", "1+"),
+    F("Host", "string", "1+"),
+    F("Port", "uint16", "1+"),
+))
+
 VOTE_RESPONSE = MessageSchema(
     "VoteResponse",
     api_key=52,
-    valid_versions="0",
+    valid_versions="0-2",
     flexible_versions="0+",
     fields=(
         F("ErrorCode", "int16", "0+"),
@@ -285,6 +301,7 @@ VOTE_RESPONSE = MessageSchema(
                 F("VoteGranted", "bool", "0+"),
             )),
         )),
+        _NODE_ENDPOINTS,
     ),
 )
 
@@ -293,18 +310,21 @@ VOTE_RESPONSE = MessageSchema(
 BEGIN_QUORUM_EPOCH_REQUEST = MessageSchema(
     "BeginQuorumEpochRequest",
     api_key=53,
-    valid_versions="0",
+    valid_versions="0-1",
     flexible_versions="1+",
     fields=(
         F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
+        F("VoterId", "int32", "1+", default=-1),
         F("Topics", "[]TopicData", "0+", fields=(
             F("TopicName", "string", "0+"),
             F("Partitions", "[]PartitionData", "0+", fields=(
                 F("PartitionIndex", "int32", "0+"),
+                F("VoterDirectoryId", "uuid", "1+"),
                 F("LeaderId", "int32", "0+"),
                 F("LeaderEpoch", "int32", "0+"),
             )),
         )),
+        _LEADER_ENDPOINTS,
     ),
 )
 
@@ -318,7 +338,7 @@ _LEADER_PARTITION_RESPONSE = (
 BEGIN_QUORUM_EPOCH_RESPONSE = MessageSchema(
     "BeginQuorumEpochResponse",
     api_key=53,
-    valid_versions="0",
+    valid_versions="0-1",
     flexible_versions="1+",
     fields=(
         F("ErrorCode", "int16", "0+"),
@@ -326,6 +346,7 @@ BEGIN_QUORUM_EPOCH_RESPONSE = MessageSchema(
             F("TopicName", "string", "0+"),
             F("Partitions", "[]PartitionData", "0+", fields=_LEADER_PARTITION_RESPONSE),
         )),
+        _NODE_ENDPOINTS,
     ),
 )
 
@@ -334,7 +355,7 @@ BEGIN_QUORUM_EPOCH_RESPONSE = MessageSchema(
 END_QUORUM_EPOCH_REQUEST = MessageSchema(
     "EndQuorumEpochRequest",
     api_key=54,
-    valid_versions="0",
+    valid_versions="0-1",
     flexible_versions="1+",
     fields=(
         F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
@@ -345,15 +366,20 @@ END_QUORUM_EPOCH_REQUEST = MessageSchema(
                 F("LeaderId", "int32", "0+"),
                 F("LeaderEpoch", "int32", "0+"),
                 F("PreferredSuccessors", "[]int32", "0"),
+                F("PreferredCandidates", "[]ReplicaInfo", "1+", fields=(
+                    F("CandidateId", "int32", "1+"),
+                    F("CandidateDirectoryId", "uuid", "1+"),
+                )),
             )),
         )),
+        _LEADER_ENDPOINTS,
     ),
 )
 
 END_QUORUM_EPOCH_RESPONSE = MessageSchema(
     "EndQuorumEpochResponse",
     api_key=54,
-    valid_versions="0",
+    valid_versions="0-1",
     flexible_versions="1+",
     fields=(
         F("ErrorCode", "int16", "0+"),
@@ -361,6 +387,7 @@ END_QUORUM_EPOCH_RESPONSE = MessageSchema(
             F("TopicName", "string", "0+"),
             F("Partitions", "[]PartitionData", "0+", fields=_LEADER_PARTITION_RESPONSE),
         )),
+        _NODE_ENDPOINTS,
     ),
 )
 

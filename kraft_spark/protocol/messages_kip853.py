@@ -5,6 +5,7 @@ as in Kafka's message JSON (``AddRaftVoterRequest.json`` and so on).
 | --------------- | -------- | -------- | ----------------------------------------------------- |
 | AddRaftVoter    | 0        | 0+       | api key 80                                            |
 | RemoveRaftVoter | 0        | 0+       | api key 81                                            |
+| UpdateRaftVoter | 0        | 0+       | api key 82: a voter's new listeners                   |
 | DescribeCluster | 0-1      | 0+       | api key 60; v1's EndpointType 2 asks for controllers  |
 """
 
@@ -71,6 +72,41 @@ REMOVE_RAFT_VOTER_RESPONSE = MessageSchema(
     fields=_VOTER_CHANGE_RESPONSE_FIELDS,
 )
 
+UPDATE_RAFT_VOTER_REQUEST = MessageSchema(
+    "UpdateRaftVoterRequest",
+    api_key=82,
+    valid_versions="0",
+    flexible_versions="0+",
+    fields=(
+        F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
+        F("CurrentLeaderEpoch", "int32", "0+"),
+        F("VoterId", "int32", "0+"),
+        F("VoterDirectoryId", "uuid", "0+"),
+        F("Listeners", "[]Listener", "0+", fields=_LISTENER),
+        F("KRaftVersionFeature", "KRaftVersionFeature", "0+", fields=(
+            F("MinSupportedVersion", "int16", "0+"),
+            F("MaxSupportedVersion", "int16", "0+"),
+        )),
+    ),
+)
+
+UPDATE_RAFT_VOTER_RESPONSE = MessageSchema(
+    "UpdateRaftVoterResponse",
+    api_key=82,
+    valid_versions="0",
+    flexible_versions="0+",
+    fields=(
+        F("ThrottleTimeMs", "int32", "0+"),
+        F("ErrorCode", "int16", "0+"),
+        F("CurrentLeader", "CurrentLeader", "0+", tag=0, tagged_versions="0+", fields=(
+            F("LeaderId", "int32", "0+", default=-1),
+            F("LeaderEpoch", "int32", "0+", default=-1),
+            F("Host", "string", "0+"),
+            F("Port", "int32", "0+"),
+        )),
+    ),
+)
+
 DESCRIBE_CLUSTER_REQUEST = MessageSchema(
     "DescribeClusterRequest",
     api_key=60,
@@ -109,6 +145,8 @@ ALL_KIP853_SCHEMAS: tuple[MessageSchema, ...] = (
     ADD_RAFT_VOTER_RESPONSE,
     REMOVE_RAFT_VOTER_REQUEST,
     REMOVE_RAFT_VOTER_RESPONSE,
+    UPDATE_RAFT_VOTER_REQUEST,
+    UPDATE_RAFT_VOTER_RESPONSE,
     DESCRIBE_CLUSTER_REQUEST,
     DESCRIBE_CLUSTER_RESPONSE,
 )

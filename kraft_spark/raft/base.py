@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
-from kraft_spark.raft.messages import NO_LEADER, Request, Response
+from kraft_spark.raft.messages import NO_LEADER, Request, Response, VoteRequest, VoteResponse
 from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.ready import Outbound, Reply
 from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
@@ -77,6 +77,9 @@ class CoreState:
         self.epoch = 0
         self.leader_id = NO_LEADER
         self.voted_id = NO_LEADER
+        # The directory of the candidate voted for (KIP-853); meaningful only while
+        # voted_id names that candidate (set together when a vote is granted).
+        self.voted_directory_id = NIL_DIRECTORY
         self.pending_catch_up = False
         self._persist_needed = False
         # --- role
@@ -86,12 +89,18 @@ class CoreState:
         # Candidate
         self.votes_granted: set[int] = set()
         self.votes_rejected: set[int] = set()
+        # Prospective (KIP-996, prevote.py)
+        self.pre_votes_granted: set[int] = set()
+        self.pre_votes_rejected: set[int] = set()
         self.backoff_until: int | None = None
         self.election_retries = 0
         # Follower / observer
         self.fetch_deadline = NEVER
         self.fetch_jitter_ms = 0  # added to fetch.timeout.ms while following one leader
         self.fetch_in_flight: int | None = None
+        # A Fetch to our leader succeeded since we began following it (a pre-vote is refused
+        # only by a follower that actually hears from its leader).
+        self.fetched_from_leader = False
         self.next_fetch_at = 0
         self.awaiting_flush = False
         self.leader_hw_seen: int | None = None
@@ -142,6 +151,21 @@ class CoreState:
             return True
         return self.history.dynamic and self.voter_set.get(self.node_id) is None
 
+    def directory_of_voter(self, node_id: int) -> uuid.UUID:
+        """The directory id our voter set lists for ``node_id`` (NIL: not listed or unknown):
+        what KIP-853's requests name as the voter key of their recipient."""
+        voter = self.voter_set.get(node_id)
+        return voter.directory_id if voter is not None else NIL_DIRECTORY
+
+    def is_own_voter_key(self, voter_id: int, voter_directory_id: uuid.UUID) -> bool:
+        """KIP-853: a Vote or BeginQuorumEpoch v1 names the voter it is meant for. One meant for
+        another node, or for another disk of this id (a directory we no longer have), is not
+        ours to answer as a voter: INVALID_VOTER_KEY. A v0 request names nobody (-1)."""
+        if voter_id < 0:
+            return True
+        return voter_id == self.node_id and voter_directory_id in (
+            NIL_DIRECTORY, self.directory_id)
+
     def known_leader(self) -> int:
         return self.node_id if self.role is Role.LEADER else self.leader_id
 
@@ -158,6 +182,8 @@ class CoreState:
             leader_id=self.known_leader(),
             voted_id=self.voted_id,
             pending_catch_up=self.pending_catch_up,
+            voted_directory_id=self.voted_directory_id if self.voted_id != NO_LEADER
+            else NIL_DIRECTORY,
         )
 
     # ------------------------------------------------------------------ outputs
@@ -190,6 +216,7 @@ class CoreState:
             self._persist_needed = True
         self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
         self.fetch_in_flight = None
+        self.fetched_from_leader = False
         self.awaiting_flush = False
         self.backoff_until = None
         if self.download is not None:  # a snapshot download belongs to one leader and role
@@ -237,7 +264,7 @@ class CoreState:
         """When this node would next campaign if nothing else happened."""
         if self.role is Role.UNATTACHED or self.role is Role.RESIGNED:
             return self.election_deadline
-        if self.role is Role.CANDIDATE:
+        if self.role is Role.CANDIDATE or self.role is Role.PROSPECTIVE:
             return self.backoff_until if self.backoff_until is not None else self.election_deadline
         if self.role is Role.FOLLOWER:
             return self.fetch_deadline
@@ -261,7 +288,7 @@ class CoreState:
         if (
             epoch == self.epoch
             and leader_id not in (NO_LEADER, self.node_id)
-            and self.role in (Role.UNATTACHED, Role.CANDIDATE)
+            and self.role in (Role.UNATTACHED, Role.CANDIDATE, Role.PROSPECTIVE)
         ):
             self.become_follower(epoch, leader_id)
             return True
@@ -312,6 +339,18 @@ class CoreState:
         raise NotImplementedError
 
     def become_candidate(self) -> None:
+        raise NotImplementedError
+
+    def become_prospective(self) -> None:
+        raise NotImplementedError
+
+    def handle_pre_vote_request(self, token: object, req: VoteRequest) -> None:
+        raise NotImplementedError
+
+    def handle_pre_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
+        raise NotImplementedError
+
+    def on_pre_vote_refused(self, pending: InFlight) -> None:
         raise NotImplementedError
 
     def become_leader(self) -> None:

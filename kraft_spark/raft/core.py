@@ -42,10 +42,8 @@ from collections.abc import Iterable
 
 from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.config import QuorumConfig
-from kraft_spark.raft.elections import ElectionMixin
 from kraft_spark.raft.follower import FollowerMixin
 from kraft_spark.raft.log_api import RaftLog
-from kraft_spark.raft.membership import MembershipMixin
 from kraft_spark.raft.messages import (
     NO_LEADER,
     AddVoterRequest,
@@ -63,18 +61,22 @@ from kraft_spark.raft.messages import (
     RemoveVoterRequest,
     Request,
     Response,
+    UpdateVoterRequest,
+    VoterChangeResponse,
     VoteRequest,
     VoteResponse,
 )
+from kraft_spark.raft.prevote import PreVoteMixin
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.snapshot_api import NoSnapshots, SnapshotStore
 from kraft_spark.raft.snapshot_fetch import SnapshotFetchMixin
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.raft.vote_rules import election_timeout_ms
-from kraft_spark.raft.voter_set import NIL_DIRECTORY, VoterSet
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, VoterSet
+from kraft_spark.raft.voter_update import VoterUpdateMixin
 
 
-class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin, CoreState):
+class RaftCore(PreVoteMixin, VoterUpdateMixin, FollowerMixin, SnapshotFetchMixin, CoreState):
     """One node of the quorum (voter or observer)."""
 
     def __init__(
@@ -92,18 +94,22 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
         snapshots: SnapshotStore | None = None,
         voter_set: VoterSet | None = None,
         directory_id: uuid.UUID = NIL_DIRECTORY,
+        local_endpoints: tuple[Endpoint, ...] = (),
     ) -> None:
         """``persisted`` is the quorum-state read at start-up (None when absent). ``disk_lost``
         tells that this voter's directory was wiped after it may have voted (SPEC §10).
         ``snapshots``: the node's snapshot store (KIP-630); its newest snapshot must not end
         past the log's end (the shell restarts the log at it first). ``voter_set``: the
         static voters with their endpoints (else ``voters``, ids only); ``directory_id``: this
-        node's ``directory.id`` (KIP-853: a voter is an id and a directory)."""
+        node's ``directory.id`` (KIP-853: a voter is an id and a directory); ``local_endpoints``:
+        where this node listens, which it keeps its VotersRecord entry in line with
+        (UpdateRaftVoter; empty: unknown)."""
         super().__init__(
             node_id=node_id, cluster_id=cluster_id, voters=voters, log=log, config=config,
             rng=rng, snapshots=snapshots or NoSnapshots(), voter_set=voter_set,
             directory_id=directory_id,
         )
+        self.local_endpoints = local_endpoints
         self.now = now_ms
         # The log start is a snapshot's end offset, and snapshots cover committed records only.
         self.high_watermark = self.log.start_offset()
@@ -113,6 +119,7 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
         self.pending_catch_up = self.is_voter and (disk_lost or state.pending_catch_up)
         self.epoch = state.epoch
         self.voted_id = state.voted_id
+        self.voted_directory_id = state.voted_directory_id
         self.leader_id = state.leader_id
         log_epoch = log.last_epoch()
         if log_epoch > self.epoch:
@@ -148,17 +155,20 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             self._poll_leader()
         elif role is Role.CANDIDATE:
             self._poll_candidate()
+        elif role is Role.PROSPECTIVE:
+            self._poll_prospective()
         elif role is Role.FOLLOWER:
             self._poll_follower()
+            self.maybe_update_own_endpoints()
         elif role is Role.UNATTACHED:
             if self.may_vote:
                 if self.now >= self.election_deadline:
-                    self.become_candidate()
+                    self.become_prospective()
             else:
                 self._maybe_send_fetch()
         elif self.now >= self.election_deadline:  # Resigned
             if self.may_vote:
-                self.become_candidate()
+                self.become_prospective()
             else:  # removed from the voters while it led (KIP-853): it follows from now on
                 self.become_unattached(self.epoch)
 
@@ -184,6 +194,8 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             self.handle_add_voter(token, message)
         elif isinstance(message, RemoveVoterRequest):
             self.handle_remove_voter(token, message)
+        elif isinstance(message, UpdateVoterRequest):
+            self.handle_update_voter(token, message)
         else:  # pragma: no cover - the union is exhaustive
             raise TypeError(f"unknown request {message!r}")
 
@@ -204,6 +216,8 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             self.observe_epoch(message.leader_epoch, message.leader_id)
         elif isinstance(message, FetchSnapshotResponse):
             self.handle_fetch_snapshot_response(request_id, pending, message)
+        elif isinstance(message, VoterChangeResponse) and pending.kind == "update":
+            self.handle_update_voter_response(message)
 
     def on_request_failed(self, now_ms: int, request_id: int, *, refused: bool) -> None:
         """Request ``request_id`` will never be answered: the shell could not send it or its
@@ -225,9 +239,12 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             self.on_request_expired(request_id, pending)
             if refused:
                 self.maybe_hasten_election(pending)
-        elif pending.kind == "vote" and refused:
+        elif pending.kind in ("vote", "prevote") and refused:
             del self.in_flight[request_id]
             self.on_vote_refused(pending)
+        elif pending.kind == "update":
+            del self.in_flight[request_id]
+            self.on_update_voter_lost(pending)
 
     def on_log_flushed(self, now_ms: int) -> None:
         """The shell finished ``RaftLog.flush``: durable offsets may now be reported."""
@@ -272,7 +289,7 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
         role = self.role
         if role is Role.LEADER:
             deadlines.append(self.leader_next_deadline())
-        elif role is Role.CANDIDATE:
+        elif role is Role.CANDIDATE or role is Role.PROSPECTIVE:
             deadlines.append(
                 self.backoff_until if self.backoff_until is not None else self.election_deadline
             )
@@ -296,6 +313,8 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             self.on_request_expired(rid, pending)
 
     def on_request_expired(self, request_id: int, pending: InFlight) -> None:
+        if pending.kind == "update":
+            self.on_update_voter_lost(pending)
         if request_id == self.fetch_in_flight:
             self.fetch_in_flight = None
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
@@ -327,6 +346,11 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             return
         if req.leader_id != self.node_id:
             self.observe_epoch(req.leader_epoch, req.leader_id)
+        if not self.is_own_voter_key(req.voter_id, req.voter_directory_id):
+            # Kafka's order: follow the leader, but do not endorse it as the voter it names
+            # (another disk of this id): its check-quorum must not count us.
+            self.reply(token, self._bqe_response(ErrorCode.INVALID_VOTER_KEY))
+            return
         self.reply(token, self._bqe_response(ErrorCode.NONE))
 
     def _bqe_response(self, error: ErrorCode) -> BeginQuorumEpochResponse:
@@ -352,7 +376,7 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             and self.role in (Role.FOLLOWER, Role.UNATTACHED)
             and self.leader_id in (req.leader_id, NO_LEADER)
         ):
-            self.schedule_succession(req.preferred_successors)
+            self.schedule_succession(self._successors_for_us(req))
         self.reply(token, self._eqe_response(ErrorCode.NONE))
 
     def _maybe_late_succession(self, req: EndQuorumEpochRequest) -> None:
@@ -368,7 +392,19 @@ class RaftCore(ElectionMixin, MembershipMixin, FollowerMixin, SnapshotFetchMixin
             and self.leader_id == NO_LEADER
             and self.voted_id == NO_LEADER
         ):
-            self.schedule_succession(req.preferred_successors)
+            self.schedule_succession(self._successors_for_us(req))
+
+    def _successors_for_us(self, req: EndQuorumEpochRequest) -> tuple[int, ...]:
+        """The successor ranking, in which our id stands for us only with our directory (or
+        an unnamed one): a new disk of a successor's id is not that successor."""
+        if not req.successor_directories:
+            return req.preferred_successors
+        return tuple(
+            NO_LEADER if node == self.node_id and directory not in (NIL_DIRECTORY,
+                                                                      self.directory_id)
+            else node
+            for node, directory in zip(req.preferred_successors, req.successor_directories,
+                                       strict=False))
 
     def _eqe_response(self, error: ErrorCode) -> EndQuorumEpochResponse:
         return EndQuorumEpochResponse(error, self.known_leader(), self.epoch)

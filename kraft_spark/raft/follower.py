@@ -130,7 +130,7 @@ class FollowerMixin(CoreState):
     def _poll_follower(self) -> None:
         if self.now >= self.fetch_deadline:
             if self.may_vote:
-                self.become_candidate()
+                self.become_prospective()
             else:
                 self.become_unattached(self.epoch)
             return
@@ -163,6 +163,7 @@ class FollowerMixin(CoreState):
         if not self.leader_resigned:
             self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
         self.leader_refused = False
+        self.fetched_from_leader = True
         if resp.snapshot_id is not None:
             self.begin_snapshot_fetch(pending.dest, resp.snapshot_id)
             return

@@ -127,10 +127,17 @@ class LeaderMixin(CoreState):
             for p in self.in_flight.values()
             if p.kind == "begin" and p.epoch == self.epoch
         }
-        request = BeginQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch)
         for voter in sorted(ls.unendorsed - busy):
+            request = BeginQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch,
+                                              voter, self.directory_of_voter(voter))
             self.send(voter, "begin", request, self.config.request_timeout_ms)
         ls.next_begin_epoch_at = self.now + self.config.retry_backoff_ms
+
+    def end_quorum_epoch_request(self, successors: tuple[int, ...]) -> EndQuorumEpochRequest:
+        """EndQuorumEpoch naming each successor by its voter key (KIP-853's
+        PreferredCandidates), so that a new disk of a successor's id does not act on it."""
+        return EndQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch, successors,
+                                     tuple(self.directory_of_voter(v) for v in successors))
 
     def endorsed(self, voter: int) -> None:
         if self.leader_state is not None:
@@ -166,7 +173,7 @@ class LeaderMixin(CoreState):
         self.election_deadline = self.now + election_timeout_ms(
             self.rng, self.config.election_timeout_ms
         )
-        request = EndQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch, successors)
+        request = self.end_quorum_epoch_request(successors)
         for voter in successors:
             self.send(voter, "end", request, self.config.request_timeout_ms)
         self.events.append(

@@ -30,7 +30,6 @@ from kraft_spark.raft.leader import LeaderMixin
 from kraft_spark.raft.messages import (
     NO_LEADER,
     AddVoterRequest,
-    EndQuorumEpochRequest,
     ErrorCode,
     RemoveVoterRequest,
     VoterChangeResponse,
@@ -278,7 +277,7 @@ class MembershipMixin(LeaderMixin):
         self.transition(Role.UNATTACHED, self.epoch, NO_LEADER, self.voted_id)
         self.is_voter = False
         self._arm_unattached_timer()
-        request = EndQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch, successors)
+        request = self.end_quorum_epoch_request(successors)
         for voter in successors:
             self.send(voter, "end", request, self.config.request_timeout_ms)
         self.events.append(f"removed from the voters: stepped down, successors {successors}")

@@ -56,6 +56,13 @@ class VoteRequest:
     candidate_id: int
     last_offset_epoch: int
     last_offset: int
+    # KIP-853 (Vote v1): the candidate's directory, and the voter key the request is meant for
+    # (its id and directory as the candidate's voter set lists them; -1 / NIL: not said).
+    candidate_directory_id: uuid.UUID = NIL_DIRECTORY
+    voter_id: int = -1
+    voter_directory_id: uuid.UUID = NIL_DIRECTORY
+    # KIP-996 (Vote v2): only asking whether the vote would be granted (see raft/prevote.py).
+    pre_vote: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,9 @@ class BeginQuorumEpochRequest:
     cluster_id: str
     leader_id: int
     leader_epoch: int
+    # KIP-853 (BeginQuorumEpoch v1): the voter key the request is meant for.
+    voter_id: int = -1
+    voter_directory_id: uuid.UUID = NIL_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +96,9 @@ class EndQuorumEpochRequest:
     leader_id: int
     leader_epoch: int
     preferred_successors: tuple[int, ...]
+    # KIP-853 (EndQuorumEpoch v1's PreferredCandidates): the directory of each successor, in
+    # the same order (empty: not known, as in v0).
+    successor_directories: tuple[uuid.UUID, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +238,21 @@ class RemoveVoterRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class UpdateVoterRequest:
+    """KIP-853 UpdateRaftVoter (api key 82): voter (voter_id, directory_id) now listens at
+    ``endpoints`` (raft/voter_update.py)."""
+
+    cluster_id: str | None
+    current_leader_epoch: int
+    voter_id: int
+    directory_id: uuid.UUID
+    endpoints: tuple[Endpoint, ...]
+    # The kraft.version range the voter supports (KRaftVersionFeature).
+    min_kraft_version: int = 0
+    max_kraft_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class VoterChangeResponse:
     """The answer to AddRaftVoter and RemoveRaftVoter: sent once the change commits, or at
     once with an error (the leader's view of leader and epoch, for clients to follow)."""
@@ -245,6 +273,7 @@ Request = (
     | DescribeQuorumRequest
     | AddVoterRequest
     | RemoveVoterRequest
+    | UpdateVoterRequest
 )
 Response = (
     VoteResponse

@@ -162,6 +162,13 @@ class LeaderProgress:
         )
         return tuple(p.replica_id for p in ranked)
 
+    def lowest_observer_offset(self) -> int | None:
+        """The lowest offset a recently seen observer has fetched to (None: no observer):
+        retention's ``kraft.retention.hold.observers``."""
+        if not self.observers:
+            return None
+        return min(max(p.end_offset, 0) for p in self.observers.values())
+
     def expire_observers(self, now_ms: int, expiry_ms: int) -> None:
         stale = [i for i, p in self.observers.items() if p.last_fetch_ts < now_ms - expiry_ms]
         for replica_id in stale:

@@ -29,11 +29,13 @@ Follower to Unattached, where they try another voter::
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from kraft_spark.raft.messages import NO_LEADER
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, directory_text, parse_directory
 
 
 class Role(Enum):
@@ -42,17 +44,22 @@ class Role(Enum):
     LEADER = "Leader"
     FOLLOWER = "Follower"
     RESIGNED = "Resigned"
+    PROSPECTIVE = "Prospective"  # KIP-996: asking for pre-votes, epoch unchanged
 
 
 U, C, L, F, R = Role.UNATTACHED, Role.CANDIDATE, Role.LEADER, Role.FOLLOWER, Role.RESIGNED
+P = Role.PROSPECTIVE
 
+# Candidate is entered from Prospective (a majority of pre-votes) or, for the successors a
+# resigning leader names, directly; a failed candidate goes back to Prospective.
 ALLOWED_TRANSITIONS: frozenset[tuple[Role, Role]] = frozenset(
     {
-        (U, U), (U, C), (U, F),
-        (C, C), (C, L), (C, F), (C, U),
+        (U, U), (U, C), (U, F), (U, P),
+        (C, C), (C, L), (C, F), (C, U), (C, P),
         (L, R), (L, U), (L, F),
-        (F, C), (F, U), (F, F),
-        (R, C), (R, U), (R, F),
+        (F, C), (F, U), (F, F), (F, P),
+        (R, C), (R, U), (R, F), (R, P),
+        (P, P), (P, C), (P, F), (P, U),
     }
 )  # fmt: skip
 
@@ -91,6 +98,9 @@ class PersistedState:
     leader_id: int = NO_LEADER
     voted_id: int = NO_LEADER
     pending_catch_up: bool = False
+    # KIP-853: the directory of the candidate voted for (Kafka's QuorumStateData v1
+    # VotedDirectoryId); NIL when the vote named none.
+    voted_directory_id: uuid.UUID = NIL_DIRECTORY
 
     def to_json_dict(self, cluster_id: str, voters: tuple[int, ...]) -> dict[str, Any]:
         return {
@@ -102,6 +112,8 @@ class PersistedState:
             "currentVoters": [{"voterId": v} for v in voters],
             "data_version": 0,
             "kraftSparkPendingCatchUp": self.pending_catch_up,
+            **({"votedDirectoryId": directory_text(self.voted_directory_id)}
+               if self.voted_directory_id != NIL_DIRECTORY else {}),
         }
 
     @classmethod
@@ -111,4 +123,6 @@ class PersistedState:
             leader_id=int(data.get("leaderId", NO_LEADER)),
             voted_id=int(data.get("votedId", NO_LEADER)),
             pending_catch_up=bool(data.get("kraftSparkPendingCatchUp", False)),
+            voted_directory_id=parse_directory(str(data["votedDirectoryId"]))
+            if data.get("votedDirectoryId") else NIL_DIRECTORY,
         )

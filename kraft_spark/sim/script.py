@@ -414,12 +414,13 @@ class ScriptedCluster(ExpectCommands):
             role = core.role
             if role is Role.FOLLOWER:
                 when = core.fetch_deadline
-            elif role is Role.CANDIDATE and core.backoff_until is not None:
+            elif role in (Role.CANDIDATE, Role.PROSPECTIVE) and core.backoff_until is not None:
                 when = core.backoff_until
-            else:  # Unattached, Resigned, or a Candidate waiting for its election timeout
+            else:  # Unattached, Resigned, or waiting for its election timeout
                 when = core.election_deadline
             node.clock = max(node.clock, when)
-            core.poll(node.clock)
+            # A scripted campaign skips the pre-vote round (KIP-996): the script says who runs.
+            core.campaign_now(node.clock)
             self._process(node, header=f"n{node.node_id} @{node.clock}: timer")
         raise ScenarioError(f"n{node.node_id} did not start an election")
 

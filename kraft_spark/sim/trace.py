@@ -40,7 +40,8 @@ def describe(msg: Any) -> str:
         return msg
     if isinstance(msg, VoteRequest):
         return (
-            f"Vote(epoch={msg.candidate_epoch} cand={msg.candidate_id} "
+            f"{'PreVote' if msg.pre_vote else 'Vote'}(epoch={msg.candidate_epoch} "
+            f"cand={msg.candidate_id} "
             f"last=({msg.last_offset_epoch},{msg.last_offset}))"
         )
     if isinstance(msg, VoteResponse):

@@ -138,7 +138,9 @@ class Observer:
     """A ``kraft-spark node`` that is not in ``controller.quorum.voters``: it follows the
     quorum as an observer until it is added."""
 
-    def __init__(self, quorum: LocalQuorum, node_id: int) -> None:
+    def __init__(self, quorum: LocalQuorum, node_id: int, *, bootstrap: bool = False) -> None:
+        """``bootstrap``: given ``controller.quorum.bootstrap.servers`` (one node of the
+        quorum) instead of the voter list (KIP-853)."""
         data = quorum.data_dir
         cluster = (data / "cluster.id").read_text().strip()
         self.node_id = node_id
@@ -151,7 +153,8 @@ class Observer:
             f"node.id={node_id}", "process.roles=controller",
             "controller.listener.names=CONTROLLER",
             f"listeners=CONTROLLER://{self.endpoint}", f"log.dirs={self.log_dir}",
-            f"controller.quorum.voters={voters}",
+            f"controller.quorum.bootstrap.servers={quorum.nodes[-1]['endpoint']}" if bootstrap
+            else f"controller.quorum.voters={voters}",
             *(f"{k}={v}" for k, v in FAST_SETTINGS.items()),
         ]
         self.config = data / f"node-{node_id}.properties"

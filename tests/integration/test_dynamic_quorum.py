@@ -120,3 +120,25 @@ def test_grow_to_five_shrink_to_three_and_replace_a_dead_voter_under_load(
                 time.sleep(0.1)
         check_acknowledged(load.acked, [quorum.log_dir(0), quorum.log_dir(1), fresh.log_dir],
                            info.high_watermark)
+
+
+def test_a_node_given_only_bootstrap_servers_finds_the_quorum_and_is_added(
+    tmp_path: Path,
+) -> None:
+    """controller.quorum.bootstrap.servers (KIP-853): no voter list, one address of the
+    quorum; the node discovers the voters, follows as an observer and becomes a voter."""
+    quorum = LocalQuorum(tmp_path / "data")
+    with running(quorum):
+        boot = quorum.bootstrap
+        newcomer = Observer(quorum, 3, bootstrap=True)
+        try:
+            assert "controller.quorum.voters" not in newcomer.config.read_text()
+            until_ok(boot, "--command-config", str(newcomer.config), "add-controller")
+            assert voter_ids(boot) == [0, 1, 2, 3]
+            load = LoadGenerator(boot).start()  # four voters commit (three needed)
+            load.wait_for_acks(20, timeout_s=20)
+            load.stop()
+        finally:
+            newcomer.stop()
+        log_text = (quorum.data_dir / "logs" / "node-3.log").read_text()
+        assert "has voters" in log_text, log_text[-2000:]

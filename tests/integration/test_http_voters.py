@@ -48,6 +48,11 @@ def test_add_and_remove_voters_over_http(tmp_path: Path) -> None:
             # Misuse: a duplicate (409), bad endpoint / directory (422), unknown voter (404).
             status, answer, _ = call(f"{base}/v1/quorum/voters", "POST", body)
             assert status == 409 and "DUPLICATE_VOTER" in answer["error"], answer
+            # A listener the leader cannot reach never becomes a voter (its ApiVersions probe).
+            gone = dict(body, id=7, endpoints=["CONTROLLER://127.0.0.1:9"])
+            status, answer, _ = call(f"{base}/v1/quorum/voters", "POST", gone)
+            assert status == 409 and "REQUEST_TIMED_OUT" in answer["error"], answer
+            assert "127.0.0.1:9 did not answer ApiVersions" in answer["error"], answer
             bad = dict(body, id=7, endpoints=["nope"])
             assert call(f"{base}/v1/quorum/voters", "POST", bad)[0] == 422
             bad = dict(body, id=7, directoryId="short")

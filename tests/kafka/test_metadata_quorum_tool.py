@@ -1,6 +1,6 @@
 """Kafka 4.x's own ``kafka-metadata-quorum.sh`` (MetadataQuorumCommand, from Maven Central)
 against a running kraft-spark quorum: ApiVersions, DescribeCluster (KIP-919), DescribeQuorum v2,
-AddRaftVoter and RemoveRaftVoter (KIP-853)."""
+AddRaftVoter and RemoveRaftVoter (KIP-853); with ``--bootstrap-server`` also Metadata v13."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,16 +19,16 @@ pytestmark = [pytest.mark.kafka, pytest.mark.integration, pytest.mark.timeout(90
 TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 
 
-def kafka_quorum(bootstrap: str, *args: str) -> ToolRun:
+def kafka_quorum(bootstrap: str, *args: str, flag: str = "--bootstrap-controller") -> ToolRun:
     try:
-        return run_kafka_tool(TOOL, ["--bootstrap-controller", bootstrap, *args])
+        return run_kafka_tool(TOOL, [flag, bootstrap, *args])
     except KafkaUnavailable as exc:
         pytest.skip(f"Kafka's tools are not available: {exc}")
 
 
-def ours(bootstrap: str, *args: str) -> str:
+def ours(bootstrap: str, *args: str, flag: str = "--bootstrap-controller") -> str:
     done = subprocess.run([sys.executable, "-m", "kraft_spark", "metadata-quorum",
-                           "--bootstrap-controller", bootstrap, *args],
+                           flag, bootstrap, *args],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -82,3 +83,58 @@ def test_kafkas_tool_describes_grows_and_shrinks_our_quorum(tmp_path: Path) -> N
             assert [v["id"] for v in voters] == [0, 1, 2]
         finally:
             observer.stop()
+
+
+def _status_fields(text: str) -> dict[str, Any]:
+    """``describe --status`` lines that do not move while the quorum idles (the lag fields
+    and the high watermark may), voters and observers as sorted lists of their entries."""
+    fields: dict[str, Any] = {}
+    for line in text.strip().splitlines():
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if key in ("CurrentVoters", "CurrentObservers"):
+            fields[key] = sorted(json.dumps(e, sort_keys=True) for e in json.loads(value))
+        elif key in ("ClusterId", "LeaderId", "LeaderEpoch"):
+            fields[key] = value
+    return fields
+
+
+def test_kafkas_tool_with_bootstrap_server_sees_what_bootstrap_controller_sees(
+    tmp_path: Path,
+) -> None:
+    """``--bootstrap-server`` goes ApiVersions, Metadata (to learn the brokers: we list the
+    leader), then DescribeCluster (EndpointType 1, for --status) and DescribeQuorum to the
+    leader; the answers must match those ``--bootstrap-controller`` gets."""
+    quorum = LocalQuorum(tmp_path / "data")
+    with running(quorum):
+        for _ in range(100):  # until every voter has fetched (the leader knows its directory)
+            summary = json.loads(ours(quorum.bootstrap[0], "describe", "--status", "--json"))
+            if all(v["directoryId"] for v in summary["currentVoters"]):
+                break
+        # A node that is not the leader: the tool must be sent on to the leader.
+        boot = next(str(n["endpoint"]) for n in quorum.nodes
+                    if n["node_id"] != summary["leaderId"])
+        by_controller = kafka_quorum(boot, "describe", "--status")
+        by_server = kafka_quorum(boot, "describe", "--status", flag="--bootstrap-server")
+        assert by_controller.returncode == 0, by_controller.stderr[-2000:]
+        assert by_server.returncode == 0, by_server.stderr[-2000:]
+        expected = _status_fields(by_controller.stdout)
+        assert expected["LeaderId"] == str(summary["leaderId"])
+        assert len(expected["CurrentVoters"]) == 3
+        assert _status_fields(by_server.stdout) == expected
+
+        def replicas(run: ToolRun) -> list[tuple[str, str, str]]:
+            assert run.returncode == 0, run.stderr[-2000:]
+            rows = [line.split() for line in run.stdout.strip().splitlines()[1:]]
+            return sorted((r[0], r[1], r[-1]) for r in rows)  # NodeId, DirectoryId, Status
+
+        server_rows = replicas(kafka_quorum(boot, "describe", "--replication",
+                                           flag="--bootstrap-server"))
+        assert server_rows == replicas(kafka_quorum(boot, "describe", "--replication"))
+        assert [r[2] for r in server_rows].count("Leader") == 1
+        assert (str(summary["leaderId"]), "Leader") in [(r[0], r[2]) for r in server_rows]
+        # Ours takes Kafka's flag too, with the same meaning.
+        mine = json.loads(ours(boot, "describe", "--status", "--json",
+                               flag="--bootstrap-server"))
+        assert (mine["leaderId"], mine["currentVoters"]) == (
+            summary["leaderId"], summary["currentVoters"])

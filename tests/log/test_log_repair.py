@@ -10,6 +10,7 @@ import pytest
 from kraft_spark.log import SegmentedLog
 from kraft_spark.log.errors import CorruptRecordError, CorruptSegmentError, LogError
 from kraft_spark.log.fs import RealFileSystem
+from kraft_spark.log.meta import format_log_dir, new_directory_id, read_meta_properties
 from kraft_spark.net.log_repair import DAMAGE_NOTE, cut_at_damage, note_damage, noted_damage
 from tests.log.helpers import fill
 
@@ -123,3 +124,19 @@ def test_the_scrub_keeps_to_its_rate(tmp_path: Path) -> None:
             assert scrub.stats.bytes_verified > 0 and rate < 20_000 * 1.5, rate
 
     asyncio.run(body())
+
+
+def test_a_cut_log_takes_a_new_directory_id(tmp_path: Path) -> None:
+    """KIP-853: a log that lost records is another replica: meta.properties gets a new
+    directory.id, durably, and the open log's view of it follows."""
+    log_dir, sealed = damaged_log(tmp_path)
+    before = format_log_dir(log_dir, cluster_id=new_directory_id(), node_id=1)
+    with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+        base = int(sealed.name.split(".")[0])
+        with pytest.raises(CorruptSegmentError) as caught:
+            log.read(base, 1 << 20)
+        cut_at_damage(log, caught.value, node_id=1)
+    after = read_meta_properties(log_dir)
+    assert after is not None
+    assert (after.cluster_id, after.node_id) == (before.cluster_id, before.node_id)
+    assert after.directory_id != before.directory_id and len(after.directory_id) == 22

@@ -37,15 +37,17 @@ def test_supported_versions_table() -> None:
     assert supported_api_versions() == [
         {"api_key": 0, "min_version": 9, "max_version": 10},
         {"api_key": 1, "min_version": 12, "max_version": 12},
+        {"api_key": 3, "min_version": 9, "max_version": 13},
         {"api_key": 18, "min_version": 0, "max_version": 3},
-        {"api_key": 52, "min_version": 0, "max_version": 0},
-        {"api_key": 53, "min_version": 0, "max_version": 0},
-        {"api_key": 54, "min_version": 0, "max_version": 0},
+        {"api_key": 52, "min_version": 0, "max_version": 2},
+        {"api_key": 53, "min_version": 0, "max_version": 1},
+        {"api_key": 54, "min_version": 0, "max_version": 1},
         {"api_key": 55, "min_version": 0, "max_version": 2},
         {"api_key": 59, "min_version": 0, "max_version": 0},
         {"api_key": 60, "min_version": 0, "max_version": 1},
         {"api_key": 80, "min_version": 0, "max_version": 0},
         {"api_key": 81, "min_version": 0, "max_version": 0},
+        {"api_key": 82, "min_version": 0, "max_version": 0},
     ]
 
 
@@ -159,7 +161,7 @@ def test_short_request_is_protocol_error() -> None:
 
 def test_local_misuse_is_encode_error() -> None:
     with pytest.raises(EncodeError):
-        encode_request(ApiKey.VOTE, 1, 0, None, {})
+        encode_request(ApiKey.VOTE, 3, 0, None, {})
     with pytest.raises(EncodeError):
         encode_response(99, 0, 0, {})
     with pytest.raises(EncodeError):

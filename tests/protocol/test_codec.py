@@ -17,11 +17,12 @@ from kraft_spark.protocol.fields import Field, snake_case
 from kraft_spark.protocol.messages import ALL_SCHEMAS as CORE_SCHEMAS
 from kraft_spark.protocol.messages import FETCH_REQUEST, VOTE_REQUEST
 from kraft_spark.protocol.messages_kip853 import ALL_KIP853_SCHEMAS
+from kraft_spark.protocol.messages_metadata import ALL_METADATA_SCHEMAS
 from kraft_spark.protocol.schema import MessageSchema
 
 from .strategies import body_strategy
 
-ALL_SCHEMAS = CORE_SCHEMAS + ALL_KIP853_SCHEMAS
+ALL_SCHEMAS = CORE_SCHEMAS + ALL_KIP853_SCHEMAS + ALL_METADATA_SCHEMAS
 
 CASES = [(s, v) for s in ALL_SCHEMAS for v in s.valid.versions()]
 IDS = [f"{s.name}-v{v}" for s, v in CASES]
@@ -197,4 +198,4 @@ def test_schema_validation_catches_mistakes() -> None:
     with pytest.raises(SchemaError):
         MessageSchema("Bad", "0", "0+", (Field("X", "Thing", "0+"),)).validate()
     with pytest.raises(SchemaError):
-        VOTE_REQUEST.codec(1)
+        VOTE_REQUEST.codec(3)

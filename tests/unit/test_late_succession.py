@@ -66,7 +66,7 @@ def test_a_late_end_quorum_epoch_still_sets_the_successor_time() -> None:
     delay = successor_backoff_ms(1, CONFIG.retry_backoff_ms, CONFIG.election_backoff_max_ms)
     assert core.election_deadline == T0 + 2 + delay
     core.poll(core.election_deadline)
-    assert core.role is Role.CANDIDATE and core.epoch == 3
+    assert core.role is Role.PROSPECTIVE and core.epoch == 2  # pre-votes first (KIP-996)
 
 
 def test_a_voter_that_granted_the_vote_ignores_a_late_end_quorum_epoch() -> None:
@@ -98,7 +98,7 @@ def test_a_fetch_answered_before_the_resignation_does_not_undo_the_succession() 
     assert core.fetch_deadline == T0 + 1 + delay
     assert core.high_watermark == 1  # the response itself is still used
     core.poll(T0 + 1 + delay)
-    assert core.role is Role.CANDIDATE and core.epoch == 2
+    assert core.role is Role.PROSPECTIVE and core.epoch == 1  # pre-votes first (KIP-996)
 
 
 def test_a_later_epoch_seen_in_a_response_keeps_the_successor_time() -> None:

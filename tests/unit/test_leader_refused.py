@@ -23,6 +23,7 @@ from kraft_spark.raft.messages import (
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import Role
 from kraft_spark.sim.memlog import MemoryLog
+from tests.core_net import grant_pre_votes
 
 CLUSTER = "unit-cluster"
 VOTERS = (1, 2, 3)
@@ -75,9 +76,10 @@ def test_refused_fetch_brings_the_election_forward_within_bounds() -> None:
         if core.fetch_deadline < T0 + CONFIG.fetch_timeout_ms:
             assert any("leader 1 refused a connection" in e for e in events), events
         deadlines.add(core.fetch_deadline - now)
-        # The shortened deadline fires like the fetch timeout: Candidate of the next epoch.
+        # The shortened deadline fires like the fetch timeout: pre-votes (KIP-996), then a
+        # Candidate of the next epoch.
         core.poll(core.fetch_deadline)
-        assert core.role is Role.CANDIDATE and core.epoch == 2
+        assert core.role is Role.PROSPECTIVE and core.epoch == 1
     # Randomized (so two followers rarely tie), and spread over the window.
     assert len(deadlines) > 30
     assert min(deadlines) < WINDOW // 4 and max(deadlines) > WINDOW * 3 // 4
@@ -162,6 +164,7 @@ def test_a_candidate_ignores_a_refused_fetch() -> None:
     core = make_core()
     fetch_id = follow(core, leader=1, epoch=1, now=T0)
     core.poll(T0 + CONFIG.fetch_timeout_ms)  # the plain fetch timeout
+    grant_pre_votes(core, T0 + CONFIG.fetch_timeout_ms)
     assert core.role is Role.CANDIDATE and core.epoch == 2
     deadline = core.election_deadline
     core.on_request_failed(T0 + CONFIG.fetch_timeout_ms + 1, fetch_id, refused=True)
@@ -189,6 +192,7 @@ def test_unknown_or_answered_requests_are_ignored() -> None:
 def _candidate(seed: int = 0) -> tuple[RaftCore, dict[int, int]]:
     core = make_core(seed=seed)
     core.poll(core.election_deadline)
+    grant_pre_votes(core, core.now)
     assert core.role is Role.CANDIDATE
     ready = core.take_ready()
     votes = {out.dest: out.request_id for out in ready.sends
@@ -251,5 +255,5 @@ def test_followers_of_one_leader_time_out_at_different_moments() -> None:
         core.poll(T0 + CONFIG.fetch_timeout_ms + jitter - 1)
         assert core.role is Role.FOLLOWER
         core.poll(T0 + CONFIG.fetch_timeout_ms + jitter)
-        assert core.role is Role.CANDIDATE and core.epoch == 2
+        assert core.role is Role.PROSPECTIVE and core.epoch == 1
     assert len(jitters) > 30
