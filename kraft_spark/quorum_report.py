@@ -94,6 +94,8 @@ def status_summary(info: QuorumInfo) -> dict[str, Any]:
         # leader lists itself first in its response.
         "currentVoters": [_node(v, info) for v in sorted(info.voters, key=_replica_id)],
         "currentObservers": [_node(o, info) for o in sorted(info.observers, key=_replica_id)],
+        # Only while a reassignment is in progress (kraft-spark's; Kafka's tool has none).
+        **({"targetVoters": list(info.target_voters)} if info.target_voters else {}),
     }
 
 
@@ -160,6 +162,8 @@ def format_status(summary: dict[str, Any]) -> str:
         value = summary[key]
         text = _node_list(value) if isinstance(value, list) else str(value)
         lines.append(f"{label:<{_STATUS_LABEL_WIDTH}}{text}")
+    if "targetVoters" in summary:
+        lines.append(f"{'TargetVoters:':<{_STATUS_LABEL_WIDTH}}{summary['targetVoters']}")
     return "\n".join(lines)
 
 

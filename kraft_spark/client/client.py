@@ -315,6 +315,7 @@ class AsyncQuorumClient(VoterChangesMixin):
                 log_start_offset=(reply.get("kraft_spark_log_start") or {}).get(
                     "log_start_offset", -1),
                 latest_snapshot=_snapshot_of(reply.get("kraft_spark_log_start")),
+                target_voters=tuple(reply.get("kraft_spark_target_voters") or ()),
                 endpoints={n["node_id"]: tuple(f"{e['name']}://{e['host']}:{e['port']}"
                                                for e in n["listeners"])
                            for n in reply.get("nodes") or ()},

@@ -78,3 +78,5 @@ class QuorumInfo:
     latest_snapshot: str | None = None
     # KIP-853: each voter's listeners, ``NAME://host:port`` (DescribeQuorum v2's Nodes).
     endpoints: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # The voter set a reassignment in progress moves to (empty: none in progress).
+    target_voters: tuple[int, ...] = ()

@@ -41,16 +41,18 @@ class VoterChangesMixin:
         raise NotImplementedError
 
     async def add_voter(self, voter_id: int, directory_id: uuid.UUID,
-                        endpoints: tuple[Endpoint, ...], *, timeout_s: float = 30.0) -> None:
+                        endpoints: tuple[Endpoint, ...], *, timeout_s: float = 30.0,
+                        target: tuple[int, ...] = ()) -> None:
         """Make the observer ``voter_id`` (fetching with ``directory_id``) a voter; returns
-        once the change is committed. Raises ``VoterChangeError`` with Kafka's code."""
+        once the change is committed. Raises ``VoterChangeError`` with Kafka's code.
+        ``target``: the voter set a reassignment moves to (shown by DescribeQuorum)."""
         request = AddVoterRequest(self.cluster_id or None, int(timeout_s * 1000), voter_id,
-                                  directory_id, endpoints)
+                                  directory_id, endpoints, target)
         await self._change(request, f"add voter {voter_id}", timeout_s)
 
     async def remove_voter(self, voter_id: int, directory_id: uuid.UUID, *,
-                           timeout_s: float = 30.0) -> None:
-        request = RemoveVoterRequest(self.cluster_id or None, voter_id, directory_id)
+                           timeout_s: float = 30.0, target: tuple[int, ...] = ()) -> None:
+        request = RemoveVoterRequest(self.cluster_id or None, voter_id, directory_id, target)
         await self._change(request, f"remove voter {voter_id}", timeout_s)
 
     async def _change(self, request: AddVoterRequest | RemoveVoterRequest, what: str,

@@ -184,14 +184,14 @@ def _reassign(args: argparse.Namespace, run: Runner) -> int:
                     raise CommandError(f"--voters: node {node} is new: give its listener as "
                                        f"{node}@host:port")
                 await client.add_voter(node, parse_directory(seen.directory_id), (endpoint,),
-                                       timeout_s=args.timeout)
+                                       timeout_s=args.timeout, target=tuple(sorted(target)))
                 now = sorted({*voters, node})
                 print(f"added voter {node} ({seen.directory_id}); voters now {now}", flush=True)
             else:
                 node = to_remove[0]
                 directory = voters[node].directory_id or directory_text(NIL_DIRECTORY)
                 await client.remove_voter(node, parse_directory(directory),
-                                          timeout_s=args.timeout)
+                                          timeout_s=args.timeout, target=tuple(sorted(target)))
                 now = sorted(set(voters) - {node})
                 print(f"removed voter {node}; voters now {now}", flush=True)
             steps += 1

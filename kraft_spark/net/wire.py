@@ -396,6 +396,7 @@ def response_to_wire(
                 "snapshot_end_offset": snap.offset if snap is not None else -1,
                 "snapshot_epoch": snap.epoch if snap is not None else -1,
             },
+            "kraft_spark_target_voters": list(msg.target_voters),
         }
     if isinstance(msg, VoterChangeResponse):
         return wire_voters.response_to_wire(msg, endpoints)
@@ -505,6 +506,7 @@ def response_from_wire(api_key: int, body: Body) -> Response:
                                      for e in n["listeners"]))
                 for n in body.get("nodes") or ()
             ),
+            target_voters=tuple(body.get("kraft_spark_target_voters") or ()),
         )
     if api_key in wire_voters.VOTER_APIS:
         return wire_voters.response_from_wire(body)

@@ -54,11 +54,13 @@ def request_to_wire(msg: VoterChange) -> tuple[int, int, Body]:
             "voter_id": msg.voter_id,
             "voter_directory_id": msg.directory_id,
             "listeners": _listeners(msg.endpoints),
+            "kraft_spark_target_voters": list(msg.target_voters),
         }
     return ApiKey.REMOVE_RAFT_VOTER, 0, {
         "cluster_id": msg.cluster_id,
         "voter_id": msg.voter_id,
         "voter_directory_id": msg.directory_id,
+        "kraft_spark_target_voters": list(msg.target_voters),
     }
 
 
@@ -83,8 +85,10 @@ def request_from_wire(api_key: int, body: Body) -> VoterChange:
             voter_id=body["voter_id"],
             directory_id=body["voter_directory_id"],
             endpoints=_endpoints(body["listeners"]),
+            target_voters=tuple(body.get("kraft_spark_target_voters") or ()),
         )
-    return RemoveVoterRequest(body["cluster_id"], body["voter_id"], body["voter_directory_id"])
+    return RemoveVoterRequest(body["cluster_id"], body["voter_id"], body["voter_directory_id"],
+                              tuple(body.get("kraft_spark_target_voters") or ()))
 
 
 def response_to_wire(msg: VoterChangeResponse, endpoints: list[Body] | None = None) -> Body:

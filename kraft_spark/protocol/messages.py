@@ -463,6 +463,9 @@ DESCRIBE_QUORUM_RESPONSE = MessageSchema(
             F("SnapshotEndOffset", "int64", "0+", default=-1),
             F("SnapshotEpoch", "int32", "0+", default=-1),
         )),
+        # ...and the voter set a reassignment in progress moves to (the KIP-595 source
+        # documents' TargetVoters; empty: none in progress).
+        F("KraftSparkTargetVoters", "[]int32", "0+", tag=10003, tagged_versions="0+"),
     ),
 )
 

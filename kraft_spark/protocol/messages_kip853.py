@@ -24,6 +24,10 @@ _LISTENER = (
     F("Port", "uint16", "0+"),
 )
 
+# kraft-spark's tagged field (Kafka skips unknown tags): the voter set a ``metadata-quorum
+# reassign`` step moves to, which the leader shows in DescribeQuorum until it is reached.
+_TARGET_VOTERS = F("KraftSparkTargetVoters", "[]int32", "0+", tag=10000, tagged_versions="0+")
+
 ADD_RAFT_VOTER_REQUEST = MessageSchema(
     "AddRaftVoterRequest",
     api_key=80,
@@ -35,6 +39,7 @@ ADD_RAFT_VOTER_REQUEST = MessageSchema(
         F("VoterId", "int32", "0+"),
         F("VoterDirectoryId", "uuid", "0+"),
         F("Listeners", "[]Listener", "0+", fields=_LISTENER),
+        _TARGET_VOTERS,
     ),
 )
 
@@ -61,6 +66,7 @@ REMOVE_RAFT_VOTER_REQUEST = MessageSchema(
         F("ClusterId", "string", "0+", nullable_versions="0+", default=None),
         F("VoterId", "int32", "0+"),
         F("VoterDirectoryId", "uuid", "0+"),
+        _TARGET_VOTERS,
     ),
 )
 

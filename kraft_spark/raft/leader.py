@@ -77,6 +77,8 @@ class LeaderState:
     held_until: int = NEVER
     # When an append last arrived while another awaited commit (concurrent writers).
     concurrent_at: int = -NEVER
+    # The voter set a reassignment in progress moves to, as its last step said (membership.py).
+    reassignment_target: tuple[int, ...] = ()
     lone_appends: int = 0
 
 
@@ -536,5 +538,6 @@ class LeaderMixin(CoreState):
                 log_start_offset=self.log.start_offset(),
                 latest_snapshot=self.snapshots.latest_id(),
                 endpoints=tuple((v.node_id, v.endpoints) for v in self.voter_set.voters),
+                target_voters=ls.reassignment_target,
             ),
         )

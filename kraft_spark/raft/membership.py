@@ -101,6 +101,8 @@ class MembershipMixin(LeaderMixin):
         self.events.append(f"voter set in force: {voters.describe()}")
         ls = self.leader_state
         if self.role is Role.LEADER and ls is not None:
+            if ls.reassignment_target == self.voters:
+                ls.reassignment_target = ()  # the reassignment is done
             # The leader stays a voter until it steps down (rule 4); its own offset counts
             # only while it is in the set.
             ls.progress.set_voters(self.voters, local_is_voter=self.node_id in self.voters)
@@ -146,9 +148,17 @@ class MembershipMixin(LeaderMixin):
             return False
         return True
 
+    def _note_target(self, target: tuple[int, ...]) -> None:
+        """A reassignment's step names where it goes; DescribeQuorum shows it until the set
+        in force is that (or another leader takes over: the next step tells it again)."""
+        ls = self.leader_state
+        if ls is not None and target:
+            ls.reassignment_target = tuple(sorted(set(target)))
+
     def handle_add_voter(self, token: object, req: AddVoterRequest) -> None:
         if not self._precheck(token, req.cluster_id):
             return
+        self._note_target(req.target_voters)
         ls = self.leader_state
         assert ls is not None
         if self.voter_set.get(req.voter_id) is not None:
@@ -181,6 +191,7 @@ class MembershipMixin(LeaderMixin):
     def handle_remove_voter(self, token: object, req: RemoveVoterRequest) -> None:
         if not self._precheck(token, req.cluster_id):
             return
+        self._note_target(req.target_voters)
         voter = self.voter_set.get(req.voter_id)
         if voter is None or not voter.matches(req.voter_id, req.directory_id):
             self.reply(token, self._change_response(

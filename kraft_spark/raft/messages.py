@@ -215,6 +215,9 @@ class DescribeQuorumResponse:
     latest_snapshot: OffsetAndEpoch | None = None
     # KIP-853 (DescribeQuorum v2's Nodes): the endpoints of the voters in force.
     endpoints: tuple[tuple[int, tuple[Endpoint, ...]], ...] = ()
+    # The voter set a reassignment in progress moves to (the source documents' TargetVoters;
+    # a kraft-spark tagged field): empty when none is.
+    target_voters: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,8 @@ class AddVoterRequest:
     voter_id: int
     directory_id: uuid.UUID
     endpoints: tuple[Endpoint, ...]
+    # A step of ``metadata-quorum reassign``: the voter set it moves to (empty: a lone change).
+    target_voters: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +240,7 @@ class RemoveVoterRequest:
     cluster_id: str | None
     voter_id: int
     directory_id: uuid.UUID
+    target_voters: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
