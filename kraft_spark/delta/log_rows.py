@@ -13,6 +13,7 @@ from kraft_spark.raft.records import (
     decode_leader_change,
 )
 from kraft_spark.raft.voter_records import voters_in
+from kraft_spark.raft.voter_set import directory_text
 
 
 @dataclass(slots=True)
@@ -42,7 +43,8 @@ def rows_from(batches: Sequence[Batch], start: int) -> Rows:
                 if voters is not None:
                     # KIP-853: a voter-set change; no leader is named (-1), nobody granted.
                     rows.events.append((offset, batch.epoch, -1, list(voters.ids()), [],
-                                        record.timestamp_ms))
+                                        record.timestamp_ms,
+                                        [directory_text(v.directory_id) for v in voters.voters]))
                     continue
                 if control_type_of(record.key) != CONTROL_TYPE_LEADER_CHANGE:
                     continue  # other control records (kraft.version) carry no rows
@@ -57,6 +59,7 @@ def rows_from(batches: Sequence[Batch], start: int) -> Rows:
                         list(change.voters),
                         list(change.granting_voters),
                         record.timestamp_ms,
+                        None,
                     )
                 )
                 continue

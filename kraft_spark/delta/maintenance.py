@@ -1,17 +1,32 @@
 """Keeping the Delta tables fast to read: checkpoints of ``records`` and compaction (OPTIMIZE)
-of the small files every materializer commit adds. Uses Delta's JVM ``DeltaLog`` for the
-snapshot and its checksum (not a public API; checked on delta-spark 4.4)."""
+of the small files every materializer commit adds; and keeping older warehouses current (the
+columns added since they were created). Uses Delta's JVM ``DeltaLog`` for the snapshot and its
+checksum (not a public API; checked on delta-spark 4.4)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.delta.tables import delta_log_for
+from kraft_spark.delta.tables import ADDED_COLUMNS, delta_log_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def add_missing_columns(spark: SparkSession, path_of: Callable[[str], str]) -> list[str]:
+    """Give tables an older version created the columns added since (``ADDED_COLUMNS``), with
+    ``ALTER TABLE ... ADD COLUMNS`` (a metadata-only commit: older rows read as null). Returns
+    ``table.column`` of each added."""
+    added = []
+    for table, column, sql_type in ADDED_COLUMNS:
+        path = path_of(table)
+        if column not in spark.read.format("delta").load(path).schema.fieldNames():
+            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({column} {sql_type})")
+            added.append(f"{table}.{column}")
+    return added
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,12 @@ from typing import TYPE_CHECKING, Any
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.direct_append import append_direct
 from kraft_spark.delta.log_rows import Rows, rows_from
-from kraft_spark.delta.maintenance import Compaction, checkpoint_table, compact_table
+from kraft_spark.delta.maintenance import (
+    Compaction,
+    add_missing_columns,
+    checkpoint_table,
+    compact_table,
+)
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
     QUORUM_EVENTS,
@@ -404,6 +409,7 @@ class DeltaMaterializer:
             for key, value in {**TABLE_PROPERTIES, **TABLE_EXTRA_PROPERTIES.get(table, {})}.items():
                 builder = builder.property(key, value)
             builder.execute()
+        add_missing_columns(self.spark, self.path)
 
     def _append(self, table: str, frame: DataFrame | None, meta: CommitMetadata) -> None:
         if frame is None:
@@ -433,7 +439,7 @@ class DeltaMaterializer:
     def _events_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
         if not data:
             return None
-        # (offset, epoch, leader_id, voters, granting_voters, timestamp_ms)
+        # (offset, epoch, leader_id, voters, granting_voters, timestamp_ms, voter_directories)
         return arrow_frame(self.spark, SCHEMAS[QUORUM_EVENTS], data).coalesce(1)
 
     def _merge_snapshot(self, data: list[tuple[Any, ...]], meta: CommitMetadata) -> None:

@@ -5,7 +5,8 @@ Layout under the warehouse directory (path-based Delta tables, readable by any D
     <warehouse>/records        one row per committed data record
     <warehouse>/snapshot       the latest value per key
     <warehouse>/quorum_events  one row per LeaderChange control record, and per voter-set
-                               change (KIP-853 VotersRecord: leader_id -1, the new voters)
+                               change (KIP-853 VotersRecord: leader_id -1, the new voters
+                               and their directory ids)
 
 Timestamps are Spark ``TIMESTAMP`` (UTC instants, millisecond precision from the record's
 ``timestamp_ms``); the application's session time zone is UTC (conf/spark-defaults.conf).
@@ -90,7 +91,18 @@ QUORUM_EVENTS_SCHEMA = T.StructType(
             "granting_voters", T.ArrayType(T.IntegerType(), containsNull=False), nullable=False
         ),
         T.StructField("timestamp", T.TimestampType(), nullable=False),
+        # KIP-853: for a voter-set change, each voter's directory id (Kafka's base64 text) in
+        # the order of ``voters``; null for a LeaderChange. Added after the first release:
+        # older tables get it on start-up (``ADDED_COLUMNS``).
+        T.StructField("voter_directories", T.ArrayType(T.StringType(), containsNull=False),
+                      nullable=True),
     ]
+)
+
+# Columns added to a table after it was first created, as (table, column name, SQL type): a
+# warehouse written by an older version gets them with ALTER TABLE ... ADD COLUMNS at start-up.
+ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    (QUORUM_EVENTS, "voter_directories", "ARRAY<STRING>"),
 )
 
 SCHEMAS = {RECORDS: RECORDS_SCHEMA, SNAPSHOT: SNAPSHOT_SCHEMA, QUORUM_EVENTS: QUORUM_EVENTS_SCHEMA}

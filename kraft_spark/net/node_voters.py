@@ -38,13 +38,12 @@ def static_voter_set(config: NodeConfig) -> VoterSet:
 
 def local_endpoints(config: NodeConfig) -> tuple[Endpoint, ...]:
     """Where this node says it listens (UpdateRaftVoter keeps its VotersRecord entry in line):
-    its address in the static set or the Spark generation, else its listener; nothing for a
-    wildcard listener, whose reachable address is not known here."""
-    host, port = (config.voters.get(config.node_id) or config.addresses.get(config.node_id)
-                  or (config.host, config.port))
-    if host in ("", "0.0.0.0", "::"):
-        return ()
-    return (Endpoint(DEFAULT_LISTENER, host, port),)
+    the address it binds, unless that is a wildcard; then its address in the static set or the
+    Spark generation, else nothing (its reachable address is not known here)."""
+    if config.host not in ("", "0.0.0.0", "::"):
+        return (Endpoint(DEFAULT_LISTENER, config.host, config.port),)
+    known = config.voters.get(config.node_id) or config.addresses.get(config.node_id)
+    return (Endpoint(DEFAULT_LISTENER, *known),) if known is not None else ()
 
 
 def directory_of(meta: MetaProperties) -> uuid.UUID:

@@ -344,6 +344,12 @@ class CoreState:
     def become_prospective(self) -> None:
         raise NotImplementedError
 
+    def maybe_update_own_endpoints(self) -> None:
+        raise NotImplementedError
+
+    def hears_from_leader(self) -> bool:
+        raise NotImplementedError
+
     def handle_pre_vote_request(self, token: object, req: VoteRequest) -> None:
         raise NotImplementedError
 

@@ -164,6 +164,7 @@ class FollowerMixin(CoreState):
             self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
         self.leader_refused = False
         self.fetched_from_leader = True
+        self.maybe_update_own_endpoints()  # a fetching follower's poll timer rarely fires
         if resp.snapshot_id is not None:
             self.begin_snapshot_fetch(pending.dest, resp.snapshot_id)
             return

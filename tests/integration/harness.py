@@ -160,9 +160,21 @@ class Observer:
         self.config = data / f"node-{node_id}.properties"
         self.config.write_text("\n".join(lines) + "\n")
         self.out = open(data / "logs" / f"node-{node_id}.log", "ab")  # noqa: SIM115
+        self._start()
+
+    def _start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark", "node", "--config", str(self.config)],
             stdout=self.out, stderr=subprocess.STDOUT)
+
+    def restart_on_a_new_port(self) -> None:
+        """Stop the node and start it again listening elsewhere (same log, same directory)."""
+        self.proc.terminate()
+        self.proc.wait(10)
+        old = self.endpoint
+        self.endpoint = f"127.0.0.1:{free_ports(1)[0]}"
+        self.config.write_text(self.config.read_text().replace(old, self.endpoint))
+        self._start()
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -138,6 +138,15 @@ def test_a_node_given_only_bootstrap_servers_finds_the_quorum_and_is_added(
             load = LoadGenerator(boot).start()  # four voters commit (three needed)
             load.wait_for_acks(20, timeout_s=20)
             load.stop()
+            # Back on another port, it corrects its VotersRecord entry (UpdateRaftVoter).
+            newcomer.restart_on_a_new_port()
+            deadline = time.monotonic() + 30
+            while True:
+                listed = {v["id"]: v.get("endpoints") for v in status(boot)["currentVoters"]}  # type: ignore[attr-defined]
+                if listed[3] == [f"CONTROLLER://{newcomer.endpoint}"]:
+                    break
+                assert time.monotonic() < deadline, listed
+                time.sleep(0.3)
         finally:
             newcomer.stop()
         log_text = (quorum.data_dir / "logs" / "node-3.log").read_text()

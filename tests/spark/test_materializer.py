@@ -734,3 +734,32 @@ def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
     offsets = [row[0] for row in read_records(spark, warehouse)]
     expected = [r[0] for r in logdata.record_rows(batches) if r[0] < 5 or r[0] >= 12]
     assert offsets == expected
+
+
+def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    """quorum_events of a warehouse created before ``voter_directories`` existed: start-up
+    adds the column (older rows read null), and a voter-set change fills it."""
+    import datetime
+    import uuid
+
+    from pyspark.sql import types as T
+
+    from kraft_spark.delta.tables import QUORUM_EVENTS_SCHEMA
+    from kraft_spark.raft.voter_records import voters_batch
+    from kraft_spark.raft.voter_set import Voter, VoterSet, directory_text
+
+    old_schema = T.StructType(QUORUM_EVENTS_SCHEMA.fields[:-1])
+    path = table_path(tmp_path, QUORUM_EVENTS)
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    spark.createDataFrame([(99, 1, 0, [0], [0], when)], old_schema).write.format(
+        "delta").save(path)
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer.prepare()
+    assert spark.read.format("delta").load(path).schema.fieldNames()[-1] == "voter_directories"
+    voters = VoterSet((Voter(0, uuid.UUID(int=5)), Voter(1)))
+    materializer.write([voters_batch(0, 1, voters, 1000)], 1)
+    rows = {r.offset: r.voter_directories
+            for r in spark.read.format("delta").load(path).collect()}
+    assert rows == {99: None, 0: [directory_text(v.directory_id) for v in voters.voters]}

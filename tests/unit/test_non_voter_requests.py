@@ -105,3 +105,33 @@ def test_an_observer_of_another_cluster_says_so_and_retries_slowly() -> None:
     assert len(refused_at) >= 10 and min(gaps) >= 1000, refused_at
     assert len(notes) == 2, notes  # at 0 s and 10 s
     assert "INCONSISTENT_CLUSTER_ID (our cluster id 'wrong-cluster' is not" in notes[0]
+
+
+def test_an_unlisted_candidate_is_heard_only_when_it_could_be_a_voter_we_do_not_know() -> None:
+    """KIP-853: our voter set may lag (the candidate's addition is in records we have not
+    fetched). A candidate we do not list gets a vote by the usual rules when its log is as up
+    to date as ours, we hear from no leader, and its epoch is at most ours + 1; otherwise it
+    is refused without any change, as a stranger."""
+    for request_ in (
+        VoteRequest(CLUSTER, 2, STRANGER, 0, 0),  # behind our log
+        VoteRequest(CLUSTER, 3, STRANGER, 1, 1),  # more than one epoch ahead
+    ):
+        core = follower()
+        core.handle_request(T0 + 1, STRANGER, "req", request_)
+        [reply] = core.take_ready().replies
+        assert reply.message.error == ErrorCode.INCONSISTENT_VOTER_SET  # type: ignore[attr-defined]
+        assert core.epoch == 1
+    core = follower()  # it has not fetched from leader 1 yet: it hears from nobody
+    core.handle_request(T0 + 1, STRANGER, "req", VoteRequest(CLUSTER, 2, STRANGER, 1, 1))
+    [reply] = core.take_ready().replies
+    assert reply.message.vote_granted and core.epoch == 2  # type: ignore[attr-defined]
+    # A follower that fetches from its leader does not hear an unlisted candidate.
+    core = follower()
+    fetch_id = core.fetch_in_flight
+    assert fetch_id is not None
+    core.handle_response(T0 + 2, 1, fetch_id, FetchResponse(ErrorCode.NONE, 1, 1, 1))
+    assert core.hears_from_leader()
+    core.handle_request(T0 + 3, STRANGER, "req", VoteRequest(CLUSTER, 2, STRANGER, 1, 1))
+    [reply] = core.take_ready().replies
+    assert reply.message.error == ErrorCode.INCONSISTENT_VOTER_SET  # type: ignore[attr-defined]
+    assert core.epoch == 1

@@ -102,5 +102,6 @@ def test_quorum_events_get_a_row_for_every_voter_set_change() -> None:
         Batch(3, 1, (Record(b"k", b"v", 13),)),
     ]
     rows = rows_from(batches, 0)
-    assert rows.events == [(0, 1, 1, [1, 2], [1], 10), (2, 1, -1, [1, 2], [], 12)]
+    dirs = [directory_text(v.directory_id) for v in SET.voters]
+    assert rows.events == [(0, 1, 1, [1, 2], [1], 10, None), (2, 1, -1, [1, 2], [], 12, dirs)]
     assert [r[0] for r in rows.records] == [3]
