@@ -52,8 +52,10 @@ from driver.console import progress
 from driver.control import ControlChannel
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
+from driver.sql_server import choose_port, connect_conf, register_tables
 from kraft_spark import aio
 from kraft_spark.metrics import AppMetrics, Registry
+from kraft_spark.sql_endpoint import publish, url_of, withdraw
 from kraft_spark.stop_signals import StopSignals
 
 log = logging.getLogger("kraft_spark.driver")
@@ -98,6 +100,7 @@ class Application(VoterMembershipMixin):
         self.fatal: str | None = None
         self.first_commit_s: float | None = None
         self.started_at = time.monotonic()
+        self.sql_port = 0  # the Spark Connect server's (driver/sql_server.py); 0: none
 
     # ---------------------------------------------------------------- start-up
 
@@ -112,11 +115,15 @@ class Application(VoterMembershipMixin):
         # threads of the one local JVM, not cores.
         master = cfg.master or f"local[{max(cfg.voters, 5) + 2}]"
         progress(f"starting Spark ({master}) with Delta; first start resolves Delta's jars")
+        self.sql_port = choose_port(cfg.sql_host, cfg.sql_port)
         self.spark = build_spark(
             "kraft-spark", master=master, warehouse_dir=cfg.warehouse,
             extra_conf={"spark.dynamicAllocation.enabled": "false",
-                        "spark.task.maxFailures": "1"},
+                        "spark.task.maxFailures": "1",
+                        **connect_conf(cfg.sql_host, self.sql_port)},
         )
+        if self.sql_port:
+            publish(cfg.data_dir, url_of(cfg.sql_host, self.sql_port))
         from kraft_spark.delta import DeltaMaterializer
 
         self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id,
@@ -326,6 +333,8 @@ class Application(VoterMembershipMixin):
             if not self._delta.direct_appends:
                 self._delta.warm_up()
             offsets = self._delta.prepare()
+            if self.sql_port:
+                register_tables(self.spark, self.config.warehouse)
             for table, offset in offsets.items():
                 self.app_metrics.delta_table_offset.labels(table).set(offset)
             progress(f"Delta ready in {time.monotonic() - started:.1f} s; tables at offsets "
@@ -474,6 +483,7 @@ class Application(VoterMembershipMixin):
         self._observer_loop.call_soon_threadsafe(self._observer_loop.stop)
         if self.control is not None:
             self.control.close()
+        withdraw(self.config.data_dir)
         if self.spark is not None:
             self.spark.stop()
         progress("stopped")
@@ -533,6 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                             "quorum_events")],
         "cluster_id": app.cluster_id,
         "voters": cfg.voters,
+        **({"sql": url_of(cfg.sql_host, app.sql_port)} if app.sql_port else {}),
     }
     print(json.dumps(summary), flush=True)
     progress(f"running: HTTP API at {summary['http']}, Delta tables under {cfg.warehouse}; "

@@ -29,6 +29,9 @@ class AppConfig:
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_token: str | None = None
+    # The Spark Connect server for `kraft-spark sql` (driver/sql_server.py); port 0: none.
+    sql_host: str = "127.0.0.1"
+    sql_port: int = 15002
     # The sidecar's connection cap and header timeout (api.limits)
     http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
     http_header_timeout_s: float = DEFAULT_HTTP_HEADER_TIMEOUT_MS / 1000
@@ -72,6 +75,8 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.http.host": ("http_host", str, None),
     "kraft.http.port": ("http_port", int, 0),
     "kraft.http.token": ("http_token", str, None),
+    "kraft.sql.host": ("sql_host", str, None),
+    "kraft.sql.port": ("sql_port", int, 0),
     "kraft.http.max.connections": ("http_max_connections", int, 1),
     "kraft.http.header.timeout.ms": ("http_header_timeout_s", float, 1),
     "kraft.voter.base.port": ("voter_base_port", int, 0),
@@ -131,6 +136,7 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--http-port", type=int, default=None)
     parser.add_argument("--http-host", default=None)
+    parser.add_argument("--sql-port", type=int, default=None)
     parser.add_argument("--voters", type=int, default=None)
     parser.add_argument("--master", default=None)
     parser.add_argument("--config", default=None, help="properties file (default: "
@@ -146,7 +152,7 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
         cfg = config_from_properties(props)
     except ValueError as exc:  # ConfigError, UnicodeDecodeError
         parser.error(f"{path}: {exc}")
-    for attr in ("data_dir", "http_port", "http_host", "voters", "master"):
+    for attr in ("data_dir", "http_port", "http_host", "sql_port", "voters", "master"):
         value = getattr(args, attr)
         if value is not None:
             cfg = replace(cfg, **{attr: value})

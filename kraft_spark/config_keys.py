@@ -34,6 +34,8 @@ APP_KEYS = frozenset({
     "kraft.http.token",
     "kraft.http.max.connections",
     "kraft.http.header.timeout.ms",
+    "kraft.sql.host",
+    "kraft.sql.port",
     "kraft.voter.base.port",
     "kraft.materialize.interval.ms",
     "kraft.materialize.snapshot.interval.ms",

@@ -20,6 +20,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--data-dir", default=None, help="data directory (default ./data)")
     parser.add_argument("--http-port", type=int, default=None, help="HTTP port (default 8080)")
+    parser.add_argument("--sql-port", type=int, default=None,
+                        help="Spark Connect port for `kraft-spark sql` (default 15002, 0: none)")
     parser.add_argument("--voters", type=int, default=None, help="number of voters (default 3)")
     parser.add_argument("--master", default=None, help="Spark master (default local[V+2])")
     parser.add_argument("--config", default=None, help="properties file")
@@ -31,8 +33,8 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     app_args: list[str] = []
     for flag, value in (("--data-dir", args.data_dir), ("--http-port", args.http_port),
-                        ("--voters", args.voters), ("--master", args.master),
-                        ("--config", args.config)):
+                        ("--sql-port", args.sql_port), ("--voters", args.voters),
+                        ("--master", args.master), ("--config", args.config)):
         if value is not None:
             app_args += [flag, str(value)]
     if not args.spark_args:

@@ -34,7 +34,8 @@ class App:
         self.log = open(data_dir / "app.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark", "run", "--data-dir", str(data_dir),
-             "--http-port", str(http_port), "--config", str(conf), *extra],
+             "--http-port", str(http_port), "--config", str(conf),
+             "--sql-port", str(free_ports(1)[0]), *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -152,8 +153,18 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
         assert offsets["records"] == log[-1]["offset"] + 1
         assert set(offsets) == {"records", "snapshot", "quorum_events"}
         assert re.search(r'kraft_spark_delta_commits_total\{table="records"\} [1-9]', metrics)
+        # `kraft-spark sql` goes through the running application's Spark Connect server.
+        assert app.info["sql"] == (tmp_path / "sql.endpoint").read_text().strip()
+        query = subprocess.run(
+            [sys.executable, "-m", "kraft_spark", "sql", "--data-dir", str(tmp_path),
+             "SELECT count(*) AS n FROM records"],
+            capture_output=True, text=True, timeout=120, check=False)
+        assert query.returncode == 0, query.stderr[-2000:]
+        assert f"through the running application at {app.info['sql']}" in query.stderr
+        assert "|26 |" in query.stdout, query.stdout
     finally:
         assert app.stop() == 0
+    assert not (tmp_path / "sql.endpoint").exists()  # withdrawn at the stop
 
     # The quorum's data wiped but its warehouse kept: a new cluster id, whose log would be
     # appended on top of the old rows from offset 0. The application refuses and exits 1.

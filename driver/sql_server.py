@@ -1,0 +1,55 @@
+"""The application's Spark Connect server: ``kraft-spark sql`` (and any user's
+``SparkSession.builder.remote("sc://127.0.0.1:15002")``) query the live session's Delta tables
+without starting a JVM of their own (a local session costs ~17 s of JVM start per query here).
+
+pyspark 4.2 ships the server (its ``spark-connect`` jar) as a plugin of a running
+SparkContext: ``spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin`` starts it with
+the context, and each client gets a session of its own on that context, with its Delta
+extensions. It listens on ``kraft.sql.host:kraft.sql.port`` (127.0.0.1:15002 by default; taken:
+any free port; 0: no server). It has no authentication here, so it stays on loopback unless
+you put it elsewhere on purpose. While the application runs, ``<data-dir>/sql.endpoint`` holds
+its ``sc://host:port`` URL, which ``kraft-spark sql --data-dir`` reads
+(``kraft_spark.sql_endpoint``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+DEFAULT_PORT = 15002
+
+
+def choose_port(host: str, port: int) -> int:
+    """``port`` if it is free on ``host``, else a free one the system picks (0 stays 0)."""
+    if port == 0:
+        return 0
+    for candidate in (port, 0):
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            try:
+                probe.bind((host, candidate))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise OSError(f"no free port for the Spark Connect server on {host}")
+
+
+def connect_conf(host: str, port: int) -> dict[str, str]:
+    """The Spark settings that start the server with the context (none for port 0)."""
+    if port == 0:
+        return {}
+    return {
+        "spark.plugins": PLUGIN,
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+    }
+
+
+def register_tables(spark: Any, warehouse: str) -> None:
+    """Name the three Delta tables in the context's catalog (shared by every session, Spark
+    Connect clients' included), so ``spark.table("records")`` works from any client."""
+    for table in ("records", "snapshot", "quorum_events"):
+        location = os.path.join(warehouse, table).replace("'", "\\'")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {table} USING delta LOCATION '{location}'")
