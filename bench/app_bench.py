@@ -6,7 +6,8 @@ Measures, in one run:
   acknowledged (Spark start-up, Delta jars, the barrier stage, the first election);
 * **commit → visible in Delta**: under a steady HTTP load of ``--rate`` appends/s, for each
   acknowledged record, the time from its acknowledgement to the Delta commit of the ``records``
-  table that first holds it (Delta's own commit timestamps, read from the table history).
+  table that first holds it, and likewise of the ``snapshot`` table (Delta's own commit
+  timestamps, read from the tables' histories).
 """
 
 from __future__ import annotations
@@ -80,28 +81,30 @@ def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict
                             extra_conf={"spark.ui.enabled": "false"})
         from delta.tables import DeltaTable
 
-        history = (DeltaTable.forPath(spark, f"{info['warehouse']}/records").history()
-                   .select("timestamp", "userMetadata").collect())
+        histories = {
+            table: DeltaTable.forPath(spark, f"{info['warehouse']}/{table}").history()
+            .select("timestamp", "userMetadata").collect()
+            for table in ("records", "snapshot")
+        }
         spark.stop()
-    commits = sorted(
-        (json.loads(h["userMetadata"])["last_offset"], h["timestamp"].timestamp())
-        for h in history if h["userMetadata"]
-    )
-    delays = []
-    for offset, acked_at in acks:
-        visible = next((ts for last, ts in commits if last >= offset), None)
-        if visible is not None:
-            delays.append(max(0.0, visible - acked_at))
-    delays.sort()
-
-    def pct(p: float) -> float:
-        return float(round(percentile(delays, p) * 1000, 1))
-
-    return {
-        "launch_to_first_commit_s": round(first_commit_s, 2),
-        "appends": len(acks),
-        "measured": len(delays),
-        "visible_p50_ms": pct(0.5) if delays else None,
-        "visible_p99_ms": pct(0.99) if delays else None,
-        "delta_commits": len(commits),
-    }
+    out: dict[str, Any] = {"launch_to_first_commit_s": round(first_commit_s, 2),
+                           "appends": len(acks)}
+    for table, history in histories.items():
+        commits = sorted(
+            (json.loads(h["userMetadata"])["last_offset"], h["timestamp"].timestamp())
+            for h in history if h["userMetadata"]
+        )
+        delays = sorted(
+            max(0.0, visible - acked_at)
+            for offset, acked_at in acks
+            if (visible := next((ts for last, ts in commits if last >= offset), None))
+            is not None
+        )
+        prefix = "" if table == "records" else f"{table}_"
+        out[f"{prefix}measured"] = len(delays)
+        out[f"{prefix}visible_p50_ms"] = (
+            round(percentile(delays, 0.5) * 1000, 1) if delays else None)
+        out[f"{prefix}visible_p99_ms"] = (
+            round(percentile(delays, 0.99) * 1000, 1) if delays else None)
+        out[f"{prefix}delta_commits"] = len(commits)
+    return out

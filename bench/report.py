@@ -202,6 +202,9 @@ def markdown(results: dict[str, Any]) -> str:
             f"- commit → visible in Delta `records` under {vis.get('rate')} appends/s: "
             f"p50 {vis.get('visible_p50_ms')} ms, p99 {vis.get('visible_p99_ms')} ms "
             f"({vis.get('measured')} records, {vis.get('delta_commits')} Delta commits)",
+            f"- commit → visible in Delta `snapshot`: p50 {vis.get('snapshot_visible_p50_ms')} "
+            f"ms, p99 {vis.get('snapshot_visible_p99_ms')} ms "
+            f"({vis.get('snapshot_delta_commits')} Delta commits)",
         ]
     checks = targets(results)
     if checks:

@@ -40,8 +40,9 @@ class AppConfig:
     # records is committed once per interval while there is something new (at most)
     materialize_interval_s: float = 0.5
     # snapshot (MERGE) and quorum_events are committed at most this often (on their own thread),
-    # and less often when their cycle is slow (full_cycle_wait)
-    materialize_full_interval_s: float = 5.0
+    # and less often when their cycle is slow (full_cycle_wait): with delta-rs's MERGE (a local
+    # warehouse) a cycle is tens of ms, with Spark's it is seconds and stretches the wait
+    materialize_full_interval_s: float = 1.0
     # > 0: start() returns (the application reports itself running) only once the Delta tables
     # are ready, waiting at most this long. 0 (default): serve at once; records committed before
     # then wait for the tables (measured: p99 commit -> visible 2.5 s instead of 1.1 s in

@@ -201,6 +201,7 @@ def test_describe_quorum_v0_and_v1_responses() -> None:
         "kraft_spark_log_start": {
             "log_start_offset": -1, "snapshot_end_offset": -1, "snapshot_epoch": -1,
         },
+        "kraft_spark_target_voters": [],
     }
     assert decode_response(ApiKey.DESCRIBE_QUORUM, 0, v0) == (3, _describe_body(False) | untagged)
     assert decode_response(ApiKey.DESCRIBE_QUORUM, 1, v1) == (3, _describe_body(True) | untagged)

@@ -763,3 +763,19 @@ def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
     rows = {r.offset: r.voter_directories
             for r in spark.read.format("delta").load(path).collect()}
     assert rows == {99: None, 0: [directory_text(v.directory_id) for v in voters.voters]}
+
+
+def test_the_snapshot_merge_runs_in_delta_rs_and_spark_reads_it(spark: Any, tmp_path: Path) -> None:
+    """A local warehouse's ``snapshot`` MERGE is delta-rs's (no Spark job): its commits say so,
+    and Spark reads the table equal to the log's replay (the other tests here check time travel
+    and replays over the same path)."""
+    from deltalake import DeltaTable as RsTable
+
+    batches = logdata.log()
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer.write(batches, CALLS[-1][1])
+    assert read_snapshot(spark, tmp_path) == logdata.replay(batches)
+    merges = [h for h in RsTable(table_path(tmp_path, SNAPSHOT)).history()
+              if h.get("operation") == "MERGE"]
+    assert merges and all(str(h.get("clientVersion")).startswith("delta-rs") for h in merges)
+    assert json.loads(merges[0]["userMetadata"])["last_offset"] == batches[-1].next_offset - 1
