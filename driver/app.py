@@ -101,6 +101,7 @@ class Application(VoterMembershipMixin):
         self.first_commit_s: float | None = None
         self.started_at = time.monotonic()
         self.sql_port = 0  # the Spark Connect server's (driver/sql_server.py); 0: none
+        self._maintenance_due = 0.0  # when records' checkpoint/compaction may run next
 
     # ---------------------------------------------------------------- start-up
 
@@ -345,6 +346,23 @@ class Application(VoterMembershipMixin):
         finally:
             self._delta_ready.set()
 
+    def _maintain(self, materializer: Any) -> None:
+        """records' checkpoints and compaction (Spark/JVM work, seconds), off the records
+        thread (see TABLE_EXTRA_PROPERTIES), at most every MAINTENANCE_INTERVAL_S and then
+        spending at most 10 % of the time: the 1 s snapshot cycle is not held to their pace."""
+        if time.monotonic() < self._maintenance_due:
+            return
+        from kraft_spark.delta.tables import RECORDS
+
+        started = time.monotonic()
+        try:
+            materializer.checkpoint(RECORDS)
+        except Exception:
+            log.warning("checkpoint of records failed", exc_info=True)
+        self._compact(materializer)
+        took = time.monotonic() - started
+        self._maintenance_due = time.monotonic() + full_cycle_wait(MAINTENANCE_INTERVAL_S, took)
+
     def _on_table_commit(self, commit: Any) -> None:
         """After each table's Delta commit (a ``TableCommit``), from its materializer thread."""
         self.app_metrics.delta_commits.labels(commit.table).inc()
@@ -411,14 +429,12 @@ class Application(VoterMembershipMixin):
                                  "/".join(tables), stats.end_offset, stats.high_watermark,
                                  stats.rows, {k: round(v, 2) for k, v in stats.seconds.items()})
                 if not eager:
-                    # records' checkpoints, off the records thread (see TABLE_EXTRA_PROPERTIES)
-                    try:
-                        materializer.checkpoint(RECORDS)
-                    except Exception:
-                        log.warning("checkpoint of records failed", exc_info=True)
-                    self._compact(materializer)
-                    cycle_s = time.monotonic() - started
-                    full_wait = full_cycle_wait(cfg.materialize_full_interval_s, cycle_s)
+                    cycle_s = time.monotonic() - started  # the commits: sets the pace
+                    self._maintain(materializer)
+                    full_wait = full_cycle_wait(
+                        cfg.materialize_full_interval_s, cycle_s,
+                        FULL_CYCLE_MAX_SHARE_RS if materializer.merges_in_process
+                        else FULL_CYCLE_MAX_SHARE)
                     if full_wait > cfg.materialize_full_interval_s:
                         log.info("quorum_events/snapshot cycle took %.1f s; next in %.1f s",
                                  cycle_s, full_wait)
@@ -511,12 +527,21 @@ def _driver_host(master: str) -> str:
 # Spark jobs took the cores from the voters and the sidecar, and one-client HTTP appends to the
 # application had p90 2.7-3.7 ms and p99 6.8-8.6 ms (0.75-0.88 ms and 3.1-3.9 ms without it).
 FULL_CYCLE_MAX_SHARE = 0.1
+# With delta-rs's MERGE (a local warehouse) the cycle is no Spark job: tens of ms, up to ~1.5 s
+# when the cores are busy. A quarter of the time keeps `snapshot` within a few seconds of the
+# log (`kraft-spark bench app`) at the cost of that share of a core at most.
+FULL_CYCLE_MAX_SHARE_RS = 0.25
 
 
-def full_cycle_wait(interval_s: float, last_cycle_s: float) -> float:
+# records' checkpoints and compaction run at most this often (Application._maintain).
+MAINTENANCE_INTERVAL_S = 10.0
+
+
+def full_cycle_wait(interval_s: float, last_cycle_s: float,
+                    share: float = FULL_CYCLE_MAX_SHARE) -> float:
     """Seconds to wait before the next quorum_events/snapshot cycle: the configured interval,
-    or longer, so that cycles take at most FULL_CYCLE_MAX_SHARE of the time."""
-    return max(interval_s, last_cycle_s * (1 - FULL_CYCLE_MAX_SHARE) / FULL_CYCLE_MAX_SHARE)
+    or longer, so that cycles take at most ``share`` of the time."""
+    return max(interval_s, last_cycle_s * (1 - share) / share)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -196,6 +196,11 @@ class DeltaMaterializer:
 
     # ------------------------------------------------------------------ progress
 
+    @property
+    def merges_in_process(self) -> bool:
+        """The ``snapshot`` MERGE runs in delta-rs, in this process (no Spark job)."""
+        return self.direct_appends and rs_merge.available()
+
     def path(self, table: str) -> str:
         return table_path(self.warehouse, table)
 
@@ -381,7 +386,7 @@ class DeltaMaterializer:
         if not _continues_recorded(table, txn, meta):
             return len(data)  # this very commit landed before (a retry after a failure)
         if table == SNAPSHOT and data:
-            if self.direct_appends and rs_merge.available():
+            if self.merges_in_process:
                 rs_merge.merge_snapshot(self.path(SNAPSHOT), data, meta)  # no Spark job
             else:
                 self._merge_snapshot(data, meta)

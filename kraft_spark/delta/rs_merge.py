@@ -46,11 +46,30 @@ def available() -> bool:
     return True
 
 
+_OPEN: dict[str, Any] = {}  # path -> DeltaTable, brought up to date before each merge
+
+
+def _open(path: str) -> Any:
+    """The table at ``path``, kept open between merges and updated from the log's new commits
+    (reading the whole log again each time would grow with every commit)."""
+    from deltalake import DeltaTable
+
+    table = _OPEN.get(path)
+    if table is None:
+        table = _OPEN[path] = DeltaTable(path)
+    else:
+        try:
+            table.update_incremental()
+        except Exception:  # a vacuumed or rewritten log: read it from the start
+            table = _OPEN[path] = DeltaTable(path)
+    return table
+
+
 def merge_snapshot(path: str, data: list[tuple[Any, ...]], meta: CommitMetadata) -> dict[str, Any]:
     """MERGE ``data`` — (key, value, offset, epoch, timestamp_ms) rows, one per key, a null
     value deleting the key — into the ``snapshot`` table at ``path``; returns delta-rs's
     metrics. Raises what delta-rs raises (the caller's retry re-reads the table's offset)."""
-    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake import CommitProperties, Transaction
 
     columns = list(zip(*data, strict=True)) if data else [() for _ in _COLUMNS]
     source = pa.table(
@@ -64,7 +83,7 @@ def merge_snapshot(path: str, data: list[tuple[Any, ...]], meta: CommitMetadata)
         ],
         schema=_SOURCE_SCHEMA,
     )
-    table = DeltaTable(os.path.abspath(path))
+    table = _open(os.path.abspath(path))
     commit = CommitProperties(
         custom_metadata={"userMetadata": meta.to_json()},
         app_transactions=[Transaction(meta.app_id, meta.last_offset)],
