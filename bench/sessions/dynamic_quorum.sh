@@ -30,7 +30,7 @@ N3=$!
 sleep 3
 echo "(node 3's log) $(grep -o 'the quorum at .*' $D/node3.log | head -1)"
 echo "\$ kraft-spark metadata-quorum --bootstrap-controller 127.0.0.1:29193 --command-config $D/node-3.properties add-controller"
-for i in $(seq 1 20); do kraft-spark metadata-quorum --bootstrap-controller 127.0.0.1:29193 --command-config $D/node-3.properties add-controller 2>/dev/null && break; sleep 0.5; done
+for i in $(seq 1 20); do timeout 30 kraft-spark metadata-quorum --bootstrap-controller 127.0.0.1:29193 --command-config $D/node-3.properties add-controller 2>$D/add.err && break; sleep 0.5; done
 echo "\$ kafka-metadata-quorum.sh --bootstrap-server 127.0.0.1:29195 describe --status   # Kafka 4.4's tool, as for brokers"
 kafka_quorum --bootstrap-server 127.0.0.1:29195 describe --status
 echo "# node 3 restarts on another port; it corrects its VotersRecord entry (UpdateRaftVoter)"

@@ -3,6 +3,7 @@ followed like any request), answered once the change commits."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -25,10 +26,14 @@ class VoterChangeError(ClientError):
 
 
 class VoterChangesMixin:
-    """Mixed into ``AsyncQuorumClient`` (which provides ``_retry``, ``_request``, ``_refused``
-    and ``cluster_id``)."""
+    """Mixed into ``AsyncQuorumClient`` (which provides ``_retry``, ``_request``, ``_refused``,
+    ``describe_quorum``, ``_leader`` and ``cluster_id``)."""
 
     cluster_id: str
+    _leader: tuple[str, int] | None
+
+    async def describe_quorum(self) -> Any:
+        raise NotImplementedError
 
     async def _retry(self, what: str, attempt: Any, *, budget_s: float | None = None) -> Any:
         raise NotImplementedError
@@ -58,6 +63,12 @@ class VoterChangesMixin:
     async def _change(self, request: AddVoterRequest | RemoveVoterRequest, what: str,
                       timeout_s: float) -> None:
         api_key, version, body = wire_voters.request_to_wire(request)
+        if self._leader is None:
+            # AddRaftVoter's and RemoveRaftVoter's answers name no leader: find it first with
+            # DescribeQuorum, whose answers do (a client given one follower would otherwise
+            # never reach it).
+            with contextlib.suppress(ClientError):
+                await self.describe_quorum()
 
         async def attempt(endpoint: tuple[str, int]) -> bool | None:
             reply = await self._request(endpoint, api_key, version, body, timeout_s + 5)
