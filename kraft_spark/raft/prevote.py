@@ -133,14 +133,18 @@ class PreVoteMixin(ElectionMixin):
     # ------------------------------------------------------------------ voter
 
     def hears_from_leader(self) -> bool:
-        """We lead, or we follow a leader we have fetched from within the fetch timeout and
-        that has not resigned: a pre-vote now would only unseat a working leader."""
+        """We lead, or we follow a leader we have fetched from within the fetch timeout, that
+        has not resigned and whose host has not refused a connection since (its process is
+        gone): a pre-vote now would only unseat a working leader. Without the refusal rule a
+        killed leader's followers refused each other's pre-votes until their own (randomly
+        shortened) deadlines passed: `kraft-spark bench voters` failover 632 ms, not 309."""
         if self.role is Role.LEADER:
             return True
         return (
             self.role is Role.FOLLOWER
             and self.fetched_from_leader
             and not self.leader_resigned
+            and not self.leader_refused
             and self.now < self.fetch_deadline
         )
 
