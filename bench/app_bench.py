@@ -7,7 +7,10 @@ Measures, in one run:
 * **commit → visible in Delta**: under a steady HTTP load of ``--rate`` appends/s, for each
   acknowledged record, the time from its acknowledgement to the Delta commit of the ``records``
   table that first holds it, and likewise of the ``snapshot`` table (Delta's own commit
-  timestamps, read from the tables' histories).
+  timestamps, read from the tables' histories);
+* **the driver's CPU** during the steady load: the driver's Python process (observer, HTTP
+  endpoint, materializer, delta-rs MERGEs) and its whole process tree (plus the Spark JVM with
+  its executors and the voters), in cores (CPU seconds per second), from ``/proc``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,36 @@ def _post(url: str, body: Any) -> dict[str, Any]:
     with urllib.request.urlopen(req, timeout=30) as resp:
         out: dict[str, Any] = json.loads(resp.read())
         return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and every live descendant (by /proc parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += _cpu_seconds(pid)
+        todo.extend(children.get(pid, ()))
+    return total
 
 
 def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict[str, Any]:
@@ -69,8 +102,10 @@ def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict
 
         worker = threading.Thread(target=load, daemon=True)
         log(f"steady load: {rate:.0f} appends/s for {seconds:.0f} s")
+        cpu_start = (time.monotonic(), _cpu_seconds(proc.pid), _tree_cpu_seconds(proc.pid))
         worker.start()
         time.sleep(seconds)
+        cpu_end = (time.monotonic(), _cpu_seconds(proc.pid), _tree_cpu_seconds(proc.pid))
         stop.set()
         worker.join(60)
         time.sleep(5)  # let the last micro-batch land
@@ -87,8 +122,11 @@ def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict
             for table in ("records", "snapshot")
         }
         spark.stop()
+    wall = cpu_end[0] - cpu_start[0]
     out: dict[str, Any] = {"launch_to_first_commit_s": round(first_commit_s, 2),
-                           "appends": len(acks)}
+                           "appends": len(acks),
+                           "driver_python_cores": round((cpu_end[1] - cpu_start[1]) / wall, 2),
+                           "all_processes_cores": round((cpu_end[2] - cpu_start[2]) / wall, 2)}
     for table, history in histories.items():
         commits = sorted(
             (json.loads(h["userMetadata"])["last_offset"], h["timestamp"].timestamp())
