@@ -153,10 +153,8 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, FollowerMixin, SnapshotFetchMixin
         role = self.role
         if role is Role.LEADER:
             self._poll_leader()
-        elif role is Role.CANDIDATE:
+        elif role is Role.CANDIDATE or role is Role.PROSPECTIVE:
             self._poll_candidate()
-        elif role is Role.PROSPECTIVE:
-            self._poll_prospective()
         elif role is Role.FOLLOWER:
             self._poll_follower()
             self.maybe_update_own_endpoints()

@@ -52,10 +52,15 @@ class ElectionMixin(CoreState):
         self.election_deadline = self.now + election_timeout_ms(
             self.rng, self.config.election_timeout_ms
         )
+        self._ask_voters(pre_vote=False)
+        self._maybe_win()
+
+    def _ask_voters(self, *, pre_vote: bool) -> None:
+        """Send every other voter a Vote (or a pre-vote) for our current epoch. Each request
+        names its voter as our set lists it (KIP-853's voter key): a node that came back on
+        another disk refuses it (INVALID_VOTER_KEY)."""
         for voter in self.voters:
             if voter != self.node_id:
-                # Each request names its voter as our set lists it (KIP-853's voter key): a
-                # node that came back on another disk refuses it (INVALID_VOTER_KEY).
                 request = VoteRequest(
                     cluster_id=self.cluster_id,
                     candidate_epoch=self.epoch,
@@ -65,9 +70,10 @@ class ElectionMixin(CoreState):
                     candidate_directory_id=self.directory_id,
                     voter_id=voter,
                     voter_directory_id=self.directory_of_voter(voter),
+                    pre_vote=pre_vote,
                 )
-                self.send(voter, "vote", request, self.config.request_timeout_ms)
-        self._maybe_win()
+                self.send(voter, "prevote" if pre_vote else "vote", request,
+                          self.config.request_timeout_ms)
 
     def _maybe_win(self) -> None:
         if len(self.votes_granted) >= majority(len(self.voters)):
@@ -86,6 +92,7 @@ class ElectionMixin(CoreState):
             self.election_retries += 1
 
     def _poll_candidate(self) -> None:
+        """A Candidate's or a Prospective's timers: the same backoff after a lost round."""
         if self.backoff_until is not None:
             if self.now >= self.backoff_until:
                 # A failed election is retried through pre-votes (KIP-996): a candidate that

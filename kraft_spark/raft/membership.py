@@ -192,12 +192,7 @@ class MembershipMixin(LeaderMixin):
         if not self._precheck(token, req.cluster_id):
             return
         self._note_target(req.target_voters)
-        voter = self.voter_set.get(req.voter_id)
-        if voter is None or not voter.matches(req.voter_id, req.directory_id):
-            self.reply(token, self._change_response(
-                ErrorCode.VOTER_NOT_FOUND,
-                f"{req.voter_id}@{directory_text(req.directory_id)} is not part of the set "
-                f"of voters {self.voter_set.describe()}"))
+        if self._listed_voter(token, req.voter_id, req.directory_id) is None:
             return
         if len(self.voter_set.voters) == 1:
             self.reply(token, self._change_response(
@@ -207,6 +202,20 @@ class MembershipMixin(LeaderMixin):
         new = self._upgraded_set().without(req.voter_id)
         timeout = self.config.request_timeout_ms
         self._append_voter_change(new, token, timeout, f"remove voter {req.voter_id}")
+
+    def _listed_voter(
+        self, token: object, voter_id: int, directory_id: uuid.UUID
+    ) -> Voter | None:
+        """The voter (voter_id, directory_id) of the set in force; None after answering
+        VOTER_NOT_FOUND (Kafka's code) when the set has no such voter."""
+        voter = self.voter_set.get(voter_id)
+        if voter is None or not voter.matches(voter_id, directory_id):
+            self.reply(token, self._change_response(
+                ErrorCode.VOTER_NOT_FOUND,
+                f"{voter_id}@{directory_text(directory_id)} is not part of the set "
+                f"of voters {self.voter_set.describe()}"))
+            return None
+        return voter
 
     def _upgraded_set(self) -> VoterSet:
         """The set in force, with the directory ids learnt from Fetches where it has none."""

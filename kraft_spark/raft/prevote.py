@@ -39,7 +39,6 @@ from kraft_spark.raft.quorum import majority
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.vote_rules import (
     election_timeout_ms,
-    failed_election_backoff_ms,
     log_is_up_to_date,
 )
 
@@ -58,20 +57,7 @@ class PreVoteMixin(ElectionMixin):
         self.election_deadline = self.now + election_timeout_ms(
             self.rng, self.config.election_timeout_ms
         )
-        for voter in self.voters:
-            if voter != self.node_id:
-                request = VoteRequest(
-                    cluster_id=self.cluster_id,
-                    candidate_epoch=self.epoch,
-                    candidate_id=self.node_id,
-                    last_offset_epoch=self.log.last_epoch(),
-                    last_offset=self.log.end_offset(),
-                    candidate_directory_id=self.directory_id,
-                    voter_id=voter,
-                    voter_directory_id=self.directory_of_voter(voter),
-                    pre_vote=True,
-                )
-                self.send(voter, "prevote", request, self.config.request_timeout_ms)
+        self._ask_voters(pre_vote=True)
         self._maybe_promote()
 
     def campaign_now(self, now_ms: int) -> None:
@@ -83,24 +69,7 @@ class PreVoteMixin(ElectionMixin):
         if len(self.pre_votes_granted) >= majority(len(self.voters)):
             self.become_candidate()
         elif len(self.pre_votes_rejected) >= majority(len(self.voters)):
-            self._back_off_prospective()
-
-    def _back_off_prospective(self) -> None:
-        if self.backoff_until is None:
-            self.backoff_until = self.now + failed_election_backoff_ms(
-                self.rng,
-                self.election_retries,
-                self.config.retry_backoff_ms,
-                self.config.election_backoff_max_ms,
-            )
-            self.election_retries += 1
-
-    def _poll_prospective(self) -> None:
-        if self.backoff_until is not None:
-            if self.now >= self.backoff_until:
-                self.become_prospective()
-        elif self.now >= self.election_deadline:
-            self._back_off_prospective()
+            self._start_backoff()  # then _poll_candidate starts another round
 
     def handle_pre_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
         if resp.leader_epoch > self.epoch:

@@ -24,7 +24,7 @@ from kraft_spark.raft.base import InFlight
 from kraft_spark.raft.membership import MembershipMixin
 from kraft_spark.raft.messages import ErrorCode, UpdateVoterRequest, VoterChangeResponse
 from kraft_spark.raft.state import Role
-from kraft_spark.raft.voter_set import KRAFT_VERSION_DYNAMIC, Endpoint, Voter, directory_text
+from kraft_spark.raft.voter_set import KRAFT_VERSION_DYNAMIC, Endpoint, Voter
 
 UPDATE_RETRY_MS = 5_000
 
@@ -44,12 +44,8 @@ class VoterUpdateMixin(MembershipMixin):
                 ErrorCode.NONE, "static voters (kraft.version 0): endpoints come from "
                 "controller.quorum.voters"))
             return
-        voter = self.voter_set.get(req.voter_id)
-        if voter is None or not voter.matches(req.voter_id, req.directory_id):
-            self.reply(token, self._change_response(
-                ErrorCode.VOTER_NOT_FOUND,
-                f"{req.voter_id}@{directory_text(req.directory_id)} is not part of the set of "
-                f"voters {self.voter_set.describe()}"))
+        voter = self._listed_voter(token, req.voter_id, req.directory_id)
+        if voter is None:
             return
         if not req.endpoints:
             self.reply(token, self._change_response(

@@ -55,6 +55,20 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -
         await asyncio.sleep(0.01)
 
 
+async def send_raw(port: int, data: bytes) -> bytes:
+    """Send raw bytes to a node; return what comes back before it closes the connection, or
+    ``b"(open)"`` when it still holds it open after 1 s."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(65536), 1.0)
+    except TimeoutError:
+        return b"(open)"
+    finally:
+        writer.close()
+
+
 def leader_of(nodes: list[RaftNode]) -> RaftNode | None:
     leaders = [n for n in nodes if n.describe()["role"] == "leader"]
     return leaders[0] if len(leaders) == 1 else None

@@ -18,7 +18,7 @@ from kraft_spark.net.transport import Connection
 from kraft_spark.protocol import ApiKey, ErrorCode
 from tests.metrics_text import samples
 
-from .helpers import leader_of, make_certs, run_quorum, wait_for
+from .helpers import leader_of, make_certs, run_quorum, send_raw, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -118,32 +118,19 @@ def test_graceful_stop_hands_over_and_restart_catches_up(tmp_path: Path) -> None
     asyncio.run(run_quorum(tmp_path, body))
 
 
-async def _raw(port: int, data: bytes) -> bytes:
-    """Send raw bytes; return what comes back before the node closes or 1 s passes."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(data)
-    await writer.drain()
-    try:
-        return await asyncio.wait_for(reader.read(65536), 1.0)
-    except TimeoutError:
-        return b"(open)"
-    finally:
-        writer.close()
-
-
 def test_bad_input_is_refused_and_the_quorum_keeps_committing(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = leader_of(nodes)
         assert leader is not None
         port = leader.port
         # Garbage (a negative size), an oversized frame, an unknown API: the connection closes.
-        assert await _raw(port, b"\xff\xff\xff\xff garbage") == b""
-        assert await _raw(port, struct.pack(">i", 64 * 1024 * 1024) + b"x" * 100) == b""
+        assert await send_raw(port, b"\xff\xff\xff\xff garbage") == b""
+        assert await send_raw(port, struct.pack(">i", 64 * 1024 * 1024) + b"x" * 100) == b""
         unknown = struct.pack(">hhi", 999, 0, 7) + b"\x00\x00"
-        assert await _raw(port, struct.pack(">i", len(unknown)) + unknown) == b""
+        assert await send_raw(port, struct.pack(">i", len(unknown)) + unknown) == b""
         # A frame that passes framing but not decoding.
         junk = struct.pack(">hhi", int(ApiKey.VOTE), 0, 9) + b"\x01\x02"
-        assert await _raw(port, struct.pack(">i", len(junk)) + junk) == b""
+        assert await send_raw(port, struct.pack(">i", len(junk)) + junk) == b""
         assert leader.port and leader._server is not None and leader._server.rejected >= 4
         # A well-formed Vote from a foreign cluster is answered INCONSISTENT_CLUSTER_ID.
         conn = Connection("127.0.0.1", port)

@@ -16,7 +16,7 @@ from kraft_spark.net.node import RaftNode
 from kraft_spark.net.transport import Connection
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 
-from .helpers import CLUSTER, make_nodes, run_quorum, the_leader, wait_for
+from .helpers import CLUSTER, make_nodes, run_quorum, send_raw, the_leader, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,19 +31,6 @@ async def _ask(port: int, api_key: int, version: int, body: dict[str, Any]) -> d
         return await conn.request(api_key, version, body, 2.0)
     finally:
         await conn.close()
-
-
-async def _raw(port: int, data: bytes) -> bytes:
-    """Send raw bytes; what comes back before the node closes the connection (or 1 s)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(data)
-    await writer.drain()
-    try:
-        return await asyncio.wait_for(reader.read(65536), 1.0)
-    except TimeoutError:
-        return b"(open)"
-    finally:
-        writer.close()
 
 
 def test_every_node_names_the_leader_as_the_one_broker(tmp_path: Path) -> None:
@@ -99,7 +86,7 @@ def test_every_node_names_the_leader_as_the_one_broker(tmp_path: Path) -> None:
             struct.pack(">hhi", 3, 14, 5) + b"\x00\x00\x00",
             struct.pack(">hhi", 3, 13, 6) + b"\x00\x02ab\x00\x05",
         ):
-            assert await _raw(follower.port, struct.pack(">i", len(frame)) + frame) == b""
+            assert await send_raw(follower.port, struct.pack(">i", len(frame)) + frame) == b""
         answer = await _ask(follower.port, ApiKey.METADATA, 13, {"topics": []})
         assert answer["controller_id"] == leader.node_id
 
