@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from kraft_spark.raft.base import InFlight
 from kraft_spark.raft.elections import ElectionMixin
-from kraft_spark.raft.messages import ErrorCode, VoteRequest, VoteResponse
+from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
 from kraft_spark.raft.quorum import majority
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.vote_rules import (
@@ -51,7 +51,7 @@ class PreVoteMixin(ElectionMixin):
         assert self.may_vote, "non-voting nodes never campaign"
         if self.role not in (Role.PROSPECTIVE, Role.CANDIDATE):
             self.election_retries = 0
-        self.transition(Role.PROSPECTIVE, self.epoch, -1, self.voted_id)
+        self.transition(Role.PROSPECTIVE, self.epoch, NO_LEADER, self.voted_id)
         self.pre_votes_granted = {self.node_id}
         self.pre_votes_rejected = set()
         self.election_deadline = self.now + election_timeout_ms(
