@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,6 +54,17 @@ def until_ok(bootstrap: list[str], *args: str, timeout_s: float = 40.0) -> str:
         assert "REQUEST_TIMED_OUT" in done.stderr, done.stderr
         assert time.monotonic() < deadline, done.stderr
         time.sleep(0.3)
+
+
+def listening(endpoint: str) -> bool:
+    """Something accepts connections at ``host:port`` (a node that lost the race for its
+    free port at start-up does not)."""
+    host, port = endpoint.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 def status(bootstrap: list[str]) -> dict[str, object]:
@@ -136,7 +148,7 @@ def test_a_node_given_only_bootstrap_servers_finds_the_quorum_and_is_added(
             # Through one follower only: the client finds the leader itself (AddRaftVoter's
             # answers name none; it asks DescribeQuorum first).
             leader = int(status(boot)["leaderId"])  # type: ignore[call-overload]
-            follower = next(b for i, b in enumerate(boot) if i != leader)
+            follower = next(b for i, b in enumerate(boot) if i != leader and listening(b))
             until_ok([follower], "--command-config", str(newcomer.config), "add-controller")
             assert voter_ids(boot) == [0, 1, 2, 3]
             load = LoadGenerator(boot).start()  # four voters commit (three needed)
