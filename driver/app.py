@@ -36,6 +36,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -53,6 +54,9 @@ from driver.control import ControlChannel
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.sql_server import choose_port, connect_conf, register_tables
+from driver.table_upkeep import TableUpkeep
+from driver.table_upkeep import full_cycle_wait as cycle_wait
+from driver.warehouse_open import open_warehouse
 from kraft_spark import aio
 from kraft_spark.metrics import AppMetrics, Registry
 from kraft_spark.sql_endpoint import publish, url_of, withdraw
@@ -101,17 +105,16 @@ class Application(VoterMembershipMixin):
         self.first_commit_s: float | None = None
         self.started_at = time.monotonic()
         self.sql_port = 0  # the Spark Connect server's (driver/sql_server.py); 0: none
-        self._maintenance_due = 0.0  # when records' checkpoint/compaction may run next
+        self._upkeep = TableUpkeep(self)  # checkpoints, compaction, Raft snapshot copies
+        self.restores = 0  # quorums rebuilt from the warehouse (driver/quorum_restore.py)
+        self.reset_observer = False  # after a restore: the observer's old log is dropped
 
     # ---------------------------------------------------------------- start-up
 
     def start(self) -> None:
-        from kraft_spark.commands.local import cluster_id_for
         from kraft_spark.spark_session import build_spark
 
         cfg = self.config
-        os.makedirs(cfg.log_root, exist_ok=True)
-        self.cluster_id = cluster_id_for(cfg.data_dir)
         # Room for growing to 5 voters live (resize) plus the Delta jobs; task slots are
         # threads of the one local JVM, not cores.
         master = cfg.master or f"local[{max(cfg.voters, 5) + 2}]"
@@ -125,6 +128,7 @@ class Application(VoterMembershipMixin):
         )
         if self.sql_port:
             publish(cfg.data_dir, url_of(cfg.sql_host, self.sql_port))
+        self.cluster_id = open_warehouse(cfg.data_dir, cfg.warehouse, self.spark)
         from kraft_spark.delta import DeltaMaterializer
 
         self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id,
@@ -137,6 +141,8 @@ class Application(VoterMembershipMixin):
         voters = self.control.wait_generation(0, cfg.voters, 300)
         if not voters:
             raise RuntimeError("the voters did not start within 300 s; see the Spark log")
+        if not self._release(voters):
+            raise RuntimeError(str(self.fatal))
         self._follow(voters)
         from kraft_spark.delta.tables import QUORUM_EVENTS, RECORDS, SNAPSHOT
 
@@ -225,8 +231,21 @@ class Application(VoterMembershipMixin):
     def _refollow(self, generation: int) -> None:
         assert self.control is not None
         voters = self.control.wait_generation(generation, self.target_voters, 300)
-        if voters and not self.stopping.is_set():
+        if voters and not self.stopping.is_set() and self._release(voters):
             self._follow(voters)
+
+    def _release(self, voters: dict[int, Any]) -> bool:
+        """Start the generation's fresh voters, from the warehouse if no voter has a log
+        (driver/quorum_restore.py); False (and ``fatal`` set) when they cannot start."""
+        from driver.quorum_restore import CannotStart, release_voters
+
+        try:
+            release_voters(self, voters)
+        except CannotStart as exc:
+            self.fatal = str(exc)
+            progress(f"cannot start the voters: {exc}")
+            return False
+        return True
 
     # ---------------------------------------------------------------- observer
 
@@ -238,7 +257,7 @@ class Application(VoterMembershipMixin):
         threading.Thread(target=self._reconcile_voters, args=(voters,), daemon=True,
                          name="voter-reconcile").start()
         endpoints = {v: (str(h["host"]), int(h["port"])) for v, h in voters.items()}
-        if endpoints == self._observer_voters:
+        if endpoints == self._observer_voters and not self.reset_observer:
             return
         fut = asyncio.run_coroutine_threadsafe(self._restart_observer(endpoints),
                                                self._observer_loop)
@@ -256,6 +275,9 @@ class Application(VoterMembershipMixin):
             port = self._observer.port  # keep the sidecar's bootstrap address
             await self._observer.stop(graceful=False)
         log_dir = os.path.join(self.config.data_dir, f"observer-{OBSERVER_ID}")
+        if self.reset_observer:  # the quorum was rebuilt from the warehouse: a new log
+            shutil.rmtree(log_dir, ignore_errors=True)
+            self.reset_observer = False
         format_log_dir(log_dir, cluster_id=self.cluster_id, node_id=OBSERVER_ID,
                        ignore_formatted=True)
         props = self.config.quorum_properties
@@ -346,23 +368,6 @@ class Application(VoterMembershipMixin):
         finally:
             self._delta_ready.set()
 
-    def _maintain(self, materializer: Any) -> None:
-        """records' checkpoints and compaction (Spark/JVM work, seconds), off the records
-        thread (see TABLE_EXTRA_PROPERTIES), at most every MAINTENANCE_INTERVAL_S and then
-        spending at most 10 % of the time: the 1 s snapshot cycle is not held to their pace."""
-        if time.monotonic() < self._maintenance_due:
-            return
-        from kraft_spark.delta.tables import RECORDS
-
-        started = time.monotonic()
-        try:
-            materializer.checkpoint(RECORDS)
-        except Exception:
-            log.warning("checkpoint of records failed", exc_info=True)
-        self._compact(materializer)
-        took = time.monotonic() - started
-        self._maintenance_due = time.monotonic() + full_cycle_wait(MAINTENANCE_INTERVAL_S, took)
-
     def _on_table_commit(self, commit: Any) -> None:
         """After each table's Delta commit (a ``TableCommit``), from its materializer thread."""
         self.app_metrics.delta_commits.labels(commit.table).inc()
@@ -430,7 +435,7 @@ class Application(VoterMembershipMixin):
                                  stats.rows, {k: round(v, 2) for k, v in stats.seconds.items()})
                 if not eager:
                     cycle_s = time.monotonic() - started  # the commits: sets the pace
-                    self._maintain(materializer)
+                    self._upkeep.maintain(materializer)
                     full_wait = full_cycle_wait(
                         cfg.materialize_full_interval_s, cycle_s,
                         FULL_CYCLE_MAX_SHARE_RS if materializer.merges_in_process
@@ -455,26 +460,6 @@ class Application(VoterMembershipMixin):
                 progress(f"materialized everything committed into {'/'.join(tables)} "
                          f"(up to offset {resume})")
                 return
-
-    def _compact(self, materializer: Any) -> None:
-        """OPTIMIZE each table holding ``compact_min_files`` data files or more, from the thread
-        that commits quorum_events and snapshot (so never racing their commits; records' blind
-        appends from the other thread do not conflict with it). A failure is logged and the
-        next cycle tries again: the tables stay correct either way, only slower to read."""
-        from kraft_spark.delta.tables import TABLES
-
-        for table in TABLES:
-            try:
-                done = materializer.compact(table, self.config.compact_min_files)
-            except Exception:
-                self.app_metrics.delta_compaction_failures.labels(table).inc()
-                log.warning("compaction of %s failed; will retry", table, exc_info=True)
-                continue
-            if done is not None:
-                self.app_metrics.delta_compactions.labels(table).inc()
-                self.app_metrics.delta_compacted_files.labels(table).inc(done.files_removed)
-                progress(f"compacted {table}: {done.files_removed} files into "
-                         f"{done.files_added} in {done.seconds:.1f} s")
 
     # ---------------------------------------------------------------- shutdown
 
@@ -533,15 +518,10 @@ FULL_CYCLE_MAX_SHARE = 0.1
 FULL_CYCLE_MAX_SHARE_RS = 0.25
 
 
-# records' checkpoints and compaction run at most this often (Application._maintain).
-MAINTENANCE_INTERVAL_S = 10.0
-
-
 def full_cycle_wait(interval_s: float, last_cycle_s: float,
                     share: float = FULL_CYCLE_MAX_SHARE) -> float:
-    """Seconds to wait before the next quorum_events/snapshot cycle: the configured interval,
-    or longer, so that cycles take at most ``share`` of the time."""
-    return max(interval_s, last_cycle_s * (1 - share) / share)
+    """Seconds to wait before the next quorum_events/snapshot cycle (table_upkeep)."""
+    return cycle_wait(interval_s, last_cycle_s, share)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

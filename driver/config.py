@@ -59,14 +59,24 @@ class AppConfig:
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
     quorum_properties: dict[str, str] = field(default_factory=dict)
+    # kraft.warehouse.uri: where the Delta tables (and the Raft snapshots kept beside them,
+    # ``_raft_snapshots``) live, shared storage on a real cluster; "": <data-dir>/warehouse
+    warehouse_uri: str = ""
+    # kraft.voter.log.dir: each voter's log, a local directory of the executor's host
+    # (environment variables are expanded there); "": <data-dir>/voters
+    voter_log_dir: str = ""
 
     @property
     def warehouse(self) -> str:
+        from kraft_spark.warehouse.location import normalize_warehouse
+
+        if self.warehouse_uri:
+            return normalize_warehouse(self.warehouse_uri)
         return os.path.join(self.data_dir, "warehouse")
 
     @property
     def log_root(self) -> str:
-        return os.path.join(self.data_dir, "voters")
+        return self.voter_log_dir or os.path.join(self.data_dir, "voters")
 
 
 # The application's own keys: property -> (AppConfig field, type, lowest value allowed).
@@ -87,6 +97,8 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.delta.compact.min.files": ("compact_min_files", int, 0),
     "kraft.log.flush.inline.max.ms": ("inline_flush_max_ms", float, 0),
     "kraft.log.preallocate": ("log_preallocate", bool, None),
+    "kraft.warehouse.uri": ("warehouse_uri", str, None),
+    "kraft.voter.log.dir": ("voter_log_dir", str, None),
 }
 # Keys of `kraft-spark node` alone, which may share the file: accepted, not used here.
 _NODE_ONLY_KEYS = NODE_KEYS - APP_KEYS
@@ -140,6 +152,10 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
     parser.add_argument("--sql-port", type=int, default=None)
     parser.add_argument("--voters", type=int, default=None)
     parser.add_argument("--master", default=None)
+    parser.add_argument("--warehouse", dest="warehouse_uri", default=None,
+                        help="kraft.warehouse.uri: the Delta warehouse (a path or a Hadoop URI)")
+    parser.add_argument("--voter-log-dir", dest="voter_log_dir", default=None,
+                        help="kraft.voter.log.dir: the voters' log directory on each host")
     parser.add_argument("--config", default=None, help="properties file (default: "
                         "conf/kraft-spark.properties)")
     args = parser.parse_args(argv)
@@ -153,11 +169,16 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
         cfg = config_from_properties(props)
     except ValueError as exc:  # ConfigError, UnicodeDecodeError
         parser.error(f"{path}: {exc}")
-    for attr in ("data_dir", "http_port", "http_host", "sql_port", "voters", "master"):
+    for attr in ("data_dir", "http_port", "http_host", "sql_port", "voters", "master",
+                 "warehouse_uri", "voter_log_dir"):
         value = getattr(args, attr)
         if value is not None:
             cfg = replace(cfg, **{attr: value})
     cfg = replace(cfg, data_dir=os.path.abspath(cfg.data_dir))
+    try:
+        cfg.warehouse  # noqa: B018 (checks the URI)
+    except ValueError as exc:
+        parser.error(str(exc))
     if not 1 <= cfg.voters <= 9:
         parser.error(f"--voters must be between 1 and 9, got {cfg.voters}")
     return cfg

@@ -26,6 +26,7 @@ class ControlChannel:
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
         self.voters: dict[int, dict[str, Any]] = {}  # latest hello per voter id
+        self._by_voter: dict[int, socket.socket] = {}  # the latest connection per voter id
         self.changed = threading.Condition(self._lock)
         self._closed = False
         threading.Thread(target=self._accept, name="control-accept", daemon=True).start()
@@ -49,6 +50,7 @@ class ControlChannel:
         conn.settimeout(None)
         with self.changed:
             self._conns.append(conn)
+            self._by_voter[int(hello["voter_id"])] = conn
             self.voters[int(hello["voter_id"])] = hello
             self.changed.notify_all()
         log.info("voter %s of generation %s runs on %s:%s (executor %s, pid %s)",
@@ -67,6 +69,19 @@ class ControlChannel:
                 if left <= 0 or self._closed:
                     return {}
                 self.changed.wait(min(left, 0.5))
+
+    def release(self, voter_id: int, line: str, payload: bytes = b"") -> None:
+        """Tell a fresh voter how to start (executors/restore_disk.py): one line, then
+        ``payload`` (a restore snapshot's bytes). A voter gone meanwhile is skipped: its
+        generation fails and the next one is decided afresh."""
+        with self._lock:
+            conn = self._by_voter.get(voter_id)
+        if conn is None:
+            return
+        try:
+            conn.sendall(line.encode() + b"\n" + payload)
+        except OSError as exc:
+            log.warning("voter %d: could not send %r: %s", voter_id, line, exc)
 
     def stop_voters(self) -> None:
         with self._lock:

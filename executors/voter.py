@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kraft_spark import aio
@@ -60,9 +60,13 @@ class VoterSettings:
     static_voters: int = 0
 
 
-def _host(settings: VoterSettings) -> str:
+def _host(settings: VoterSettings, ctx: Any = None) -> str:
+    """Where the voter listens: the configured host, else the address Spark knows this task's
+    executor by (on a multi-host rig each worker binds its own), else this host's name."""
     if settings.bind_host:
         return settings.bind_host
+    if ctx is not None and _executor_host(ctx):
+        return _executor_host(ctx)
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -78,13 +82,17 @@ def _port(host: str, settings: VoterSettings, voter_id: int) -> int:
         return port
 
 
-def prepare_log_dir(settings: VoterSettings, voter_id: int) -> tuple[str, str, bool]:
-    """Format on first use; return ``(log_dir, directory_id, disk_lost)``."""
+def prepare_log_dir(settings: VoterSettings, voter_id: int) -> tuple[str, str, bool, bool]:
+    """Format on first use; return ``(log_dir, directory_id, disk_lost, fresh)``; ``fresh``:
+    formatted now (no log was there: a new or a lost disk). ``log_root`` may name environment
+    variables, expanded on this host (kraft.voter.log.dir)."""
     from kraft_spark.log.meta import format_log_dir, read_meta_properties
 
-    log_dir = os.path.join(settings.log_root, f"node-{voter_id}")
+    root = os.path.expanduser(os.path.expandvars(settings.log_root))
+    log_dir = os.path.join(root, f"node-{voter_id}")
     known = settings.known_directory_ids.get(voter_id)
     meta = read_meta_properties(log_dir)
+    fresh = meta is None
     if meta is None:
         meta = format_log_dir(log_dir, cluster_id=settings.cluster_id, node_id=voter_id,
                               ignore_formatted=True, lock_timeout_s=settings.lock_timeout_s)
@@ -92,7 +100,7 @@ def prepare_log_dir(settings: VoterSettings, voter_id: int) -> tuple[str, str, b
     if disk_lost:
         log.warning("voter %d: directory id changed (%s -> %s): the disk was lost; it will "
                     "catch up before it votes", voter_id, known, meta.directory_id)
-    return log_dir, meta.directory_id, disk_lost
+    return log_dir, meta.directory_id, disk_lost, fresh
 
 
 # A voter whose node stops on a storage failure, or cannot start, is started again inside its
@@ -104,14 +112,29 @@ RESTART_MAX_S = 30.0
 
 
 async def _serve(settings: VoterSettings, config: Any, hello: dict[str, Any]) -> dict[str, Any]:
+    from executors.restore_disk import await_start
     from kraft_spark.log.errors import LogError
     from kraft_spark.net.node import RaftNode
 
     reader, writer = await asyncio.open_connection(settings.control_host, settings.control_port)
     writer.write((json.dumps(hello) + "\n").encode())
     await writer.drain()
-    command = asyncio.ensure_future(reader.readline())
     backoff, failures, reason, summary = RESTART_FIRST_S, 0, "driver gone", {}
+    if hello.get("error") or hello.get("fresh"):
+        # A fresh disk waits for the driver: start empty, or from the warehouse (restore)
+        try:
+            decision = "stop" if hello.get("error") else await await_start(reader,
+                                                                           config.log_dir)
+        except (ValueError, OSError, asyncio.IncompleteReadError) as exc:
+            decision, reason = "stop", f"could not start: {exc}"
+        if decision == "stop":
+            if hello.get("error"):
+                await reader.readline()  # the driver stops the application
+            writer.close()
+            return {**hello, "stopped": reason, "final": {}}
+        if decision != "start":
+            config = replace(config, disk_lost=False)  # the quorum is rebuilt: vote at once
+    command = asyncio.ensure_future(reader.readline())
     node: RaftNode | None = None
     while True:
         node = RaftNode(config, lock_timeout_s=settings.lock_timeout_s)
@@ -159,6 +182,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         from pyspark import BarrierTaskContext
 
         from kraft_spark.gc_tuning import tune_for_serving
+        from kraft_spark.log.errors import LogError
         from kraft_spark.net.config import NodeConfig
         from kraft_spark.raft.config import QuorumConfig
         from kraft_spark.state.policy import SnapshotConfig
@@ -168,8 +192,13 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         tune_for_serving()
         ctx = BarrierTaskContext.get()
         voter_id = ctx.partitionId()
-        log_dir, directory_id, disk_lost = prepare_log_dir(settings, voter_id)
-        host = _host(settings)
+        error = ""
+        try:
+            log_dir, directory_id, disk_lost, fresh = prepare_log_dir(settings, voter_id)
+        except (OSError, LogError) as exc:  # reported to the driver, which names the fix
+            log_dir, directory_id, disk_lost, fresh = "", "", False, False
+            error = f"{type(exc).__name__}: {exc}"
+        host = _host(settings, ctx)
         port = _port(host, settings, voter_id)
         me = {"voter_id": voter_id, "host": host, "port": port, "directory_id": directory_id}
         everyone = [json.loads(item) for item in ctx.allGather(json.dumps(me))]
@@ -194,11 +223,24 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             "pid": os.getpid(),
             "attempt": ctx.attemptNumber(),
             "disk_lost": disk_lost,
+            "fresh": fresh,
+            "executor_host": _executor_host(ctx),
+            **({"error": error, "log_dir": settings.log_root} if error else {}),
         }
         result = aio.run(_serve(settings, config, hello))
         yield json.dumps(result)
 
     return run
+
+
+def _executor_host(ctx: Any) -> str:
+    """The host Spark's scheduler knows this task's executor by (its preferred locations name
+    hosts the same way)."""
+    try:
+        address = str(ctx.getTaskInfos()[ctx.partitionId()].address)
+    except Exception:  # not in a barrier task
+        return ""
+    return address.rsplit(":", 1)[0] if ":" in address else address
 
 
 def _executor_id() -> str:

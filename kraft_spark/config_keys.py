@@ -43,6 +43,8 @@ APP_KEYS = frozenset({
     "kraft.delta.compact.min.files",
     "kraft.log.flush.inline.max.ms",
     "kraft.log.preallocate",
+    "kraft.warehouse.uri",
+    "kraft.voter.log.dir",
 })
 ALL_KEYS = NODE_KEYS | QUORUM_KEYS | APP_KEYS
 

@@ -44,7 +44,8 @@ def rows_from(batches: Sequence[Batch], start: int) -> Rows:
                     # KIP-853: a voter-set change; no leader is named (-1), nobody granted.
                     rows.events.append((offset, batch.epoch, -1, list(voters.ids()), [],
                                         record.timestamp_ms,
-                                        [directory_text(v.directory_id) for v in voters.voters]))
+                                        [directory_text(v.directory_id) for v in voters.voters],
+                                        None))
                     continue
                 if control_type_of(record.key) != CONTROL_TYPE_LEADER_CHANGE:
                     continue  # other control records (kraft.version) carry no rows
@@ -59,6 +60,7 @@ def rows_from(batches: Sequence[Batch], start: int) -> Rows:
                         list(change.voters),
                         list(change.granting_voters),
                         record.timestamp_ms,
+                        None,
                         None,
                     )
                 )

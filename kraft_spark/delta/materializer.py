@@ -449,7 +449,8 @@ class DeltaMaterializer:
     def _events_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
         if not data:
             return None
-        # (offset, epoch, leader_id, voters, granting_voters, timestamp_ms, voter_directories)
+        # (offset, epoch, leader_id, voters, granting_voters, timestamp_ms, voter_directories,
+        # restored_from)
         return arrow_frame(self.spark, SCHEMAS[QUORUM_EVENTS], data).coalesce(1)
 
     def _merge_snapshot(self, data: list[tuple[Any, ...]], meta: CommitMetadata) -> None:

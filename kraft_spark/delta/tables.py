@@ -6,7 +6,9 @@ Layout under the warehouse directory (path-based Delta tables, readable by any D
     <warehouse>/snapshot       the latest value per key
     <warehouse>/quorum_events  one row per LeaderChange control record, and per voter-set
                                change (KIP-853 VotersRecord: leader_id -1, the new voters
-                               and their directory ids)
+                               and their directory ids), and per restore from the warehouse
+                               (``restored_from`` set)
+    <warehouse>/_raft_snapshots  copies of the observer's Raft snapshots (not a table)
 
 Timestamps are Spark ``TIMESTAMP`` (UTC instants, millisecond precision from the record's
 ``timestamp_ms``); the application's session time zone is UTC (conf/spark-defaults.conf).
@@ -96,6 +98,9 @@ QUORUM_EVENTS_SCHEMA = T.StructType(
         # older tables get it on start-up (``ADDED_COLUMNS``).
         T.StructField("voter_directories", T.ArrayType(T.StringType(), containsNull=False),
                       nullable=True),
+        # A row the driver wrote when it rebuilt the quorum from the warehouse (its voters are
+        # the new ones, leader_id -1): what it was rebuilt from; null for every other row.
+        T.StructField("restored_from", T.StringType(), nullable=True),
     ]
 )
 
@@ -103,6 +108,7 @@ QUORUM_EVENTS_SCHEMA = T.StructType(
 # warehouse written by an older version gets them with ALTER TABLE ... ADD COLUMNS at start-up.
 ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     (QUORUM_EVENTS, "voter_directories", "ARRAY<STRING>"),
+    (QUORUM_EVENTS, "restored_from", "STRING"),
 )
 
 SCHEMAS = {RECORDS: RECORDS_SCHEMA, SNAPSHOT: SNAPSHOT_SCHEMA, QUORUM_EVENTS: QUORUM_EVENTS_SCHEMA}

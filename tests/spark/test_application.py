@@ -166,20 +166,60 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
         assert app.stop() == 0
     assert not (tmp_path / "sql.endpoint").exists()  # withdrawn at the stop
 
-    # The quorum's data wiped but its warehouse kept: a new cluster id, whose log would be
-    # appended on top of the old rows from offset 0. The application refuses and exits 1.
+    # Every disk of the quorum gone (the voters', the observer's, the driver's data directory)
+    # but the warehouse kept: the application adopts the warehouse's cluster id and rebuilds
+    # the quorum from it (issue 24); nothing acknowledged is lost and appends go on after it.
     for entry in tmp_path.iterdir():
         if entry.name not in ("warehouse", "app.properties", "app.log"):
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     app = App(tmp_path, http_port, voter_base)
-    assert app.info["cluster_id"] != cluster_id
+    try:
+        assert app.info["cluster_id"] == cluster_id
+        added = app.post({"key": "d", "value": 4})
+        assert added["base_offset"] > log[-1]["offset"]  # the log goes on after the restored end
+        restored = _restored_state(tmp_path / "voters" / "node-0")
+        expected = {k.encode(): v.encode() for k, v in _replay(log).items() if v is not None}
+        assert restored == expected
+        _wait_materialized(spark, warehouse, 27)
+        rows = spark.read.format("delta").load(f"{warehouse}/records").orderBy("offset").collect()
+        assert [r["offset"] for r in rows] == [x["offset"] for x in log] + [added["base_offset"]]
+        events = spark.read.format("delta").load(f"{warehouse}/quorum_events")
+        marks = events.where("restored_from IS NOT NULL").collect()
+        assert len(marks) == 1 and marks[0]["voters"] == [0, 1, 2], marks
+        assert "records offsets 0.." in marks[0]["restored_from"]
+    finally:
+        assert app.stop() == 0
+    output = (tmp_path / "app.log").read_text(errors="replace")
+    assert "rebuilding the quorum from the warehouse" in output, output[-3000:]
+
+    # A data directory of another cluster with this warehouse: refused before anything is
+    # written, exit 1, naming both clusters.
+    (tmp_path / "cluster.id").write_text("another0cluster0id0xyz\n")
+    app = App(tmp_path, http_port, voter_base)
     try:
         assert app.proc.wait(180) == 1
     finally:
         app.stop()
     output = (tmp_path / "app.log").read_text(errors="replace")
-    assert "belongs to another cluster" in output, output[-3000:]
-    assert spark.read.format("delta").load(f"{warehouse}/records").count() == 26
+    assert f"belongs to cluster {cluster_id}" in output, output[-3000:]
+    assert spark.read.format("delta").load(f"{warehouse}/records").count() == 27
+
+
+def _restored_state(log_dir: Path) -> dict[bytes, bytes]:
+    """The key-value state of the snapshot a voter was restored from (its oldest)."""
+    from kraft_spark.state.snapshot_file import decode_snapshot, parse_name
+
+    pdir = log_dir / "__cluster_metadata-0"
+    ids = sorted(filter(None, (parse_name(p.name) for p in pdir.iterdir())))
+    assert ids, f"no snapshot in {pdir}"
+    content = decode_snapshot((pdir / _name(ids[0])).read_bytes(), ids[0], str(pdir))
+    return {k: e.value for k, e in content.entries}
+
+
+def _name(snapshot_id: Any) -> str:
+    from kraft_spark.state.snapshot_file import file_name
+
+    return file_name(snapshot_id)
 
 
 def _voter_hellos(log_path: Path) -> dict[int, dict[str, str]]:

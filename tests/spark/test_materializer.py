@@ -750,14 +750,15 @@ def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
     from kraft_spark.raft.voter_records import voters_batch
     from kraft_spark.raft.voter_set import Voter, VoterSet, directory_text
 
-    old_schema = T.StructType(QUORUM_EVENTS_SCHEMA.fields[:-1])
+    old_schema = T.StructType(QUORUM_EVENTS_SCHEMA.fields[:-2])
     path = table_path(tmp_path, QUORUM_EVENTS)
     when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     spark.createDataFrame([(99, 1, 0, [0], [0], when)], old_schema).write.format(
         "delta").save(path)
     materializer = DeltaMaterializer(spark, str(tmp_path))
     materializer.prepare()
-    assert spark.read.format("delta").load(path).schema.fieldNames()[-1] == "voter_directories"
+    assert spark.read.format("delta").load(path).schema.fieldNames()[-2:] == [
+        "voter_directories", "restored_from"]
     voters = VoterSet((Voter(0, uuid.UUID(int=5)), Voter(1)))
     materializer.write([voters_batch(0, 1, voters, 1000)], 1)
     rows = {r.offset: r.voter_directories

@@ -103,5 +103,6 @@ def test_quorum_events_get_a_row_for_every_voter_set_change() -> None:
     ]
     rows = rows_from(batches, 0)
     dirs = [directory_text(v.directory_id) for v in SET.voters]
-    assert rows.events == [(0, 1, 1, [1, 2], [1], 10, None), (2, 1, -1, [1, 2], [], 12, dirs)]
+    assert rows.events == [(0, 1, 1, [1, 2], [1], 10, None, None),
+                           (2, 1, -1, [1, 2], [], 12, dirs, None)]
     assert [r[0] for r in rows.records] == [3]

@@ -1,0 +1,148 @@
+"""Rebuilding a quorum's log from the warehouse (issue: disposable executors).
+
+When no voter has a usable log, the driver reads the warehouse (``warehouse_plan``), and
+``build_restore`` makes one Raft snapshot (KIP-630's format) of the state at the plan's end:
+the stored snapshot's entries, then every ``records`` row after it applied in offset order (a
+null value deletes its key; keyless rows change nothing), each key keeping the offset, epoch and
+timestamp of its last write. Each fresh voter installs that file (``install_restore``) and
+starts with an empty log beginning at its end offset, the cluster id unchanged; offsets and
+epochs go on from there, so the Delta tables continue where they stopped.
+
+Deliberate limits, stated where users read them (README):
+
+* the rows of ``records`` hold UTF-8 text (undecodable bytes became U+FFFD): keys and values
+  written as other bytes come back as that text; the stored Raft snapshot is byte-exact;
+* the idempotent-producer table is not in the tables: retries of batches written before the
+  restore are not recognised as retries;
+* history before the end offset stays in the Delta tables (time travel), not in the new log.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kraft_spark.delta.tables import (
+    QUORUM_EVENTS,
+    RECORDS,
+    TABLES,
+    CommitMetadata,
+    materializer_commits,
+    table_path,
+)
+from kraft_spark.state.machine import Entry
+from kraft_spark.state.snapshot_file import SnapshotId, encode_snapshot, label
+from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles, join
+from kraft_spark.warehouse.restore_plan import RestorePlan, plan_restore
+from kraft_spark.warehouse.snapshot_copies import SNAPSHOT_DIR, load, stored_ids
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredLog:
+    """The snapshot a fresh voter starts from: its id and the file's bytes."""
+
+    snapshot_id: SnapshotId
+    data: bytes
+    keys: int
+    replayed_rows: int
+    plan: RestorePlan
+    text_replacements: int  # rows whose key or value held U+FFFD (not byte-exact)
+
+
+def warehouse_plan(spark: Any, warehouse: str, app_id: str) -> RestorePlan | None:
+    """The restore this warehouse supports for cluster ``app_id`` (None: it holds nothing).
+    Raises RestoreRefused, or WarehouseError for tables another cluster wrote."""
+    from delta.tables import DeltaTable
+
+    commits: dict[str, list[CommitMetadata]] = {}
+    for table in TABLES:
+        path = table_path(warehouse, table)
+        if not DeltaTable.isDeltaTable(spark, path):
+            commits[table] = []
+            continue
+        others: set[str] = set()
+        found = materializer_commits(spark, path, app_id, None, others)
+        if not found and others:
+            raise WarehouseError(
+                f"{path} was written by cluster {', '.join(sorted(others))}, not {app_id}: "
+                "this warehouse belongs to another cluster. Point kraft.warehouse.uri at this "
+                "cluster's warehouse, or start with an empty one")
+        commits[table] = [meta for _, meta in found]
+    recorded = max((m.high_watermark for ms in commits.values() for m in ms), default=0)
+    files = WarehouseFiles(warehouse, spark)
+    return plan_restore(commits[RECORDS], recorded, stored_ids(files),
+                        join(warehouse, SNAPSHOT_DIR))
+
+
+def build_restore(spark: Any, warehouse: str, plan: RestorePlan) -> RestoredLog:
+    """The restore snapshot for ``plan`` (reads the stored snapshot and the records rows)."""
+    entries: dict[bytes, Entry] = {}
+    epoch, last_ts = 0, 0
+    if plan.snapshot is not None:
+        content = load(WarehouseFiles(warehouse, spark), plan.snapshot)
+        entries = dict(content.entries)
+        epoch, last_ts = plan.snapshot.epoch, content.last_timestamp_ms
+    replayed = replaced = 0
+    if plan.replay_from < plan.end:
+        rows = (spark.read.format("delta").load(table_path(warehouse, RECORDS))
+                .where(f"offset >= {plan.replay_from} AND offset < {plan.end}")
+                .selectExpr("offset", "epoch", "unix_millis(timestamp) AS ts", "key", "value")
+                .orderBy("offset"))
+        for row in rows.toLocalIterator():
+            replayed += 1
+            epoch, last_ts = max(epoch, int(row["epoch"])), max(last_ts, int(row["ts"]))
+            key, value = row["key"], row["value"]
+            if key is None:
+                continue
+            replaced += "\ufffd" in key or "\ufffd" in (value or "")
+            if value is None:
+                entries.pop(key.encode(), None)
+            else:
+                entries[key.encode()] = Entry(value.encode(), int(row["offset"]),
+                                              int(row["epoch"]), int(row["ts"]))
+    epoch = max(epoch, _last_event_epoch(spark, warehouse, plan.end))
+    snapshot_id = SnapshotId(plan.end, epoch)
+    data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts))
+    if replaced:
+        log.warning("restore: %d records rows held U+FFFD (bytes that were not UTF-8): they "
+                    "are restored as that text", replaced)
+    log.info("restore: snapshot %s from %s: %d keys, %d bytes", label(snapshot_id),
+             plan.describe(), len(entries), len(data))
+    return RestoredLog(snapshot_id, data, len(entries), replayed, plan, replaced)
+
+
+def _last_event_epoch(spark: Any, warehouse: str, end: int) -> int:
+    """The newest epoch quorum_events saw below ``end`` (a LeaderChange may be the log's last
+    record): the restored log must not name an epoch older than one the quorum reached."""
+    from delta.tables import DeltaTable
+
+    path = table_path(warehouse, QUORUM_EVENTS)
+    if not DeltaTable.isDeltaTable(spark, path):
+        return 0
+    row = (spark.read.format("delta").load(path).where(f"offset < {end} AND leader_id >= 0")
+           .selectExpr("max(epoch) AS epoch").collect()[0])
+    return int(row["epoch"] or 0)
+
+
+def record_restore(spark: Any, warehouse: str, app_id: str, restored: RestoredLog,
+                   voters: dict[int, str]) -> None:
+    """One ``quorum_events`` row for the restore: at the restored log's start offset and
+    epoch, leader_id -1, the new voters and their directory ids, ``restored_from`` saying
+    what it was built from. A commit of its own without a transaction id (the materializer's
+    resume offset, which counts its own commits only, is unchanged)."""
+    import datetime
+    import json
+
+    from kraft_spark.delta.tables import SCHEMAS
+
+    ids = sorted(voters)
+    row: tuple[Any, ...] = (restored.snapshot_id.offset, restored.snapshot_id.epoch, -1, ids, [],
+           datetime.datetime.now(datetime.UTC), [voters[i] for i in ids],
+           f"warehouse: {restored.plan.describe()}")
+    meta = json.dumps({"app_id": app_id, "restore": restored.plan.describe(),
+                       "restore_snapshot": label(restored.snapshot_id)}, sort_keys=True)
+    (spark.createDataFrame([row], SCHEMAS[QUORUM_EVENTS]).coalesce(1).write.format("delta")
+     .mode("append").option("userMetadata", meta).save(table_path(warehouse, QUORUM_EVENTS)))
