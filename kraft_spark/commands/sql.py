@@ -26,6 +26,9 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("sql", help="query the Delta tables with Spark SQL")
     parser.add_argument("query", help='e.g. "SELECT * FROM snapshot ORDER BY key"')
     parser.add_argument("--data-dir", default="data", help="the application's data directory")
+    parser.add_argument("--warehouse", default=None,
+                        help="the warehouse (default: the one the application of --data-dir "
+                        "ran with, kraft.warehouse.uri)")
     parser.add_argument("--as-of-offset", type=int, default=None,
                         help="also register snapshot_at: the snapshot as of this Raft offset")
     parser.add_argument("--limit", type=int, default=100, help="rows to print (default 100)")
@@ -40,8 +43,14 @@ def _sql(args: argparse.Namespace) -> int:
         raise CommandError(f"--limit must be at least 1, got {args.limit}")
     if args.as_of_offset is not None and args.as_of_offset < 0:
         raise CommandError(f"--as-of-offset must be 0 or more, got {args.as_of_offset}")
-    warehouse = os.path.join(os.path.abspath(args.data_dir), "warehouse")
-    if not os.path.isdir(os.path.join(warehouse, "records")):
+    from kraft_spark.warehouse.location import is_uri, join, normalize_warehouse, warehouse_of
+
+    try:
+        warehouse = normalize_warehouse(args.warehouse or warehouse_of(
+            os.path.abspath(args.data_dir)))
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    if not is_uri(warehouse) and not os.path.isdir(os.path.join(warehouse, "records")):
         raise CommandError(f"no Delta tables under {warehouse}: start the application with "
                            f"`kraft-spark run --data-dir {args.data_dir}` first")
     cluster_id = _cluster_id(args.data_dir) if args.as_of_offset is not None else None
@@ -55,7 +64,7 @@ def _sql(args: argparse.Namespace) -> int:
                             extra_conf={"spark.ui.enabled": "false"})
     try:
         for table in ("records", "snapshot", "quorum_events"):
-            path = os.path.join(warehouse, table)
+            path = join(warehouse, table)
             try:
                 spark.read.format("delta").load(path).createOrReplaceTempView(table)
             except Exception as exc:  # AnalysisException: not (or no longer) a Delta table

@@ -17,6 +17,9 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
+# ``<data-dir>/warehouse.location``: the warehouse the application last ran with, so
+# `kraft-spark sql --data-dir` finds it wherever kraft.warehouse.uri put it.
+LOCATION_FILE = "warehouse.location"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
@@ -48,6 +51,15 @@ def normalize_warehouse(uri: str) -> str:
         raise ValueError(f"kraft.warehouse.uri {uri!r}: expected {scheme}://<authority>/<path> "
                          f"(for example s3a://bucket/kraft or hdfs://namenode:8020/kraft)")
     return uri.rstrip("/")
+
+
+def warehouse_of(data_dir: str) -> str:
+    """The warehouse the application of ``data_dir`` ran with (its default if unknown)."""
+    try:
+        with open(os.path.join(data_dir, LOCATION_FILE), encoding="utf-8") as fh:
+            return fh.read().strip() or os.path.join(data_dir, "warehouse")
+    except OSError:
+        return os.path.join(data_dir, "warehouse")
 
 
 def join(warehouse: str, *names: str) -> str:
