@@ -53,6 +53,7 @@ from driver.console import progress
 from driver.control import ControlChannel
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
+from driver.placement import load_hosts, save_hosts, voter_rdd
 from driver.sql_server import choose_port, connect_conf, register_tables
 from driver.table_upkeep import TableUpkeep
 from driver.table_upkeep import full_cycle_wait as cycle_wait
@@ -134,7 +135,7 @@ class Application(VoterMembershipMixin):
         self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id,
                                         on_commit=self._on_table_commit)
         threading.Thread(target=self._warm_up_delta, name="delta-warm-up", daemon=True).start()
-        self.control = ControlChannel(_driver_host(master))
+        self.control = ControlChannel(_driver_host(master, self.spark))
         threading.Thread(target=self._observer_loop.run_forever, name="observer-loop",
                          daemon=True).start()
         threading.Thread(target=self._supervise, name="supervisor", daemon=True).start()
@@ -196,7 +197,8 @@ class Application(VoterMembershipMixin):
             started = time.monotonic()
             try:
                 count = self.target_voters
-                rows = (sc.parallelize(range(count), count).barrier()
+                hosts = {} if _is_local(self.spark) else load_hosts(cfg.data_dir)
+                rows = (voter_rdd(sc, count, hosts).barrier()
                         .mapPartitions(voter_task(settings)).collect())
                 for row in rows:
                     log.info("voter finished: %s", row)
@@ -253,6 +255,7 @@ class Application(VoterMembershipMixin):
         """(Re)start the observer with the voters' current endpoints; then bring the voter set
         to the tasks (KIP-853) in the background."""
         self._save_directory_ids(voters)
+        save_hosts(self.config.data_dir, voters)
         self._tasks = voters
         threading.Thread(target=self._reconcile_voters, args=(voters,), daemon=True,
                          name="voter-reconcile").start()
@@ -495,9 +498,14 @@ def _is_local(spark: Any) -> bool:
         spark.sparkContext.master) == "local"
 
 
-def _driver_host(master: str) -> str:
+def _driver_host(master: str, spark: Any = None) -> str:
+    """Where voter tasks reach the driver: loopback in local mode, else the address Spark's
+    executors reach it by (spark.driver.host), else this host's name."""
     if master.startswith("local"):
         return "127.0.0.1"
+    host = spark.sparkContext.getConf().get("spark.driver.host") if spark is not None else None
+    if host:
+        return str(host)
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
