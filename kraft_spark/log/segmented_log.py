@@ -132,6 +132,9 @@ class SegmentedLog:
         self._failed: str | None = None
         # Held by every fsync and by truncation, so a worker thread's fsyncs never race a cut.
         self._io_lock = threading.RLock()
+        # Files of segments deleted (retention) since the ticket in flight was begun: it may
+        # name them, and a deleted file needs no fsync (cleared when no ticket is in flight).
+        self._removed: set[str] = set()
         self._generation = 0
         self._ticket: FlushTicket | None = None  # the one begun and not yet ended
         # The persisted log start offset (log-start-offset-checkpoint); see start_offset().
@@ -380,7 +383,8 @@ class SegmentedLog:
                 return  # a truncation flushed (and voided) this ticket meanwhile
             try:
                 for path in ticket.paths:
-                    self._fs.fsync(path)
+                    if path not in self._removed:
+                        self._fs.fsync(path)
                 if ticket.fsync_dir:
                     self._fs.fsync_dir(self.partition_dir)
                 if ticket.checkpoint is not None:
@@ -394,6 +398,8 @@ class SegmentedLog:
         self._check_usable()
         if self._ticket is ticket:
             self._ticket = None
+            with self._io_lock:
+                self._removed.clear()
         if ticket.generation == self._generation:
             self._flushed = max(self._flushed, min(ticket.end_offset, self._end))
         return self._flushed
@@ -504,6 +510,7 @@ class SegmentedLog:
             return self.start_offset()
 
     def _remove_segment(self, seg: Segment) -> None:
+        self._removed.update((seg.log_path, seg.index_path))
         seg.remove_files()
         if self._fs.exists(seg.index_path):
             self._fs.remove(seg.index_path)
