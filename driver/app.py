@@ -49,11 +49,11 @@ from driver.config import (
     AppConfig,
     parse_args,
 )
-from driver.console import progress
+from driver.console import failure_of, progress
 from driver.control import ControlChannel
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
-from driver.placement import load_hosts, save_hosts, voter_rdd
+from driver.placement import load_hosts, save_hosts, voter_stage
 from driver.sql_server import choose_port, connect_conf, register_tables
 from driver.table_upkeep import TableUpkeep
 from driver.table_upkeep import full_cycle_wait as cycle_wait
@@ -109,6 +109,7 @@ class Application(VoterMembershipMixin):
         self._upkeep = TableUpkeep(self)  # checkpoints, compaction, Raft snapshot copies
         self.restores = 0  # quorums rebuilt from the warehouse (driver/quorum_restore.py)
         self.reset_observer = False  # after a restore: the observer's old log is dropped
+        self.released_generation = -1  # the newest generation whose fresh voters were told
 
     # ---------------------------------------------------------------- start-up
 
@@ -181,8 +182,9 @@ class Application(VoterMembershipMixin):
         assert self.control is not None
         while not self.stopping.is_set():
             settings = VoterSettings(
-                cluster_id=self.cluster_id, voters=self.target_voters, log_root=os.path.abspath(
-                    cfg.log_root), control_host=self.control.host,
+                cluster_id=self.cluster_id, voters=self.target_voters,
+                log_root=cfg.log_root if "$" in cfg.log_root else os.path.abspath(cfg.log_root),
+                control_host=self.control.host,
                 control_port=self.control.port, generation=self.generation,
                 base_port=cfg.voter_base_port,
                 bind_host="127.0.0.1" if _is_local(self.spark) else "",
@@ -198,15 +200,14 @@ class Application(VoterMembershipMixin):
             try:
                 count = self.target_voters
                 hosts = {} if _is_local(self.spark) else load_hosts(cfg.data_dir)
-                rows = (voter_rdd(sc, count, hosts).barrier()
-                        .mapPartitions(voter_task(settings)).collect())
+                rows = voter_stage(sc, count, hosts, voter_task(settings)).collect()
                 for row in rows:
                     log.info("voter finished: %s", row)
                 if self.stopping.is_set():
                     break
                 reason = "the barrier job returned while the application runs"
             except Exception as exc:
-                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                reason = failure_of(exc)
             if self.stopping.is_set():
                 break
             if self._resizing.is_set():  # a resize stopped the voters: relaunch at once

@@ -61,3 +61,21 @@ def voter_rdd(sc: Any, count: int, hosts: dict[int, str]) -> Any:
     parent = sc._jsc.sc().makeRDD(convert.asScala(items).toSeq(), byte_array)
     log.info("voter tasks prefer hosts %s", {i: hosts[i] for i in range(count) if i in hosts})
     return RDD(parent.toJavaRDD(), sc, serializer)
+
+
+# A custom Spark resource, one unit per worker (README: deploying on a cluster): when the
+# executors have it, each voter task asks for one, so no two voters share an executor (two
+# voters of three on one host would make that host a majority) while the executor's other
+# cores stay free for the driver's Delta jobs.
+VOTER_RESOURCE = "voter"
+
+
+def voter_stage(sc: Any, count: int, hosts: dict[int, str], task: Any) -> Any:
+    """The barrier stage hosting ``count`` voters, placed as ``voter_rdd`` says."""
+    stage = voter_rdd(sc, count, hosts).barrier().mapPartitions(task)
+    if not sc.getConf().get(f"spark.executor.resource.{VOTER_RESOURCE}.amount"):
+        return stage
+    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+    requests = TaskResourceRequests().cpus(1).resource(VOTER_RESOURCE, 1)
+    return stage.withResources(ResourceProfileBuilder().require(requests).build)

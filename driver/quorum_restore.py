@@ -19,6 +19,7 @@ A voter that reported an unusable log directory stops the application with the c
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from driver.console import progress
 
 log = logging.getLogger("kraft_spark.driver")
 
+_lock = threading.Lock()
 # How long the driver waits for its materializer to write what its observer holds.
 CATCH_UP_S = 120.0
 
@@ -37,9 +39,6 @@ class CannotStart(RuntimeError):
 def release_voters(app: Any, voters: dict[int, Any]) -> str:
     """Tell the fresh voters of ``voters`` (hellos) how to start; returns the decision
     (``none`` when no voter waits). Raises CannotStart."""
-    from kraft_spark.warehouse.location import WarehouseError
-    from kraft_spark.warehouse.restore_plan import RestoreRefused
-
     broken = {v: h for v, h in voters.items() if h.get("error")}
     if broken:
         raise CannotStart("; ".join(
@@ -47,8 +46,20 @@ def release_voters(app: Any, voters: dict[int, Any]) -> str:
             f"directory under {h.get('log_dir')} ({h['error']})" for v, h in broken.items())
             + ": set kraft.voter.log.dir to a writable local directory on every executor host")
     fresh = sorted(v for v, h in voters.items() if h.get("fresh"))
-    if not fresh:
-        return "none"
+    generation = max(int(h["generation"]) for h in voters.values())
+    with _lock:
+        # Two refollow threads may wait for the same generation (relaunches in quick
+        # succession): its voters are told how to start once.
+        if not fresh or app.released_generation >= generation:
+            return "none"
+        app.released_generation = generation
+        return _release(app, voters, fresh)
+
+
+def _release(app: Any, voters: dict[int, Any], fresh: list[int]) -> str:
+    from kraft_spark.warehouse.location import WarehouseError
+    from kraft_spark.warehouse.restore_plan import RestoreRefused
+
     control = app.control
     if len(fresh) < len(voters):
         for v in fresh:

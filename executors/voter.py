@@ -236,7 +236,9 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
 def _executor_host(ctx: Any) -> str:
     """The host Spark's scheduler knows this task's executor by (its preferred locations name
     hosts the same way)."""
-    try:
+    if os.environ.get("SPARK_LOCAL_IP"):  # the address the worker was started with
+        return os.environ["SPARK_LOCAL_IP"]
+    try:  # else the executor's address as the driver sees its connection
         address = str(ctx.getTaskInfos()[ctx.partitionId()].address)
     except Exception:  # not in a barrier task
         return ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -49,4 +50,42 @@ def _run(args: argparse.Namespace) -> int:
     cmd = [submit, "--packages", delta_maven_coordinate(), *args.spark_args,
            driver.app.__file__, *app_args]
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    return subprocess.call(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=env)
+    # SIGTERM (a service manager's stop, a test's) goes to the Python driver spark-submit
+    # started, which stops gracefully (the leader resigns, the last commits are materialized)
+    # and exits, and spark-submit with it; signalled itself, spark-submit's JVM would go first
+    # and leave that driver orphaned.
+    signal.signal(signal.SIGTERM, lambda signum, _: _signal_driver(proc, signum))
+    return proc.wait()
+
+
+def _signal_driver(proc: subprocess.Popen[bytes], signum: int) -> None:
+    for pid in _descendants(proc.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"driver/app.py" in fh.read():
+                    os.kill(pid, signum)
+                    return
+        except OSError:
+            continue
+    proc.send_signal(signum)  # not started yet (or no /proc): spark-submit itself
+
+
+def _descendants(root: int) -> list[int]:
+    """Process ids below ``root`` (Linux /proc), nearest first."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, queue = [], [root]
+    while queue:
+        children = parents.get(queue.pop(0), [])
+        found += children
+        queue += children
+    return found
