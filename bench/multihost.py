@@ -81,7 +81,7 @@ class AppProcess:
                 out.write(text)
                 out.flush()
 
-    def append(self, key: str, value: int, budget_s: float = 120) -> int:
+    def append(self, key: str, value: int, budget_s: float = 300) -> int:
         """POST until acknowledged (leader changes, a voter stage relaunching); the offset."""
         body = json.dumps({"key": key, "value": value}).encode()
         deadline = time.monotonic() + budget_s

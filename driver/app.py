@@ -96,6 +96,7 @@ class Application(VoterMembershipMixin):
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
         self._delta_ready = threading.Event()
         self._reconcile_lock = threading.Lock()
+        self._follow_lock = threading.Lock()
         # KIP-853: how many voter tasks the barrier stage hosts (--voters, or a live resize)
         self.target_voters = config.voters
         self._resizing = threading.Event()
@@ -254,7 +255,12 @@ class Application(VoterMembershipMixin):
 
     def _follow(self, voters: dict[int, Any]) -> None:
         """(Re)start the observer with the voters' current endpoints; then bring the voter set
-        to the tasks (KIP-853) in the background."""
+        to the tasks (KIP-853) in the background. One generation at a time: refollow threads
+        of relaunches in quick succession may both get here."""
+        with self._follow_lock:
+            self._follow_locked(voters)
+
+    def _follow_locked(self, voters: dict[int, Any]) -> None:
         self._save_directory_ids(voters)
         save_hosts(self.config.data_dir, voters)
         self._tasks = voters

@@ -102,7 +102,9 @@ def _restore(app: Any) -> Any:
     progress(f"no voter has a log: rebuilding the quorum from the warehouse {warehouse}: "
              f"{plan.describe()}")
     started = time.monotonic()
-    restored = build_restore(app.spark, warehouse, plan)
+    observer = app._observer
+    restored = build_restore(app.spark, warehouse, plan,
+                             observer.core.epoch if observer is not None else 0)
     progress(f"restore snapshot {restored.snapshot_id.offset}-{restored.snapshot_id.epoch} "
              f"built in {time.monotonic() - started:.1f} s: {restored.keys} keys, "
              f"{restored.replayed_rows} records rows replayed, {len(restored.data)} bytes")
@@ -115,7 +117,9 @@ def _let_materializer_catch_up(app: Any) -> None:
     observer = app._observer
     if observer is None:
         return
-    target = observer.high_watermark
+    # The observer may have been restarted for this generation's endpoints and not know the
+    # high watermark yet (no voter answers): the last one it reported counts too.
+    target = max(observer.high_watermark, app._hw)
     deadline = time.monotonic() + CATCH_UP_S
     while time.monotonic() < deadline and app.fatal is None:
         try:

@@ -14,7 +14,9 @@ Deliberate limits, stated where users read them (README):
   written as other bytes come back as that text; the stored Raft snapshot is byte-exact;
 * the idempotent-producer table is not in the tables: retries of batches written before the
   restore are not recognised as retries;
-* history before the end offset stays in the Delta tables (time travel), not in the new log.
+* history before the end offset stays in the Delta tables (time travel), not in the new log;
+* the snapshot's epoch is one past the newest known (see ``build_restore``), not the epoch of
+  the record before its end offset: it starts a new history.
 """
 
 from __future__ import annotations
@@ -77,8 +79,14 @@ def warehouse_plan(spark: Any, warehouse: str, app_id: str) -> RestorePlan | Non
                         join(warehouse, SNAPSHOT_DIR))
 
 
-def build_restore(spark: Any, warehouse: str, plan: RestorePlan) -> RestoredLog:
-    """The restore snapshot for ``plan`` (reads the stored snapshot and the records rows)."""
+def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
+                  epoch_seen: int = 0) -> RestoredLog:
+    """The restore snapshot for ``plan`` (reads the stored snapshot and the records rows).
+
+    Its epoch is one more than any the warehouse holds and ``epoch_seen`` (the newest the
+    driver saw): the rebuilt quorum elects its first leader in a newer epoch than any leader
+    of the old one, so no client, cache or node that remembers an old leader can take a new
+    leader of the same epoch for it (an epoch names one leader)."""
     entries: dict[bytes, Entry] = {}
     epoch, last_ts = 0, 0
     if plan.snapshot is not None:
@@ -103,7 +111,7 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan) -> RestoredLog:
             else:
                 entries[key.encode()] = Entry(value.encode(), int(row["offset"]),
                                               int(row["epoch"]), int(row["ts"]))
-    epoch = max(epoch, _last_event_epoch(spark, warehouse, plan.end))
+    epoch = max(epoch, _last_event_epoch(spark, warehouse, plan.end), epoch_seen) + 1
     snapshot_id = SnapshotId(plan.end, epoch)
     data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts))
     if replaced:

@@ -47,7 +47,8 @@ def test_the_restore_snapshot_is_the_replay_of_the_committed_log(
     plan = warehouse_plan(spark, str(tmp_path), APP)
     assert plan == RestorePlan(None, 0, end, end)
     restored = build_restore(spark, str(tmp_path), plan)
-    assert restored.snapshot_id == SnapshotId(end, 2)
+    assert restored.snapshot_id == SnapshotId(end, 3)  # a new epoch: the log's newest was 2
+    assert build_restore(spark, str(tmp_path), plan, epoch_seen=7).snapshot_id.epoch == 8
     expected = _replay(batches)
     entries = _content(restored)
     assert {k: e.value for k, e in entries.items()} == expected.view()
