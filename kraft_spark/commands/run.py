@@ -26,6 +26,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--voters", type=int, default=None, help="number of voters (default 3)")
     parser.add_argument("--master", default=None, help="Spark master (default local[V+2])")
     parser.add_argument("--config", default=None, help="properties file")
+    parser.add_argument("--warehouse", default=None,
+                        help="kraft.warehouse.uri: the Delta warehouse, a path or a Hadoop URI "
+                        "(default <data-dir>/warehouse)")
+    parser.add_argument("--voter-log-dir", default=None,
+                        help="kraft.voter.log.dir: each voter's log on its executor's host "
+                        "(default <data-dir>/voters)")
     parser.add_argument("spark_args", nargs="*", metavar="-- SPARK-SUBMIT-ARGS",
                         help="extra spark-submit arguments, after --")
     parser.set_defaults(func=_run)
@@ -35,7 +41,8 @@ def _run(args: argparse.Namespace) -> int:
     app_args: list[str] = []
     for flag, value in (("--data-dir", args.data_dir), ("--http-port", args.http_port),
                         ("--sql-port", args.sql_port), ("--voters", args.voters),
-                        ("--master", args.master), ("--config", args.config)):
+                        ("--master", args.master), ("--config", args.config),
+                        ("--warehouse", args.warehouse), ("--voter-log-dir", args.voter_log_dir)):
         if value is not None:
             app_args += [flag, str(value)]
     if not args.spark_args:
