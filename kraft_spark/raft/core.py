@@ -121,7 +121,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, FollowerMixin, SnapshotFetchMixin
         self.voted_id = state.voted_id
         self.voted_directory_id = state.voted_directory_id
         self.leader_id = state.leader_id
-        log_epoch = log.last_epoch()
+        log_epoch = self.log.last_epoch()  # a snapshot's epoch when the log is empty after it
         if log_epoch > self.epoch:
             # The log holds an epoch that quorum-state never recorded (a crash between the two
             # writes): adopt it, knowing neither leader nor vote.

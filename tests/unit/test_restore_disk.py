@@ -5,6 +5,7 @@ with the log starting at the snapshot's end and the state it holds."""
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from executors.restore_disk import await_start
 from kraft_spark.log.meta import format_log_dir
 from kraft_spark.net.state_keeper import open_storage
+from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.snapshot_api import InvalidSnapshotError
 from kraft_spark.state.machine import Entry
 from kraft_spark.state.policy import SnapshotConfig
@@ -42,6 +45,13 @@ def test_a_restore_installs_the_snapshot_and_the_log_starts_at_its_end(tmp_path:
         assert storage.state.view() == {b"a": b"1", b"b": b"2"}
         assert (storage.state.applied_offset, storage.state.applied_epoch) == (12, 2)
         assert storage.store.latest_id() == SnapshotId(12, 2)
+        # No quorum-state on the fresh disk: the node starts in the snapshot's epoch (it once
+        # started in epoch 0, and a leader of epoch 1 appended after a snapshot of epoch 2:
+        # found by the multi-host scenario)
+        core = RaftCore(node_id=0, cluster_id="c" * 22, voters=[0, 1, 2], log=storage.log,
+                        config=QuorumConfig(), rng=random.Random(0), now_ms=0,
+                        snapshots=storage.store)
+        assert core.epoch == 2 and core.high_watermark == 12
     finally:
         storage.log.close()
 
