@@ -124,7 +124,7 @@ class Application(VoterMembershipMixin):
         progress(f"starting Spark ({master}) with Delta; first start resolves Delta's jars")
         self.sql_port = choose_port(cfg.sql_host, cfg.sql_port)
         self.spark = build_spark(
-            "kraft-spark", master=master, warehouse_dir=cfg.warehouse,
+            "kraft-spark", master=master, warehouse_dir=_catalog_dir(cfg),
             extra_conf={"spark.dynamicAllocation.enabled": "false",
                         "spark.task.maxFailures": "1",
                         **connect_conf(cfg.sql_host, self.sql_port)},
@@ -498,6 +498,16 @@ class Application(VoterMembershipMixin):
         if self.spark is not None:
             self.spark.stop()
         progress("stopped")
+
+
+def _catalog_dir(cfg: AppConfig) -> str:
+    """spark.sql.warehouse.dir (managed tables; ours are path-based): the warehouse when it is
+    a path, else a local directory, so that a warehouse URI Spark cannot reach is reported by
+    our start-up check (driver/warehouse_open.py) rather than as the session's failure."""
+    from kraft_spark.warehouse.location import is_uri
+
+    return os.path.join(cfg.data_dir, "spark-warehouse") if is_uri(cfg.warehouse) else (
+        cfg.warehouse)
 
 
 def _is_local(spark: Any) -> bool:

@@ -89,16 +89,19 @@ class WarehouseFiles:
         return self._jvm.org.apache.hadoop.fs.Path(target) if self._fs is not None else target
 
     def list(self, *names: str) -> list[str]:
-        """File names in the directory (empty if it does not exist)."""
+        """File names in the directory (empty if it does not exist), hidden ones left out
+        (our temporary files, Hadoop's ``.crc`` checksums)."""
         if self._fs is None:
             try:
-                return sorted(os.listdir(join(self.warehouse, *names)))
+                found = os.listdir(join(self.warehouse, *names))
             except FileNotFoundError:
                 return []
-        path = self._path(*names)
-        if not self._fs.exists(path):
-            return []
-        return sorted(str(s.getPath().getName()) for s in self._fs.listStatus(path))
+        else:
+            path = self._path(*names)
+            if not self._fs.exists(path):
+                return []
+            found = [str(s.getPath().getName()) for s in self._fs.listStatus(path)]
+        return sorted(name for name in found if not name.startswith("."))
 
     def read(self, *names: str) -> bytes:
         if self._fs is None:

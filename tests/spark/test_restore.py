@@ -109,3 +109,19 @@ def test_a_warehouse_uri_spark_cannot_reach_is_named_with_its_cause(spark: Any) 
     with pytest.raises(WarehouseError, match=r"kraft.warehouse.uri nosuch://x/wh: cannot "
                        r"write there \(.*No FileSystem for scheme"):
         check_writable("nosuch://x/wh", spark)
+
+
+def test_warehouse_files_through_hadoops_file_system(spark: Any, tmp_path: Path) -> None:
+    """The ``hdfs://``/``s3a://`` path of WarehouseFiles, run on Hadoop's local file system
+    (a ``file:`` URI given as is): write, list, read, replace and delete, and the probe."""
+    uri = f"file://{tmp_path}/wh"
+    files = WarehouseFiles(uri, spark)
+    assert files.list(SNAPSHOT_DIR) == []
+    files.write(b"one", SNAPSHOT_DIR, "a.checkpoint")
+    files.write(b"two", SNAPSHOT_DIR, "a.checkpoint")  # replaced whole
+    assert files.list(SNAPSHOT_DIR) == ["a.checkpoint"]
+    assert files.read(SNAPSHOT_DIR, "a.checkpoint") == b"two"
+    assert (tmp_path / "wh" / SNAPSHOT_DIR / "a.checkpoint").read_bytes() == b"two"
+    files.delete(SNAPSHOT_DIR, "a.checkpoint")
+    assert files.list(SNAPSHOT_DIR) == []
+    check_writable(uri, spark)
