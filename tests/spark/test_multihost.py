@@ -11,7 +11,7 @@ import pytest
 
 from bench.multihost import run
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.multihost, pytest.mark.timeout(900)]
 
 
 def test_hosts_lost_one_then_all_lose_no_acknowledged_append(tmp_path: Path) -> None:
