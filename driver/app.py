@@ -111,6 +111,7 @@ class Application(VoterMembershipMixin):
         self.restores = 0  # quorums rebuilt from the warehouse (driver/quorum_restore.py)
         self.reset_observer = False  # after a restore: the observer's old log is dropped
         self.released_generation = -1  # the newest generation whose fresh voters were told
+        self.new_cluster = False  # no cluster id anywhere at start-up: nothing to restore
 
     # ---------------------------------------------------------------- start-up
 
@@ -131,7 +132,8 @@ class Application(VoterMembershipMixin):
         )
         if self.sql_port:
             publish(cfg.data_dir, url_of(cfg.sql_host, self.sql_port))
-        self.cluster_id = open_warehouse(cfg.data_dir, cfg.warehouse, self.spark)
+        self.cluster_id, self.new_cluster = open_warehouse(cfg.data_dir, cfg.warehouse,
+                                                           self.spark)
         from kraft_spark.delta import DeltaMaterializer
 
         self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id,

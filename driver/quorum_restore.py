@@ -66,7 +66,9 @@ def _release(app: Any, voters: dict[int, Any], fresh: list[int]) -> str:
             control.release(v, "start")
         return "start"
     try:
-        restored = _restore(app)
+        # A new cluster's first voters start at once: waiting for Delta's warm-up (seconds)
+        # to learn that an empty warehouse holds nothing would delay every first start.
+        restored = None if app.new_cluster and not app._hw else _restore(app)
     except (RestoreRefused, WarehouseError) as exc:
         raise CannotStart(str(exc)) from exc
     if restored is None:

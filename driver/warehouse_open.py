@@ -13,8 +13,9 @@ from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.warehouse.location import LOCATION_FILE
 
 
-def open_warehouse(data_dir: str, warehouse: str, spark: Any) -> str:
-    """The cluster id to run with. Raises WarehouseError naming the cause and the fix."""
+def open_warehouse(data_dir: str, warehouse: str, spark: Any) -> tuple[str, bool]:
+    """The cluster id to run with, and whether the cluster is new (no id in the data directory
+    or the warehouse: nothing to restore). Raises WarehouseError naming the cause and the fix."""
     from kraft_spark.warehouse.identity import settle_cluster_id
     from kraft_spark.warehouse.location import WarehouseFiles, check_writable
 
@@ -26,4 +27,4 @@ def open_warehouse(data_dir: str, warehouse: str, spark: Any) -> str:
     if how == "adopted":
         progress(f"cluster id {cluster_id} adopted from the warehouse {warehouse} (the data "
                  f"directory {data_dir} had none)")
-    return cluster_id
+    return cluster_id, how == "new"
