@@ -55,8 +55,12 @@ from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.placement import load_hosts, save_hosts, voter_stage
 from driver.sql_server import choose_port, connect_conf, register_tables
-from driver.table_upkeep import TableUpkeep
-from driver.table_upkeep import full_cycle_wait as cycle_wait
+from driver.table_upkeep import (
+    FULL_CYCLE_MAX_SHARE,
+    FULL_CYCLE_MAX_SHARE_RS,
+    TableUpkeep,
+    full_cycle_wait,
+)
 from driver.warehouse_open import open_warehouse
 from kraft_spark import aio
 from kraft_spark.metrics import AppMetrics, Registry
@@ -108,7 +112,6 @@ class Application(VoterMembershipMixin):
         self.started_at = time.monotonic()
         self.sql_port = 0  # the Spark Connect server's (driver/sql_server.py); 0: none
         self._upkeep = TableUpkeep(self)  # checkpoints, compaction, Raft snapshot copies
-        self.restores = 0  # quorums rebuilt from the warehouse (driver/quorum_restore.py)
         self.reset_observer = False  # after a restore: the observer's old log is dropped
         self.released_generation = -1  # the newest generation whose fresh voters were told
         self.new_cluster = False  # no cluster id anywhere at start-up: nothing to restore
@@ -532,23 +535,6 @@ def _driver_host(master: str, spark: Any = None) -> str:
 
 
 # ------------------------------------------------------------------------------ entry point
-
-
-# The cycle that commits quorum_events and snapshot (a Spark MERGE, 1-3 s on 2 busy cores) and
-# checkpoints and compacts may take at most this share of the time: with a MERGE every 5 s, the
-# Spark jobs took the cores from the voters and the sidecar, and one-client HTTP appends to the
-# application had p90 2.7-3.7 ms and p99 6.8-8.6 ms (0.75-0.88 ms and 3.1-3.9 ms without it).
-FULL_CYCLE_MAX_SHARE = 0.1
-# With delta-rs's MERGE (a local warehouse) the cycle is no Spark job: tens of ms, up to ~1.5 s
-# when the cores are busy. A quarter of the time keeps `snapshot` within a few seconds of the
-# log (`kraft-spark bench app`) at the cost of that share of a core at most.
-FULL_CYCLE_MAX_SHARE_RS = 0.25
-
-
-def full_cycle_wait(interval_s: float, last_cycle_s: float,
-                    share: float = FULL_CYCLE_MAX_SHARE) -> float:
-    """Seconds to wait before the next quorum_events/snapshot cycle (table_upkeep)."""
-    return cycle_wait(interval_s, last_cycle_s, share)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -86,7 +86,6 @@ def _release(app: Any, voters: dict[int, Any], fresh: list[int]) -> str:
                        {v: str(h["directory_id"]) for v, h in voters.items()})
     except Exception:  # the restore happened; its row is a record of it
         log.exception("the restore's quorum_events row could not be written")
-    app.restores += 1
     app.reset_observer = True
     return "restore"
 

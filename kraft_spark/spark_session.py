@@ -140,14 +140,6 @@ def _add_java_option(conf: dict[str, str], key: str, option: str) -> None:
         conf[key] = f"{existing} {option}".strip()
 
 
-def _warehouse_dir(warehouse_dir: str | os.PathLike[str]) -> str:
-    """A path made absolute; a URI (s3a://, hdfs://, file:) as given."""
-    text = os.fspath(warehouse_dir)
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", text):
-        return text
-    return str(Path(text).expanduser().resolve())
-
-
 def spark_conf(
     app_name: str,
     master: str = "local[5]",
@@ -166,7 +158,7 @@ def spark_conf(
         {
             "spark.app.name": app_name,
             "spark.master": master,
-            "spark.sql.warehouse.dir": _warehouse_dir(warehouse_dir),
+            "spark.sql.warehouse.dir": str(Path(warehouse_dir).expanduser().resolve()),
             "spark.pyspark.python": sys.executable,
         }
     )

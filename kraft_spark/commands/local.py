@@ -92,15 +92,19 @@ def cluster_id_for(data_dir: str) -> str:
     existing = read_cluster_id(data_dir)
     if existing is not None:
         return existing
-    path = os.path.join(data_dir, "cluster.id")
     cluster_id = uuid.uuid4().hex[:22]
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(cluster_id + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_cluster_id(data_dir, cluster_id)
     return cluster_id
+
+
+def write_cluster_id(data_dir: str, cluster_id: str) -> None:
+    """Keep ``cluster_id`` in ``data_dir`` (atomically, durably)."""
+    from kraft_spark.log.checkpoints import atomic_write
+    from kraft_spark.log.fs import RealFileSystem
+
+    os.makedirs(data_dir, exist_ok=True)
+    atomic_write(RealFileSystem(), os.path.join(data_dir, "cluster.id"),
+                 f"{cluster_id}\n".encode())
 
 
 def _wait_listening(host: str, port: int, proc: subprocess.Popen[bytes], log_path: str) -> None:

@@ -43,7 +43,7 @@ def _sql(args: argparse.Namespace) -> int:
         raise CommandError(f"--limit must be at least 1, got {args.limit}")
     if args.as_of_offset is not None and args.as_of_offset < 0:
         raise CommandError(f"--as-of-offset must be 0 or more, got {args.as_of_offset}")
-    from kraft_spark.warehouse.location import is_uri, join, normalize_warehouse, warehouse_of
+    from kraft_spark.warehouse.location import is_uri, normalize_warehouse, warehouse_of
 
     try:
         warehouse = normalize_warehouse(args.warehouse or warehouse_of(
@@ -64,7 +64,7 @@ def _sql(args: argparse.Namespace) -> int:
                             extra_conf={"spark.ui.enabled": "false"})
     try:
         for table in ("records", "snapshot", "quorum_events"):
-            path = join(warehouse, table)
+            path = os.path.join(warehouse, table)
             try:
                 spark.read.format("delta").load(path).createOrReplaceTempView(table)
             except Exception as exc:  # AnalysisException: not (or no longer) a Delta table

@@ -65,7 +65,6 @@ for the same table are not allowed. ``app_id`` should identify the cluster (its 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import threading
 import time
@@ -509,7 +508,9 @@ def _check_batches(batches: Sequence[Batch], high_watermark: int) -> None:
 def _is_local_path(path: str) -> bool:
     """A plain path of the driver's own file system (no URI scheme: ``file:``, ``s3a:``, ``hdfs:``
     ... go through Spark)."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path) is None
+    from kraft_spark.warehouse.location import is_uri
+
+    return not is_uri(path)
 
 
 def _recorded_txn_version(txn: Any, app_id: str) -> int:

@@ -8,10 +8,6 @@ directory and a warehouse of different clusters are refused before anything is w
 
 from __future__ import annotations
 
-import os
-
-from kraft_spark.log.checkpoints import atomic_write
-from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles
 
 ID_FILE = "_kraft_cluster_id"
@@ -21,7 +17,7 @@ def settle_cluster_id(data_dir: str, files: WarehouseFiles, new_id: str) -> tupl
     """The cluster id to run with and how it was chosen (``kept``, ``adopted`` from the
     warehouse, ``new``). ``new_id`` is used when neither place has one. Raises WarehouseError
     when they disagree."""
-    from kraft_spark.commands.local import read_cluster_id
+    from kraft_spark.commands.local import read_cluster_id, write_cluster_id
 
     local = read_cluster_id(data_dir)
     stored = files.read(ID_FILE).decode("utf-8", "replace").strip() if (
@@ -35,9 +31,7 @@ def settle_cluster_id(data_dir: str, files: WarehouseFiles, new_id: str) -> tupl
     how = "kept" if local else "adopted" if stored else "new"
     chosen = local or stored or new_id
     if not local:
-        os.makedirs(data_dir, exist_ok=True)
-        atomic_write(RealFileSystem(), os.path.join(data_dir, "cluster.id"),
-                     f"{chosen}\n".encode())
+        write_cluster_id(data_dir, chosen)
     if not stored:
         files.write(f"{chosen}\n".encode(), ID_FILE)
     return chosen, how

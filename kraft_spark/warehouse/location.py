@@ -62,12 +62,6 @@ def warehouse_of(data_dir: str) -> str:
         return os.path.join(data_dir, "warehouse")
 
 
-def join(warehouse: str, *names: str) -> str:
-    if is_uri(warehouse):
-        return "/".join([warehouse.rstrip("/"), *names])
-    return os.path.join(warehouse, *names)
-
-
 class WarehouseFiles:
     """Whole-file reads and writes under the warehouse: the local file system for paths, the
     Spark JVM's Hadoop ``FileSystem`` for URIs (``spark`` needed then)."""
@@ -85,7 +79,7 @@ class WarehouseFiles:
             self._fs = jvm.org.apache.hadoop.fs.Path(warehouse).getFileSystem(conf)
 
     def _path(self, *names: str) -> Any:
-        target = join(self.warehouse, *names)
+        target = os.path.join(self.warehouse, *names)
         return self._jvm.org.apache.hadoop.fs.Path(target) if self._fs is not None else target
 
     def list(self, *names: str) -> list[str]:
@@ -93,7 +87,7 @@ class WarehouseFiles:
         (our temporary files, Hadoop's ``.crc`` checksums)."""
         if self._fs is None:
             try:
-                found = os.listdir(join(self.warehouse, *names))
+                found = os.listdir(os.path.join(self.warehouse, *names))
             except FileNotFoundError:
                 return []
         else:
@@ -105,7 +99,7 @@ class WarehouseFiles:
 
     def read(self, *names: str) -> bytes:
         if self._fs is None:
-            with open(join(self.warehouse, *names), "rb") as fh:
+            with open(os.path.join(self.warehouse, *names), "rb") as fh:
                 return fh.read()
         stream = self._fs.open(self._path(*names))
         try:
@@ -116,7 +110,7 @@ class WarehouseFiles:
     def write(self, data: bytes, *names: str) -> None:
         """Write a whole file under a temporary name, then rename it into place (readers see
         all of it or none; on object stores the rename is a copy, still all or none)."""
-        final = join(self.warehouse, *names)
+        final = os.path.join(self.warehouse, *names)
         tmp_name = f".{names[-1]}.{uuid.uuid4().hex[:8]}.tmp"
         if self._fs is None:
             os.makedirs(os.path.dirname(final), exist_ok=True)
@@ -144,7 +138,7 @@ class WarehouseFiles:
     def delete(self, *names: str) -> None:
         if self._fs is None:
             with contextlib.suppress(FileNotFoundError):
-                os.remove(join(self.warehouse, *names))
+                os.remove(os.path.join(self.warehouse, *names))
             return
         self._fs.delete(self._path(*names), False)
 
@@ -179,5 +173,5 @@ def _java_cause(exc: Exception) -> str:
     return str(exc).splitlines()[0][:300]
 
 
-__all__ = ["WarehouseError", "WarehouseFiles", "check_writable", "is_uri", "join",
-           "normalize_warehouse"]
+__all__ = ["WarehouseError", "WarehouseFiles", "check_writable", "is_uri",
+           "normalize_warehouse", "warehouse_of"]

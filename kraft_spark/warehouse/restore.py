@@ -22,6 +22,7 @@ Deliberate limits, stated where users read them (README):
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from kraft_spark.delta.tables import (
 )
 from kraft_spark.state.machine import Entry
 from kraft_spark.state.snapshot_file import SnapshotId, encode_snapshot, label
-from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles, join
+from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles
 from kraft_spark.warehouse.restore_plan import RestorePlan, plan_restore
 from kraft_spark.warehouse.snapshot_copies import SNAPSHOT_DIR, load, stored_ids
 
@@ -76,7 +77,7 @@ def warehouse_plan(spark: Any, warehouse: str, app_id: str) -> RestorePlan | Non
     recorded = max((m.high_watermark for ms in commits.values() for m in ms), default=0)
     files = WarehouseFiles(warehouse, spark)
     return plan_restore(commits[RECORDS], recorded, stored_ids(files),
-                        join(warehouse, SNAPSHOT_DIR))
+                        os.path.join(warehouse, SNAPSHOT_DIR))
 
 
 def build_restore(spark: Any, warehouse: str, plan: RestorePlan,

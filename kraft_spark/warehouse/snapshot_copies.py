@@ -10,6 +10,7 @@ in place (a restore needs only the newest one the tables have gone past).
 from __future__ import annotations
 
 import logging
+import os
 
 from kraft_spark.state.snapshot_file import (
     SnapshotContent,
@@ -20,7 +21,7 @@ from kraft_spark.state.snapshot_file import (
     parse_name,
 )
 from kraft_spark.state.snapshot_store import FileSnapshotStore
-from kraft_spark.warehouse.location import WarehouseFiles, join
+from kraft_spark.warehouse.location import WarehouseFiles
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def stored_ids(files: WarehouseFiles) -> list[SnapshotId]:
 def load(files: WarehouseFiles, snapshot_id: SnapshotId) -> SnapshotContent:
     """Read and check one stored snapshot (InvalidSnapshotError names the file)."""
     name = file_name(snapshot_id)
-    where = join(files.warehouse, SNAPSHOT_DIR, name)
+    where = os.path.join(files.warehouse, SNAPSHOT_DIR, name)
     return decode_snapshot(files.read(SNAPSHOT_DIR, name), snapshot_id, where)
 
 
@@ -63,7 +64,7 @@ class SnapshotCopier:
             self.files.write(data, SNAPSHOT_DIR, file_name(latest))
             self.copies += 1
             log.info("copied Raft snapshot %s (%d bytes) to %s", label(latest), len(data),
-                     join(self.files.warehouse, SNAPSHOT_DIR))
+                     os.path.join(self.files.warehouse, SNAPSHOT_DIR))
             present.append(latest)
         self._copied = latest
         present.sort(key=lambda s: (s.offset, s.epoch))
