@@ -49,22 +49,9 @@ def _cpu_seconds(pid: int) -> float:
 
 def _tree_cpu_seconds(root: int) -> float:
     """CPU seconds of ``root`` and every live descendant (by /proc parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii") as fh:
-                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += _cpu_seconds(pid)
-        todo.extend(children.get(pid, ()))
-    return total
+    from kraft_spark.proc_tree import descendants
+
+    return sum(_cpu_seconds(pid) for pid in [root, *descendants(root)])
 
 
 def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict[str, Any]:

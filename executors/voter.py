@@ -252,11 +252,9 @@ def _executor_id() -> str:
 
 
 def _grandparent_pid() -> int:
-    try:
-        with open(f"/proc/{os.getppid()}/stat", encoding="ascii") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
+    from kraft_spark.proc_tree import parent_of
+
+    return parent_of(os.getppid())
 
 
 def settings_as_dict(settings: VoterSettings) -> dict[str, Any]:

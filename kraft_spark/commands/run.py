@@ -67,7 +67,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _signal_driver(proc: subprocess.Popen[bytes], signum: int) -> None:
-    for pid in _descendants(proc.pid):
+    from kraft_spark.proc_tree import descendants
+
+    for pid in descendants(proc.pid):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 if b"driver/app.py" in fh.read():
@@ -76,23 +78,3 @@ def _signal_driver(proc: subprocess.Popen[bytes], signum: int) -> None:
         except OSError:
             continue
     proc.send_signal(signum)  # not started yet (or no /proc): spark-submit itself
-
-
-def _descendants(root: int) -> list[int]:
-    """Process ids below ``root`` (Linux /proc), nearest first."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    found, queue = [], [root]
-    while queue:
-        children = parents.get(queue.pop(0), [])
-        found += children
-        queue += children
-    return found
