@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.processes import stop_group
 from kraft_spark.client import NewRecord, QuorumClient
 from kraft_spark.client.errors import ClientError
 from kraft_spark.client.types import QuorumInfo
@@ -180,19 +181,6 @@ def _listening_pid(port: int) -> int:
     return int(out.split(marker, 1)[1].split(",", 1)[0])
 
 
-def _stop(proc: subprocess.Popen[str], timeout_s: float) -> None:
-    """SIGTERM (a graceful stop of everything it runs), SIGKILL of its group after
-    ``timeout_s``; closes its stdout pipe."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
 class LocalSystem:
     """``kraft-spark local --voters 3 --http-port 0`` with Kafka's default timings."""
 
@@ -226,7 +214,7 @@ class LocalSystem:
         self._restarted.append(proc)
 
     def stop(self) -> None:
-        _stop(self.proc, 30)
+        stop_group(self.proc, 30)
         for proc in self._restarted:
             proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -264,7 +252,7 @@ class AppSystem:
         """The driver relaunches the voters' barrier stage by itself."""
 
     def stop(self) -> None:
-        _stop(self.proc, 180)
+        stop_group(self.proc, 180)
         self._log.close()
 
 

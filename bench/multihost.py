@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.processes import stop_group
 from bench.standalone_rig import StandaloneRig, _free_port
 
 
@@ -104,14 +104,7 @@ class AppProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            code = self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        code = stop_group(self.proc, 120)
         self.log.close()
         return code
 

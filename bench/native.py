@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.floor import percentile
+from bench.processes import stop_group
 from kraft_spark.client import AsyncQuorumClient, ClientError, NewRecord
 
 VALUE = b"v" * 100
@@ -141,13 +142,7 @@ def start_local(data_dir: str, base_port: int, extra: list[str]) -> tuple[subpro
 
 
 def stop_local(proc: subprocess.Popen[str], nodes: list[dict[str, Any]]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    if proc.stdout is not None:
-        proc.stdout.close()
+    stop_group(proc, 20)
 
 
 async def run_native(seconds: float, base_port: int, log: Any) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 from api.node_http import serve_node_http
+from bench.processes import stop_group
 from kraft_spark.net.node import RaftNode
 from kraft_spark.raft.config import QuorumConfig
 from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports
@@ -367,15 +367,7 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
         status, quorum = call(f"{lines[0]['http']}/v1/quorum")
         assert status == 200 and [v["id"] for v in quorum["currentVoters"]] == [0, 1, 2]
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            code = proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        code = stop_group(proc, 30)
     assert code == 0
     for line in lines:  # `local` stopped its nodes
         with pytest.raises(ProcessLookupError):

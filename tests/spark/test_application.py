@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bench.processes import stop_group
 from tests.integration.harness import consecutive_free_ports, free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -65,14 +66,7 @@ class App:
             return rows
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)  # the Python driver only, as a user's kill does
-        try:
-            code = self.proc.wait(120)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            code = self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        code = stop_group(self.proc, 120)  # SIGTERM to the driver only, as a user's kill does
         self.log.close()
         return code
 
