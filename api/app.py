@@ -21,15 +21,15 @@ value as compact JSON (``json.dumps(value, separators=(",", ":"))``) in UTF-8; a
 value is a tombstone (``value=None``: deletes the key). The value is required, so a tombstone is
 always explicit.
 
-**Idempotency.** With an ``Idempotency-Key`` header the append runs at most once per key while the
-process lives (an LRU of :data:`IDEMPOTENCY_KEYS` keys): a retry, even one that arrives while the
-first is in flight, waits for and returns the first result (with ``Idempotent-Replayed: true``).
-Such an append keeps waiting for its commit in the background for ``background_commit_s`` after the
-request that started it gave up with 504, so a retry can still collect its result. Only when the
-backend failed without appending (any client error but ``CommitTimeoutError``: no leader, record
-refused, ...) is the key forgotten so a retry appends afresh; when the outcome is unknown (the
-backend's own commit timeout, an unexpected exception) the key keeps answering with that failure
-and never appends twice.
+**Idempotency.** With an ``Idempotency-Key`` header the append runs at most once per key: the key
+goes to the quorum (``QuorumBackend.append(idempotency_key=...)``), whose replicated producer table
+answers every retry of the key, through any node or process and under any later leader, with the
+first append's offsets. Within this process an LRU of :data:`IDEMPOTENCY_KEYS` keys also lets a
+retry that arrives while the first is in flight wait for its result (``Idempotent-Replayed:
+true``) and refuses a retry with another body (422). Such an append keeps waiting for its commit
+in the background for ``background_commit_s`` after the request that started it gave up with 504,
+so a retry can still collect its result; once it failed, the key is forgotten here and a retry
+asks the quorum again (which never appends it twice).
 
 **Lifecycle.** Give either a ready ``backend`` (the caller owns and closes it) or a
 ``backend_factory``: the factory runs at application startup on the server's event loop and the
@@ -166,11 +166,13 @@ def create_app(
     background_commit_s: float = 60.0,
     idempotency_keys: int = IDEMPOTENCY_KEYS,
     fast_append: bool = True,
+    http_urls: Callable[[], dict[int, str]] | None = None,
 ) -> FastAPI:
     """The sidecar app. Give ``backend`` (caller-owned) or ``backend_factory`` (called at startup
     on the serving loop; the app closes what it returns at shutdown). ``fast_append=False``
     serves ``POST /v1/records`` through FastAPI's route instead of :class:`FastAppendMiddleware`
-    (same answers, slower; the tests run both)."""
+    (same answers, slower; the tests run both). ``http_urls``: the HTTP API of each node (node
+    id -> URL), advertised by ``GET /v1/quorum`` with the leader's."""
     if (backend is None) == (backend_factory is None):
         raise ValueError("give exactly one of backend and backend_factory")
     if not 1 <= max_records <= MAX_RECORDS_PER_REQUEST:
@@ -244,8 +246,8 @@ def create_app(
                 alias="Idempotency-Key",
                 min_length=1,
                 max_length=MAX_IDEMPOTENCY_KEY_CHARS,
-                description="Retries with the same key return the first result; never append "
-                "twice (kept while the server runs, for the last 10,000 keys).",
+                description="Retries with the same key return the first result, through any "
+                "node and across leader changes; never append twice.",
             ),
         ] = None,
     ) -> AppendResponse:
@@ -316,12 +318,15 @@ def create_app(
     )
     async def quorum() -> QuorumOut:
         info = await describe()
+        urls = http_urls() if http_urls is not None else {}
         return QuorumOut(
             **status_summary(info),
             voters=[replica_out(v) for v in info.voters],
             observers=[replica_out(o) for o in info.observers],
             logStartOffset=info.log_start_offset,
             latestSnapshot=info.latest_snapshot,
+            httpUrls={str(k): v for k, v in sorted(urls.items())} if urls else None,
+            leaderHttpUrl=urls.get(info.leader_id),
         )
 
     @app.get(

@@ -87,9 +87,11 @@ class Appender:
         entry = self.entries.get(key)
         replayed = entry is not None
         if entry is None:
-            task = asyncio.ensure_future(
-                backend.append(records, timeout_s=self.background_commit_s)
-            )
+            # The key goes to the quorum too: a retry through another node or process, or
+            # after a leader change, is deduplicated there (this LRU only shares in-flight
+            # retries and checks the body within this process).
+            task = asyncio.ensure_future(backend.append(
+                records, timeout_s=self.background_commit_s, idempotency_key=key))
             entry = Entry(fingerprint, task)
             self._remember(key, entry)
             self.in_flight.add(task)
@@ -102,7 +104,6 @@ class Appender:
             )
         else:
             self.entries.move_to_end(key)
-        settled = entry.task.done()
         try:
             result = await asyncio.wait_for(asyncio.shield(entry.task), self.commit_timeout_s)
         except TimeoutError:
@@ -116,14 +117,9 @@ class Appender:
             raise ApiError(
                 504,
                 f"the append under Idempotency-Key {key!r} was not confirmed committed within "
-                f"{self.background_commit_s:g} s ({exc}); it may have committed. "
-                + (
-                    "This key will keep answering this way and never append again: "
-                    if settled
-                    else ""
-                )
-                + "check GET /v1/records, and only if the records are absent, append them "
-                "under a new key",
+                f"{self.background_commit_s:g} s ({exc}); it may have committed. Retry with the "
+                "same key: the quorum answers the first append's offsets if it holds it, and "
+                "appends it once otherwise",
             ) from None
         except ClientError as exc:
             raise client_error(exc) from None
@@ -151,14 +147,12 @@ class Appender:
 
     def _settled(self, key: str, entry: Entry, task: asyncio.Future[AppendResult]) -> None:
         self.in_flight.discard(task)
-        if task.cancelled():
-            refused = True
-        else:
-            # Every client error but a commit timeout means nothing was appended (the client
-            # turns "no leader" after sending into CommitTimeoutError).
-            error = task.exception()
-            refused = isinstance(error, ClientError) and not isinstance(error, CommitTimeoutError)
-        if refused and self.entries.get(key) is entry:
+        # A failed append's key is forgotten whatever the failure: a retry goes to the quorum
+        # again under the same key, and the quorum's producer table (replicated with the log)
+        # answers the first append's offsets if any leader appended it, so an unknown outcome
+        # (a commit timeout) never makes a second copy.
+        failed = task.cancelled() or task.exception() is not None
+        if failed and self.entries.get(key) is entry:
             del self.entries[key]
 
     async def shutdown(self) -> None:

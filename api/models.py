@@ -40,8 +40,11 @@ class QuorumBackend(Protocol):
     def cluster_id(self) -> str | None: ...
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = ...
-    ) -> AppendResult: ...
+        self, records: Sequence[NewRecord], *, timeout_s: float = ...,
+        idempotency_key: str | None = ...,
+    ) -> AppendResult:
+        """``idempotency_key``: retries of the key through any backend are answered with the
+        first append's offsets (the quorum dedupes them: ``AsyncQuorumClient.append``)."""
 
     async def read(self, from_offset: int, limit: int = ...) -> list[CommittedRecord]: ...
 
@@ -131,6 +134,11 @@ class QuorumOut(BaseModel):
         -1, description="KIP-630: the leader's log start offset (-1: unknown)")
     latestSnapshot: str | None = Field(
         None, description="KIP-630: the leader's newest snapshot, <end offset>-<epoch>")
+    httpUrls: dict[str, str] | None = Field(
+        None, description="The HTTP API each node serves itself, by node id (where known)")
+    leaderHttpUrl: str | None = Field(
+        None, description="The leader's own HTTP API: appends sent there take no forwarding "
+        "hop (the Python client and the CLI go there)")
 
 
 class ReplicationRowOut(BaseModel):

@@ -114,14 +114,16 @@ class NodeHttpServer:
 
 async def start_node_http(
     node: LocalNode, host: str, port: int, *, token: str | None = None,
-    limits: HttpLimits | None = None,
+    limits: HttpLimits | None = None, http_urls: dict[int, str] | None = None,
 ) -> NodeHttpServer:
     """Serve ``api.app`` for ``node`` on ``host:port`` (0: any free port) on the running loop;
-    returns once it accepts connections. ``limits``: ``api.limits`` (defaults if None)."""
+    returns once it accepts connections. ``limits``: ``api.limits`` (defaults if None);
+    ``http_urls``: every node's HTTP API, advertised by ``/v1/quorum``."""
     sock = bind_tcp(host, port)
     bound_port = int(sock.getsockname()[1])
     backend = NodeBackend(node)
-    app = create_app(backend, token=token)
+    urls = dict(http_urls or {})
+    app = create_app(backend, token=token, http_urls=lambda: urls)
     config = uvicorn.Config(
         app,
         host=host,
@@ -150,7 +152,8 @@ async def serve_node_http(node: LocalNode, config: NodeConfig) -> NodeHttpServer
     assert config.http_listener is not None
     host, port = config.http_listener
     limits = HttpLimits(config.http_max_connections, config.http_header_timeout_ms / 1000)
-    return await start_node_http(node, host, port, token=config.http_token, limits=limits)
+    return await start_node_http(node, host, port, token=config.http_token, limits=limits,
+                                 http_urls=config.http_urls)
 
 
 __all__ = [

@@ -7,7 +7,9 @@ Systems, each started here on loopback as three members and stopped afterwards:
   default role-aware CPU placement) and its HTTP sidecar; ``kraft-spark HTTP in the leader``:
   the HTTP API embedded in the leader of the same quorum;
 * ``kraft-spark native``: the asyncio client against the same quorum;
-* ``kraft-spark app``: the full Spark application (``kraft-spark run``) and its sidecar;
+* ``kraft-spark app``: the full Spark application (``kraft-spark run``, what ``make run``
+  starts, its materialization into Delta running): appends straight to the leader's own HTTP
+  API (``GET /v1/quorum``'s ``leaderHttpUrl``), and through the driver's endpoint;
 * ``etcd HTTP``: etcd 3.4 through its JSON gateway (``/v3/kv/put``; batches: a txn of 100 puts),
   as packaged (unpinned), then the same members pinned like kraft-spark's voters (the leader on
   the lower half of the CPUs, the others on the upper half); etcd targets are judged against
@@ -21,9 +23,9 @@ The Spark application adds commit → visible in Delta under a steady load.
 
 Fairness on a shared machine: kraft-spark and etcd, the systems the targets compare, are up
 at the same time and take turns point by point, ``--rounds`` times, each figure being the
-median of its rounds (``interleaved_points``); beside every measured point a separate process
-counts the disk's stalls (``bench.disk_stalls``). PySyncObj and the Spark application run
-once each, afterwards.
+median of its rounds (``interleaved_points``); the Spark application is started first and
+takes its turns with them (it leads the results). Beside every measured point a separate
+process counts the disk's stalls (``bench.disk_stalls``). PySyncObj runs once, afterwards.
 
 Writes ``bench/results/compare-<UTC time>.{md,json,png}`` and ``bench/results/latest.md``.
 """
@@ -51,6 +53,8 @@ from bench.plan import PLAN, Workload
 from bench.wrk import HttpWorkload, WrkResult, run_wrk
 
 LEADER_HTTP = "kraft-spark HTTP in the leader"
+APP_LEADER_HTTP = "kraft-spark app, HTTP in the leader"
+APP_HTTP = "kraft-spark app, driver's HTTP endpoint"
 SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "etcd-placed", "pysyncobj",
            "kraft-app")
 # etcd-placed: etcd's members measured again (with "etcd") pinned the way kraft-spark local
@@ -207,9 +211,24 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
                  ) -> Measure:
             return http_measure(workloads, seconds, warmup_s, stall_dir=tmp, around=around)
 
-        # kraft-spark and etcd, the systems the targets compare, run side by side and take
-        # turns point by point (interleaved_points).
+        # The Spark application, kraft-spark local and etcd, the systems the targets compare,
+        # run side by side and take turns point by point (interleaved_points). The application
+        # starts first: Spark's start is the heaviest, and it is warm before anything is
+        # measured (KraftApp waits for its first snapshot cycle).
         contenders: list[tuple[str, Measure]] = []
+        if "kraft-app" in systems:
+            log("starting the Spark application (kraft-spark run)")
+            app = KraftApp(tempfile.mkdtemp(prefix="app-", dir=tmp), base_port + 40)
+            running.callback(app.stop)
+
+            def app_leader(app: KraftApp = app) -> Measure:
+                # Where the leader is when each point starts (a relaunch may move it).
+                def measure(workload: Workload) -> dict[str, Any]:
+                    return http(app.leader_workloads())(workload)
+                return measure
+
+            contenders.append((APP_LEADER_HTTP, app_leader()))
+            contenders.append((APP_HTTP, http(app.workloads())))
         kraft_wanted = {"kraft-http", "kraft-leader-http", "kraft-native"} & set(systems)
         if kraft_wanted:
             log("starting kraft-spark local (3 voters) with its HTTP sidecar and the HTTP API "
@@ -270,15 +289,6 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
                 pso.stop()
 
         if "kraft-app" in systems:
-            log("starting the Spark application (kraft-spark run)")
-            app = KraftApp(tempfile.mkdtemp(prefix="app-", dir=tmp), base_port + 40)
-            try:
-                results["systems"].append({
-                    "name": "kraft-spark app HTTP",
-                    "points": sequential_points("kraft-spark app HTTP", http(app.workloads()),
-                                                seconds, log)})
-            finally:
-                app.stop()
             from bench.app_bench import run_app_bench
 
             rate = 100.0

@@ -312,15 +312,16 @@ class SyncObjCluster:
 
 
 class KraftApp:
-    """The full Spark application (``kraft-spark run``, local mode, 3 voters) and its
-    HTTP sidecar."""
+    """The full Spark application (``kraft-spark run``, local mode, 3 voters, its
+    materialization running): the driver's HTTP endpoint, and the HTTP API every voter serves
+    itself (``--voter-http-base-port``; ``GET /v1/quorum`` names the leader's)."""
 
     name = "kraft-spark app"
 
     def __init__(self, data_dir: str, http_port: int) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark", "run", "--data-dir", data_dir,
-             "--http-port", str(http_port)],
+             "--http-port", str(http_port), "--voter-http-base-port", str(http_port + 1)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -348,7 +349,18 @@ class KraftApp:
         return found is not None and float(found.group(1)) > self._warm_offset
 
     def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        """Through the driver's endpoint (it forwards to the leader)."""
         return kraft_workloads(self.url)
+
+    def leader_url(self) -> str:
+        """The leader's own HTTP API, as the driver's ``GET /v1/quorum`` names it now."""
+        url: str = wait_for("the application's leader",
+                            lambda: http_json(self.url + "/v1/quorum")[1].get("leaderHttpUrl"))
+        return url
+
+    def leader_workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
+        """Straight to the leader's own HTTP API (where the leader is when the point starts)."""
+        return kraft_workloads(self.leader_url())
 
     def stop(self) -> None:
         # SIGTERM to the Python process only: pyspark's JVM must see a clean shutdown.

@@ -174,7 +174,8 @@ class Application(VoterMembershipMixin):
                                                         cfg.http_header_timeout_s),
                                       quorum=QuorumConfig.from_properties(
                                           cfg.quorum_properties),
-                                      routers=[resize_router(self.resize)])
+                                      routers=[resize_router(self.resize)],
+                                      http_urls=self.voter_http_urls)
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
@@ -199,6 +200,9 @@ class Application(VoterMembershipMixin):
                 log_preallocate=cfg.log_preallocate,
                 known_directory_ids=self._known_directory_ids(),
                 static_voters=self._static_voters(),
+                http_base_port=cfg.voter_http_base_port, http_token=cfg.http_token,
+                http_max_connections=cfg.http_max_connections,
+                http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
             )
             sc = self.spark.sparkContext
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
@@ -242,6 +246,10 @@ class Application(VoterMembershipMixin):
         voters = self.control.wait_generation(generation, self.target_voters, 300)
         if voters and not self.stopping.is_set() and self._release(voters):
             self._follow(voters)
+
+    def voter_http_urls(self) -> dict[int, str]:
+        """The HTTP API each voter of the running generation serves (kraft.voter.http.base.port)."""
+        return {v: str(h["http"]) for v, h in self._tasks.items() if h.get("http")}
 
     def _release(self, voters: dict[int, Any]) -> bool:
         """Start the generation's fresh voters, from the warehouse if no voter has a log
@@ -561,6 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                             "quorum_events")],
         "cluster_id": app.cluster_id,
         "voters": cfg.voters,
+        "voter_http": app.voter_http_urls(),
         **({"sql": url_of(cfg.sql_host, app.sql_port)} if app.sql_port else {}),
     }
     print(json.dumps(summary), flush=True)

@@ -36,6 +36,9 @@ class AppConfig:
     http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
     http_header_timeout_s: float = DEFAULT_HTTP_HEADER_TIMEOUT_MS / 1000
     voter_base_port: int = 9093
+    # Voter i serves the HTTP API itself on this + i (0: any free port, -1: not at all); the
+    # leader's is the fastest path for appends, and GET /v1/quorum names it (leaderHttpUrl)
+    voter_http_base_port: int = 8081
     observer_port: int = 0
     # records is committed once per interval while there is something new (at most)
     materialize_interval_s: float = 0.5
@@ -91,6 +94,7 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.http.max.connections": ("http_max_connections", int, 1),
     "kraft.http.header.timeout.ms": ("http_header_timeout_s", float, 1),
     "kraft.voter.base.port": ("voter_base_port", int, 0),
+    "kraft.voter.http.base.port": ("voter_http_base_port", int, -1),
     "kraft.materialize.interval.ms": ("materialize_interval_s", float, 0),
     "kraft.materialize.snapshot.interval.ms": ("materialize_full_interval_s", float, 0),
     "kraft.delta.warmup.wait.ms": ("delta_warm_up_wait_s", float, 0),
@@ -156,6 +160,9 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
                         help="kraft.warehouse.uri: the Delta warehouse (a path or a Hadoop URI)")
     parser.add_argument("--voter-log-dir", dest="voter_log_dir", default=None,
                         help="kraft.voter.log.dir: the voters' log directory on each host")
+    parser.add_argument("--voter-http-base-port", dest="voter_http_base_port", type=int,
+                        default=None, help="kraft.voter.http.base.port: voter i serves the "
+                        "HTTP API on this + i (0: any free port, -1: none)")
     parser.add_argument("--config", default=None, help="properties file (default: "
                         "conf/kraft-spark.properties)")
     args = parser.parse_args(argv)
@@ -170,7 +177,7 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
     except ValueError as exc:  # ConfigError, UnicodeDecodeError
         parser.error(f"{path}: {exc}")
     for attr in ("data_dir", "http_port", "http_host", "sql_port", "voters", "master",
-                 "warehouse_uri", "voter_log_dir"):
+                 "warehouse_uri", "voter_log_dir", "voter_http_base_port"):
         value = getattr(args, attr)
         if value is not None:
             cfg = replace(cfg, **{attr: value})

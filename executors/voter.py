@@ -58,6 +58,12 @@ class VoterSettings:
     # --voters, kept in its data directory); the others start as observers and the driver
     # adds them (driver/voter_reconcile.py). 0: every task.
     static_voters: int = 0
+    # The HTTP API each voter serves itself (kraft.voter.http.base.port): voter i on
+    # http_base_port + i, 0: any free port, -1: none. The leader's takes appends with no hop.
+    http_base_port: int = -1
+    http_token: str | None = None
+    http_max_connections: int = 1000
+    http_header_timeout_ms: int = 10_000
 
 
 def _host(settings: VoterSettings, ctx: Any = None) -> str:
@@ -73,9 +79,9 @@ def _host(settings: VoterSettings, ctx: Any = None) -> str:
         return "127.0.0.1"
 
 
-def _port(host: str, settings: VoterSettings, voter_id: int) -> int:
-    if settings.base_port:
-        return settings.base_port + voter_id
+def _port(host: str, base_port: int, voter_id: int) -> int:
+    if base_port:
+        return base_port + voter_id
     with socket.socket() as s:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
@@ -136,8 +142,11 @@ async def _serve(settings: VoterSettings, config: Any, hello: dict[str, Any]) ->
             config = replace(config, disk_lost=False)  # the quorum is rebuilt: vote at once
     command = asyncio.ensure_future(reader.readline())
     node: RaftNode | None = None
+    from api.node_http import serve_node_http
+
+    http = serve_node_http if config.http_listener is not None else None
     while True:
-        node = RaftNode(config, lock_timeout_s=settings.lock_timeout_s)
+        node = RaftNode(config, lock_timeout_s=settings.lock_timeout_s, http=http)
         try:
             await node.start()
         except (LogError, OSError, ValueError) as exc:
@@ -199,8 +208,11 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             log_dir, directory_id, disk_lost, fresh = "", "", False, False
             error = f"{type(exc).__name__}: {exc}"
         host = _host(settings, ctx)
-        port = _port(host, settings, voter_id)
+        port = _port(host, settings.base_port, voter_id)
         me = {"voter_id": voter_id, "host": host, "port": port, "directory_id": directory_id}
+        if settings.http_base_port >= 0:
+            url_host = f"[{host}]" if ":" in host else host
+            me["http"] = f"http://{url_host}:{_port(host, settings.http_base_port, voter_id)}"
         everyone = [json.loads(item) for item in ctx.allGather(json.dumps(me))]
         everywhere = {int(v["voter_id"]): (str(v["host"]), int(v["port"])) for v in everyone}
         static = settings.static_voters or len(everywhere)
@@ -215,6 +227,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             inline_flush_max_ms=settings.inline_flush_max_ms,
             log_preallocate=settings.log_preallocate,
             snapshots=SnapshotConfig.from_properties(settings.quorum_properties),
+            **_http_settings(settings, me, everyone),
         )
         hello = {
             **me,
@@ -231,6 +244,21 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         yield json.dumps(result)
 
     return run
+
+
+def _http_settings(settings: VoterSettings, me: dict[str, Any],
+                   everyone: list[dict[str, Any]]) -> dict[str, Any]:
+    """The NodeConfig fields of the voter's own HTTP API (none without a URL)."""
+    if "http" not in me:
+        return {}
+    port = int(str(me["http"]).rsplit(":", 1)[1])
+    return {
+        "http_listener": (str(me["host"]), port),
+        "http_token": settings.http_token,
+        "http_max_connections": settings.http_max_connections,
+        "http_header_timeout_ms": settings.http_header_timeout_ms,
+        "http_urls": {int(v["voter_id"]): str(v["http"]) for v in everyone if "http" in v},
+    }
 
 
 def _executor_host(ctx: Any) -> str:

@@ -37,6 +37,7 @@ APP_KEYS = frozenset({
     "kraft.sql.host",
     "kraft.sql.port",
     "kraft.voter.base.port",
+    "kraft.voter.http.base.port",
     "kraft.materialize.interval.ms",
     "kraft.materialize.snapshot.interval.ms",
     "kraft.delta.warmup.wait.ms",

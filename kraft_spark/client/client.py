@@ -38,6 +38,7 @@ from kraft_spark.client.errors import (
     NotKafkaEndpointError,
     OffsetBelowLogStartError,
     RecordTooLargeError,
+    key_reused,
     snapshot_label,
 )
 from kraft_spark.client.leader_watch import DEFAULT_PROBE_AFTER_S, LeaderMovedError, LeaderWatch
@@ -52,6 +53,7 @@ from kraft_spark.client.voter_changes import VoterChangesMixin
 from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.net.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
+from kraft_spark.raft.producers import key_producer_id
 from kraft_spark.raft.records import Batch, Record
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, directory_text
 
@@ -391,9 +393,16 @@ class AsyncQuorumClient(VoterChangesMixin):
     # ------------------------------------------------------------------ append
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0
+        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+        idempotency_key: str | None = None,
     ) -> AppendResult:
-        """Append ``records`` as one batch and wait until it is committed."""
+        """Append ``records`` as one batch and wait until it is committed.
+
+        ``idempotency_key``: the batch goes out alone under the key's own producer id
+        (``key_producer_id``) at sequence 0, so every retry of the key, from any client or
+        node and under any later leader, is answered with the first append's offsets (the
+        producer table is replicated with the log); a retry with another number of records is
+        refused (``InvalidRecordError``)."""
         if not records:
             raise ValueError("append needs at least one record")
         now = int(time.time() * 1000)
@@ -401,6 +410,10 @@ class AsyncQuorumClient(VoterChangesMixin):
             Record(key=r.key, value=r.value, timestamp_ms=now, headers=r.headers)
             for r in records
         )
+        if idempotency_key is not None:
+            lane = _Lane(key_producer_id(idempotency_key))
+            return await self._append_on_lane(lane, batch_records, timeout_s,
+                                               key=idempotency_key)
         if self._coalescer is not None:
             return await self._coalescer.append(batch_records, timeout_s)
         return await self._append_records(batch_records, timeout_s)
@@ -425,7 +438,8 @@ class AsyncQuorumClient(VoterChangesMixin):
         return self._rng.getrandbits(62) + 1
 
     async def _append_on_lane(
-        self, lane: _Lane, records: tuple[Record, ...], timeout_s: float
+        self, lane: _Lane, records: tuple[Record, ...], timeout_s: float,
+        key: str | None = None,
     ) -> AppendResult:
         data = produce_batch(
             records, producer_id=lane.producer_id, producer_epoch=0,
@@ -474,6 +488,8 @@ class AsyncQuorumClient(VoterChangesMixin):
                 raise RecordTooLargeError(f"the quorum refused the batch: {message}")
             if error in (ErrorCode.INVALID_RECORD, ErrorCode.CORRUPT_MESSAGE):
                 raise InvalidRecordError(f"the quorum refused the batch: {message}")
+            if key is not None and error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+                raise key_reused(key)
             raise ClientError(f"append failed: {_error_text(error)} ({message})")
 
         try:
@@ -556,8 +572,10 @@ class QuorumClient:
     def cluster_id(self) -> str:
         return self._client.cluster_id
 
-    def append(self, records: Sequence[NewRecord], *, timeout_s: float = 10.0) -> AppendResult:
-        return self._call(self._client.append(records, timeout_s=timeout_s))
+    def append(self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+               idempotency_key: str | None = None) -> AppendResult:
+        return self._call(self._client.append(records, timeout_s=timeout_s,
+                                              idempotency_key=idempotency_key))
 
     def read(self, from_offset: int, limit: int = 100) -> list[CommittedRecord]:
         return self._call(self._client.read(from_offset, limit))

@@ -25,6 +25,16 @@ class InvalidRecordError(ClientError):
     """The quorum refused the records as invalid (INVALID_RECORD, CORRUPT_MESSAGE)."""
 
 
+class IdempotencyKeyReusedError(InvalidRecordError):
+    """An Idempotency-Key's retry carried another number of records than its first append."""
+
+
+def key_reused(key: str) -> IdempotencyKeyReusedError:
+    return IdempotencyKeyReusedError(
+        f"Idempotency-Key {key!r} was already used for a different request body: use a new "
+        "key for a new request (a retry must repeat the same body)")
+
+
 class ClusterIdMismatchError(ClientError):
     """The node belongs to another cluster than the one the client was told to expect."""
 

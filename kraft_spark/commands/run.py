@@ -32,6 +32,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--voter-log-dir", default=None,
                         help="kraft.voter.log.dir: each voter's log on its executor's host "
                         "(default <data-dir>/voters)")
+    parser.add_argument("--voter-http-base-port", type=int, default=None,
+                        help="kraft.voter.http.base.port: voter i serves the HTTP API itself "
+                        "on this + i; GET /v1/quorum names the leader's (default 8081, 0: any "
+                        "free port, -1: none)")
     parser.add_argument("spark_args", nargs="*", metavar="-- SPARK-SUBMIT-ARGS",
                         help="extra spark-submit arguments, after --")
     parser.set_defaults(func=_run)
@@ -42,7 +46,8 @@ def _run(args: argparse.Namespace) -> int:
     for flag, value in (("--data-dir", args.data_dir), ("--http-port", args.http_port),
                         ("--sql-port", args.sql_port), ("--voters", args.voters),
                         ("--master", args.master), ("--config", args.config),
-                        ("--warehouse", args.warehouse), ("--voter-log-dir", args.voter_log_dir)):
+                        ("--warehouse", args.warehouse), ("--voter-log-dir", args.voter_log_dir),
+                        ("--voter-http-base-port", args.voter_http_base_port)):
         if value is not None:
             app_args += [flag, str(value)]
     if not args.spark_args:

@@ -8,7 +8,7 @@ children; the driver waits on the JVM); see the README for the measurement behin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from api.app import create_app
@@ -32,11 +32,12 @@ def start_sidecar(
     limits: HttpLimits | None = None,
     quorum: QuorumConfig | None = None,
     routers: Sequence[Any] = (),
+    http_urls: Callable[[], dict[int, str]] | None = None,
 ) -> ServerHandle:
     """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``. The
     client's timeouts follow ``quorum``'s settings (Kafka's defaults when not given).
     ``routers``: more FastAPI routers (the Spark application's ``/v1/app``), behind the same
-    token."""
+    token. ``http_urls``: the HTTP API each node serves itself, for ``/v1/quorum``."""
     tune_for_serving()
     endpoints = list(bootstrap)
     timeouts = ClientTimeouts.for_quorum(quorum or QuorumConfig())
@@ -45,7 +46,8 @@ def start_sidecar(
         return AsyncQuorumClient(endpoints, cluster_id=cluster_id, coalesce=True,
                                  **timeouts.client_kwargs())
 
-    app = create_app(backend_factory=backend, token=token, metrics=registry)
+    app = create_app(backend_factory=backend, token=token, metrics=registry,
+                     http_urls=http_urls)
     for router in routers:
         app.include_router(router)
     return serve_in_thread(app, host, port, limits=limits)

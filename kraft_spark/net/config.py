@@ -195,6 +195,10 @@ class NodeConfig:
     addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
     # controller.quorum.bootstrap.servers: where to discover the voters (no static list).
     bootstrap_servers: tuple[tuple[str, int], ...] = ()
+    # The HTTP API of each node that serves one (node id -> http://host:port), advertised by
+    # this node's own /v1/quorum so clients can go to the leader directly (the Spark
+    # application's voters learn them from each other at start).
+    http_urls: dict[int, str] = field(default_factory=dict)
 
     @property
     def is_voter(self) -> bool:

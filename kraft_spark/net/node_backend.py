@@ -38,7 +38,13 @@ from collections.abc import Sequence
 from typing import Final
 
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
-from kraft_spark.client.errors import ClientError, OffsetBelowLogStartError, snapshot_label
+from kraft_spark.client.errors import (
+    ClientError,
+    CommitTimeoutError,
+    OffsetBelowLogStartError,
+    key_reused,
+    snapshot_label,
+)
 from kraft_spark.client.timeouts import ClientTimeouts
 from kraft_spark.client.types import (
     AppendResult,
@@ -47,7 +53,12 @@ from kraft_spark.client.types import (
     QuorumInfo,
     ReplicaInfo,
 )
-from kraft_spark.net.local_appends import LocalAppends, Settle
+from kraft_spark.net.local_appends import (
+    LOCAL_WAIT_MARGIN_S,
+    LocalAppends,
+    Settle,
+    produce_result,
+)
 from kraft_spark.net.node_tokens import LocalNode, LocalRequest, NodeStoppedError
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
@@ -56,9 +67,12 @@ from kraft_spark.raft.messages import (
     ErrorCode,
     FetchRequest,
     FetchResponse,
+    ProduceRequest,
+    ProduceResponse,
     ReplicaState,
     Response,
 )
+from kraft_spark.raft.producers import key_producer_id
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, directory_text
 
@@ -134,14 +148,44 @@ class NodeBackend:
     # ------------------------------------------------------------------ append
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0
+        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+        idempotency_key: str | None = None,
     ) -> AppendResult:
         if not records:
             raise ValueError("append needs at least one record")
+        if idempotency_key is not None:
+            return await self._append_keyed(records, timeout_s, idempotency_key)
         if self._node.is_leader:
             return await self._appends.append(_stamped(records), timeout_s)
         self._forwarded += 1
         return await self._forwarder().append(records, timeout_s=timeout_s)
+
+    async def _append_keyed(self, records: Sequence[NewRecord], timeout_s: float,
+                            key: str) -> AppendResult:
+        """An Idempotency-Key's append, alone under the key's producer id (never shared: the
+        quorum's producer table dedupes its retries). Because a retry is safe, an outcome left
+        unknown here (leadership lost, this node stopping, no answer in time) is not final: the
+        same batch goes to whoever leads now, which answers the first append's offsets if it
+        holds it, and appends it otherwise (then the first can never commit: it is in no log
+        the new leader's log will keep)."""
+        deadline = time.monotonic() + timeout_s
+        if self._node.is_leader:
+            request = ProduceRequest(
+                _stamped(records), timeout_ms=max(1, int(timeout_s * 1000)),
+                producer_id=key_producer_id(key), producer_epoch=0, base_sequence=0)
+            try:
+                future = self._node.submit_local(request)
+                response = await self._wait_local(future, timeout_s + LOCAL_WAIT_MARGIN_S,
+                                                  request)
+                if (isinstance(response, ProduceResponse)
+                        and response.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                    raise key_reused(key)
+                return produce_result(response)
+            except (NodeStoppedError, TimeoutError, CommitTimeoutError):
+                pass  # outcome unknown: ask the leader of now, with the same key
+        self._forwarded += 1
+        return await self._forwarder().append(
+            records, timeout_s=max(0.1, deadline - time.monotonic()), idempotency_key=key)
 
     def start_append(
         self, records: Sequence[NewRecord], timeout_s: float, settle: Settle

@@ -201,8 +201,8 @@ class _Backend:
             settle(result, None)
         return True
 
-    async def append(self, records: Sequence[NewRecord], *, timeout_s: float = 10.0
-                     ) -> AppendResult:
+    async def append(self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+                     idempotency_key: str | None = None) -> AppendResult:
         return self._result()
 
     async def read(self, from_offset: int, limit: int = 100) -> list[Any]:

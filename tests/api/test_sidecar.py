@@ -54,6 +54,7 @@ class InMemoryTestBackend:
         self.epoch = 3
         self.log: list[CommittedRecord] = []
         self.appends: list[tuple[NewRecord, ...]] = []  # every call that reached the backend
+        self.keys: list[str | None] = []  # the Idempotency-Key each call carried
         self.timeouts: list[float] = []
         self.fail_with: Exception | None = None
         self.hold: threading.Event | None = None
@@ -75,8 +76,10 @@ class InMemoryTestBackend:
         self.close_loop: asyncio.AbstractEventLoop | None = None
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0
+        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+        idempotency_key: str | None = None,
     ) -> AppendResult:
+        self.keys.append(idempotency_key)
         self.appends.append(tuple(records))
         self.timeouts.append(timeout_s)
         self.entered.set()
@@ -546,6 +549,8 @@ def test_sequential_retry_with_the_same_key_returns_the_first_result(
     # Another key appends again.
     assert client.post(body, {"Idempotency-Key": "req-2"}).json()["base_offset"] == 2
     assert len(backend.appends) == 2
+    # The key reaches the quorum, which dedupes retries through other nodes or leaders.
+    assert backend.keys == ["req-1", "req-2"]
 
 
 def test_same_key_with_a_different_body_is_422(serve: Serve, backend: InMemoryTestBackend) -> None:
@@ -613,18 +618,20 @@ def test_key_is_forgotten_when_nothing_was_appended(
     assert len(backend.log) == 1
 
 
-def test_key_with_an_unknown_outcome_never_appends_again(
+def test_key_with_an_unknown_outcome_asks_the_quorum_again_under_the_key(
     serve: Serve, backend: InMemoryTestBackend
 ) -> None:
+    # The quorum dedupes by key (tests/net/test_node_http.py shows it across a leader change):
+    # the retry must carry the same key to it, not be answered from this process's memory.
     client = serve()
     backend.fail_with = CommitTimeoutError("not confirmed")
     body = {"key": "k", "value": 1}
-    assert client.post(body, {"Idempotency-Key": "u"}).status == 504
+    first = client.post(body, {"Idempotency-Key": "u"})
+    assert first.status == 504
+    assert "Retry with the same key" in first.json()["error"]
     backend.fail_with = None
-    reply = client.post(body, {"Idempotency-Key": "u"})
-    assert reply.status == 504
-    assert "never append again" in reply.json()["error"]
-    assert len(backend.appends) == 1
+    assert client.post(body, {"Idempotency-Key": "u"}).status == 200
+    assert backend.keys == ["u", "u"]
 
 
 def test_idempotency_keys_are_bounded(serve: Serve, backend: InMemoryTestBackend) -> None:
@@ -703,11 +710,21 @@ def test_quorum_endpoints_answer_describe_quorum(serve: Serve) -> None:
         # KIP-630 (the fake backend's QuorumInfo leaves them unknown)
         "logStartOffset": -1,
         "latestSnapshot": None,
+        # no node serves the HTTP API itself here
+        "httpUrls": None,
+        "leaderHttpUrl": None,
     }
     rows = client.get("/v1/quorum/replication").json()
     assert [(r["nodeId"], r["lag"], r["status"]) for r in rows] == [
         (1, 0, "Leader"), (0, 2, "Follower"), (2, 0, "Follower"), (3000, 6, "Observer")
     ]
+
+
+def test_quorum_names_each_nodes_http_api_and_the_leaders(serve: Serve) -> None:
+    urls = {i: f"http://127.0.0.1:{8081 + i}" for i in (0, 1, 2)}
+    quorum = serve(http_urls=lambda: urls).get("/v1/quorum").json()
+    assert quorum["httpUrls"] == {str(i): url for i, url in urls.items()}
+    assert quorum["leaderHttpUrl"] == urls[1]  # the fake quorum's leader
 
 
 def test_health_and_readiness(serve: Serve, backend: InMemoryTestBackend) -> None:

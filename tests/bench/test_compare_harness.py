@@ -24,7 +24,7 @@ from bench.floor import (
     measure_floor,
     percentile,
 )
-from bench.report import markdown, targets
+from bench.report import app_targets, markdown, targets
 from bench.wrk import HttpWorkload, lua_script, parse_wrk_output, run_wrk
 
 
@@ -178,6 +178,33 @@ def test_etcd_targets_take_the_better_of_its_two_placements() -> None:
     assert met is True and figures.endswith("vs 6,000/s (etcd HTTP)")
     met, figures = found["100-record batches ≥ 10 × etcd's best single-record rate"]
     assert figures.endswith("vs 10 × 9,400/s")
+
+
+def test_application_targets_take_its_better_row_against_etcds_better_row() -> None:
+    results = _results(kraft_p50=0.25, kraft_16=7000)
+    point = {"ops_per_s": 2600, "records_per_s": 2600, "p50_ms": 0.28, "p99_ms": 1.0,
+             "errors": 0}
+    results["systems"][:0] = [
+        {"name": "kraft-spark app, HTTP in the leader",
+         "points": {"1 client": point, "16 clients": {**point, "ops_per_s": 5000},
+                    "256 clients": {**point, "ops_per_s": 9500, "p99_ms": 24}}},
+        {"name": "kraft-spark app, driver's HTTP endpoint",
+         "points": {"16 clients": {**point, "ops_per_s": 6100}}},
+    ]
+    results["visibility"].update(snapshot_visible_p50_ms=2500.0, snapshot_visible_p99_ms=12000.0)
+    found = {what: (met, figures) for what, met, figures in app_targets(results)}
+    assert found["application HTTP, 1 client: ≥ 1.0 × etcd"] == (
+        True, "2,600/s (kraft-spark app, HTTP in the leader) vs 2,500/s (etcd HTTP): 1.04x")
+    met, figures = found["application HTTP, 16 clients: ≥ 1.0 × etcd"]
+    assert met is True and "(kraft-spark app, driver's HTTP endpoint)" in figures
+    assert found["application HTTP, 256 clients: ≥ 1.0 × etcd"][0] is True
+    assert found["application HTTP p50 at 1 client ≤ etcd's"][0] is True  # 0.28 vs 0.3
+    assert found["application HTTP p99 at 256 clients ≤ etcd's"][0] is True  # 24 vs 75
+    assert found["commit → visible in `records` p50 ≤ 1 s"][0] is False  # 1500 ms
+    assert found["commit → visible in `snapshot` p50 ≤ 3 s"][0] is True
+    assert found["commit → visible in `snapshot` p99 ≤ 10 s"][0] is False
+    page = markdown(results)
+    assert page.index("Targets (issue 27") < page.index("Targets (issue 6")
 
 
 def test_markdown_has_the_header_table_and_targets() -> None:

@@ -38,7 +38,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 
 async def http(
     url: str, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-    timeout_s: float = 30.0,
+    timeout_s: float = 30.0, headers: dict[str, str] | None = None,
 ) -> tuple[int, Any]:
     """One HTTP/1.1 request on its own connection, without blocking the loop the nodes run on;
     (status, parsed JSON body)."""
@@ -46,10 +46,11 @@ async def http(
     data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         writer.write(
             f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-            + data
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n{extra}\r\n"
+            .encode() + data
         )
         response = await asyncio.wait_for(reader.read(), timeout_s)  # until the server closes
     finally:
@@ -283,6 +284,52 @@ def test_survivor_commits_after_the_leader_stops(tmp_path: Path) -> None:
                 ("before", before["base_offset"]), ("after", after["base_offset"])]
             status, quorum = await http(url_of(node), "GET", "/v1/quorum")
             assert status == 200 and quorum["leaderId"] == new.node_id
+
+    asyncio.run(run_http_quorum(tmp_path, body))
+
+
+def test_an_idempotency_key_appends_once_through_any_node_and_leader(tmp_path: Path) -> None:
+    """The key's retries are deduplicated by the quorum (its producer table is replicated), not
+    by one process's memory: through a follower, and under the next leader."""
+
+    async def post(node: RaftNode, body: Any, key: str) -> tuple[int, Any]:
+        return await http(url_of(node), "POST", "/v1/records", body,
+                          headers={"Idempotency-Key": key})
+
+    async def body(nodes: list[RaftNode]) -> None:
+        old = the_leader(nodes)
+        follower = next(n for n in nodes if n is not old)
+        record = {"key": "once", "value": 1}
+        status, first = await post(old, record, "K1")
+        assert status == 200, first
+        status, filler = await http(url_of(old), "POST", "/v1/records", {"key": "x", "value": 0})
+        assert status == 200, filler
+        status, again = await post(follower, record, "K1")  # another process: forwarded
+        assert (status, again) == (200, first)
+        status, error = await post(follower, {"records": [record, record]}, "K1")
+        assert status == 422 and "already used for a different request" in error["error"], error
+
+        await old.stop(graceful=False)
+        # The node that has not seen the key (the follower's LRU would replay it itself).
+        survivor = next(n for n in nodes if n is not old and n is not follower)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:  # 503 while no leader is known
+            status, retried = await post(survivor, record, "K1")
+            if status == 200:
+                break
+            assert status == 503, retried
+            assert loop.time() < deadline, "no new leader within 30 s"
+            await asyncio.sleep(0.1)
+        new = the_leader([n for n in nodes if n is not old])
+        assert retried == first and new.core.epoch > first["epoch"]
+        status, fresh = await post(survivor, record, "K2")  # a new key appends anew
+        assert status == 200 and fresh["base_offset"] > filler["last_offset"]
+        status, page = await http(url_of(survivor), "GET", "/v1/records?from_offset=0")
+        assert status == 200, page
+        assert [(r["key"], r["offset"]) for r in page["records"]] == [
+            ("once", first["base_offset"]), ("x", filler["base_offset"]),
+            ("once", fresh["base_offset"])]
 
     asyncio.run(run_http_quorum(tmp_path, body))
 

@@ -26,12 +26,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 class App:
     def __init__(self, data_dir: Path, http_port: int, voter_base: int,
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), props: str = "") -> None:
         conf = data_dir / "app.properties"
         conf.write_text(f"kraft.voter.base.port={voter_base}\n"
+                        "kraft.voter.http.base.port=0\n"
                         "controller.quorum.fetch.timeout.ms=1000\n"
                         "controller.quorum.election.timeout.ms=500\n"
-                        "kraft.materialize.interval.ms=300\n")
+                        f"kraft.materialize.interval.ms=300\n{props}")
         self.log = open(data_dir / "app.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark", "run", "--data-dir", str(data_dir),

@@ -9,7 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kraft_spark.raft.log_api import OffsetAndEpoch
-from kraft_spark.raft.producers import ProducerStateTable, SequenceCheck
+from kraft_spark.raft.producers import (
+    KEYED_PRODUCER_BASE,
+    ProducerStateTable,
+    SequenceCheck,
+    key_producer_id,
+)
 from kraft_spark.raft.progress import MAX_OBSERVERS, LeaderProgress, ReplicaProgress
 from kraft_spark.raft.quorum import majority, majority_offset
 from kraft_spark.raft.records import (
@@ -121,6 +126,42 @@ def test_producer_dedup_and_sequence_gaps() -> None:
     assert table.check(42, 0, 1, 1)[0] is SequenceCheck.OUT_OF_ORDER
     table.on_truncate(7)
     assert table.check(42, 0, 0, 2)[0] is SequenceCheck.NEW
+
+
+def _one(offset: int, producer_id: int, seq: int = 0) -> Batch:
+    return Batch(offset, 1, (Record(None, b"v"),), False, producer_id, 0, seq)
+
+
+def test_producer_table_is_bounded_and_evicts_the_same_producers_on_every_replica() -> None:
+    # Replica A appends 1..5 then 2 again, and B holds the same log from a snapshot of A's
+    # table taken halfway plus the rest: both must forget the same producer when full.
+    a = ProducerStateTable(max_producers=3)
+    for offset, pid in enumerate([1, 2, 3]):
+        a.on_append(_one(offset, pid))
+    b = ProducerStateTable(max_producers=3)
+    b.load(a.export())
+    for table in (a, b):
+        table.on_append(_one(3, 1, seq=1))  # producer 1 is now the newest
+        table.on_append(_one(4, 4))  # full: producer 2 (newest batch at 1) is forgotten
+    assert len(a) == len(b) == 3
+    assert a.export() == b.export()
+    assert a.check(2, 0, 0, 1)[0] is SequenceCheck.NEW  # forgotten
+    assert a.check(1, 0, 1, 1)[0] is SequenceCheck.DUPLICATE
+    # A truncation keeps the order a replica that never had the cut batches has.
+    c = ProducerStateTable(max_producers=3)
+    for offset, pid in enumerate([1, 3, 1]):
+        c.on_append(_one(offset, pid, seq=0 if offset < 2 else 1))
+    c.on_truncate(2)  # producer 1's newest batch is now offset 0, before producer 3's
+    fresh = ProducerStateTable(max_producers=3)
+    fresh.on_append(_one(0, 1))
+    fresh.on_append(_one(1, 3))
+    assert c.export() == fresh.export()
+
+
+def test_idempotency_keys_have_their_own_producer_ids() -> None:
+    ids = {key_producer_id(f"key-{i}") for i in range(1000)}
+    assert len(ids) == 1000 and min(ids) >= KEYED_PRODUCER_BASE and max(ids) < 1 << 63
+    assert key_producer_id("key-1") == key_producer_id("key-1")
 
 
 def test_leader_change_message_round_trip() -> None:

@@ -1,0 +1,124 @@
+"""The Spark application's fastest path (issue 27): every voter serves the HTTP API itself,
+``GET /v1/quorum`` on the driver's endpoint names them, clients append to the leader directly
+with the bearer token, and an ``Idempotency-Key`` retried under the next leader (after the
+leader's voter process is killed and the barrier stage relaunched) appends nothing twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import consecutive_free_ports, free_ports
+from tests.spark.test_application import App, _voter_hellos
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+TOKEN = "app-http-secret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def call(url: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data, {"Content-Type": "application/json", **(headers or {})},
+        method="GET" if body is None else "POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
+    tmp_path: Path, spark: Any
+) -> None:
+    http_base = consecutive_free_ports(3)
+    app = App(tmp_path, free_ports(1)[0], consecutive_free_ports(3),
+              props=f"kraft.http.token={TOKEN}\nkraft.voter.http.base.port={http_base}\n")
+    acked: dict[str, int] = {}
+    errors: list[str] = []
+    stop = threading.Event()
+    leader_url = [""]
+
+    def leader() -> str:
+        if not leader_url[0]:
+            leader_url[0] = call(f"{app.url}/v1/quorum", headers=AUTH)["leaderHttpUrl"] or ""
+        return leader_url[0]
+
+    def load(client: int) -> None:
+        """A client that goes to the leader directly and, on any failure, asks the driver's
+        endpoint where the leader is now and retries under the same key."""
+        i = 0
+        while not stop.is_set():
+            key = f"c{client}-{i}"
+            while not stop.is_set():
+                try:
+                    acked[key] = call(f"{leader()}/v1/records", {"key": key, "value": i},
+                                      {**AUTH, "Idempotency-Key": key})["base_offset"]
+                    break
+                except (OSError, ValueError) as exc:  # refused, 503/504, a dropped connection
+                    errors.append(f"{key}: {exc}")
+                    leader_url[0] = ""
+                    time.sleep(0.2)
+            i += 1
+
+    loaders = [threading.Thread(target=load, args=(c,), daemon=True) for c in range(2)]
+    try:
+        before = call(f"{app.url}/v1/quorum", headers=AUTH)
+        assert before["httpUrls"] == {str(i): f"http://127.0.0.1:{http_base + i}"
+                                      for i in range(3)}
+        assert before["leaderHttpUrl"] == before["httpUrls"][str(before["leaderId"])]
+        assert app.info["voter_http"] == {str(i): before["httpUrls"][str(i)] for i in range(3)}
+        # The token applies on the voters' own APIs as on the driver's.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            call(f"{before['leaderHttpUrl']}/v1/records", {"key": "x", "value": 0})
+        assert refused.value.code == 401
+        refused.value.close()
+        once = {"key": "once", "value": 1}
+        first = call(f"{before['leaderHttpUrl']}/v1/records", once,
+                     {**AUTH, "Idempotency-Key": "K1"})
+
+        for t in loaders:
+            t.start()
+        deadline = time.monotonic() + 60
+        while len(acked) < 40:
+            assert time.monotonic() < deadline, f"no steady load: {errors[-3:]}"
+            time.sleep(0.1)
+        victim = int(_voter_hellos(tmp_path / "app.log")[before["leaderId"]]["pid"])
+        os.kill(victim, signal.SIGKILL)  # the leader's voter process: the stage relaunches
+        deadline = time.monotonic() + 240
+        while not all(int(h["generation"]) >= 1
+                      for h in _voter_hellos(tmp_path / "app.log").values()):
+            assert time.monotonic() < deadline, "the voters were not relaunched"
+            time.sleep(0.2)
+        count = len(acked)
+        while len(acked) < count + 40:
+            assert time.monotonic() < deadline, f"no commits after relaunch: {errors[-3:]}"
+            time.sleep(0.1)
+        after = call(f"{app.url}/v1/quorum", headers=AUTH)
+        assert after["leaderEpoch"] > before["leaderEpoch"]
+        # The key's retry under the next leader: the first append's offsets, nothing appended.
+        again = call(f"{after['leaderHttpUrl']}/v1/records", once,
+                     {**AUTH, "Idempotency-Key": "K1"})
+        assert again == first
+    finally:
+        stop.set()
+        for t in loaders:
+            if t.ident is not None:  # started
+                t.join(60)
+        code = app.stop()
+    assert code == 0
+    assert errors, "the leader change was not seen by the clients"
+    rows = spark.read.format("delta").load(f"{app.info['warehouse']}/records").collect()
+    where: dict[str, list[int]] = {}
+    for r in rows:
+        where.setdefault(r["key"], []).append(r["offset"])
+    assert where["once"] == [first["base_offset"]]
+    for key, offset in acked.items():  # each acknowledged append exactly once, where told
+        assert where.get(key) == [offset], f"{key} acked at {offset}, Delta has {where.get(key)}"
