@@ -51,6 +51,7 @@ from driver.config import (
 )
 from driver.console import failure_of, progress
 from driver.control import ControlChannel
+from driver.cpu_priority import lower_process_threads, lower_this_thread
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.placement import load_hosts, save_hosts, voter_stage
@@ -151,6 +152,9 @@ class Application(VoterMembershipMixin):
             raise RuntimeError("the voters did not start within 300 s; see the Spark log")
         if not self._release(voters):
             raise RuntimeError(str(self.fatal))
+        # The JVM behind the voters, now that its pyspark daemon (their parent) is forked.
+        lower_process_threads(int(self.spark.sparkContext._jvm.java.lang.ProcessHandle
+                                  .current().pid()))
         self._follow(voters)
         from kraft_spark.delta.tables import QUORUM_EVENTS, RECORDS, SNAPSHOT
 
@@ -203,6 +207,7 @@ class Application(VoterMembershipMixin):
                 http_base_port=cfg.voter_http_base_port, http_token=cfg.http_token,
                 http_max_connections=cfg.http_max_connections,
                 http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
+                cpu_affinity=cfg.cpu_affinity,
             )
             sc = self.spark.sparkContext
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
@@ -417,6 +422,7 @@ class Application(VoterMembershipMixin):
 
         cfg = self.config
         materializer = self._delta
+        lower_this_thread()  # behind the voters on a shared machine (driver/cpu_priority.py)
         self._delta_ready.wait()
         resume = -1  # read from the tables in the loop (and again after any failure)
         last_cycle = 0.0

@@ -64,6 +64,9 @@ class VoterSettings:
     http_token: str | None = None
     http_max_connections: int = 1000
     http_header_timeout_ms: int = 10_000
+    # kraft.cpu.affinity of the voters ("role": the leader on the lower half of the CPUs, the
+    # others on the upper half, as `kraft-spark local` places its nodes on one machine)
+    cpu_affinity: str = "none"
 
 
 def _host(settings: VoterSettings, ctx: Any = None) -> str:
@@ -227,6 +230,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             inline_flush_max_ms=settings.inline_flush_max_ms,
             log_preallocate=settings.log_preallocate,
             snapshots=SnapshotConfig.from_properties(settings.quorum_properties),
+            cpu_affinity=settings.cpu_affinity,
             **_http_settings(settings, me, everyone),
         )
         hello = {

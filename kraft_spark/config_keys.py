@@ -38,6 +38,7 @@ APP_KEYS = frozenset({
     "kraft.sql.port",
     "kraft.voter.base.port",
     "kraft.voter.http.base.port",
+    "kraft.cpu.affinity",
     "kraft.materialize.interval.ms",
     "kraft.materialize.snapshot.interval.ms",
     "kraft.delta.warmup.wait.ms",
