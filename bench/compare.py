@@ -136,8 +136,11 @@ def median_point(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """One point from its rounds: the median of each figure (of the two middle ones with an
     even count), errors and disk stalls added up (the slowest write: the slowest of all);
     every round kept under ``rounds``."""
-    point: dict[str, Any] = {key: round(statistics.median(float(r[key]) for r in rounds), 3)
-                             for key in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms")}
+    point: dict[str, Any] = {}
+    for key in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms"):
+        # A round with no completed request has no latency (None): the median of the others.
+        values = [float(r[key]) for r in rounds if r.get(key) is not None]
+        point[key] = round(statistics.median(values), 3) if values else None
     point["errors"] = sum(r.get("errors", 0) for r in rounds)
     stalls = [r["disk_stalls"] for r in rounds if "disk_stalls" in r]
     if stalls:

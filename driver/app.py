@@ -71,6 +71,10 @@ from kraft_spark.stop_signals import StopSignals
 log = logging.getLogger("kraft_spark.driver")
 
 OBSERVER_ID = 3000
+# The observer fetches at most every 50 ms (QuorumConfig.observer_fetch_interval_ms: a Delta
+# table written every 0.5 s needs no Fetch per commit); a user's setting of the key wins.
+OBSERVER_PACING = "kraft.quorum.observer.fetch.interval.ms"
+OBSERVER_FETCH_INTERVAL_MS = 50
 
 
 
@@ -308,7 +312,8 @@ class Application(VoterMembershipMixin):
             self.reset_observer = False
         format_log_dir(log_dir, cluster_id=self.cluster_id, node_id=OBSERVER_ID,
                        ignore_formatted=True)
-        props = self.config.quorum_properties
+        props = {OBSERVER_PACING: str(OBSERVER_FETCH_INTERVAL_MS),
+                 **self.config.quorum_properties}
         node = RaftNode(NodeConfig(OBSERVER_ID, log_dir, "127.0.0.1", port, voters,
                                    QuorumConfig.from_properties(props),
                                    log_preallocate=self.config.log_preallocate,

@@ -25,7 +25,8 @@ NODE_KEYS = frozenset({
     "kraft.log.scrub.bytes.per.second",
 })
 QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms", "kraft.quorum.lone.append.hold.ms",
-                         "kraft.quorum.fetch.timeout.jitter.ms"})
+                         "kraft.quorum.fetch.timeout.jitter.ms",
+                         "kraft.quorum.observer.fetch.interval.ms"})
 APP_KEYS = frozenset({
     "kraft.data.dir",
     "kraft.voters",

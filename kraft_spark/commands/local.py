@@ -261,11 +261,13 @@ def _run_local(args: argparse.Namespace) -> int:
         if args.http_port is not None:
             from kraft_spark.commands.sidecar import start_sidecar
 
+            urls = {i: f"http://{_url_host(args.host)}:{p}"
+                    for i, p in enumerate(http_ports) if p is not None}
             try:
                 sidecar = start_sidecar([f"{args.host}:{p}" for p in ports], args.host,
                                         args.http_port, cluster_id=cluster_id,
                                         token=args.http_token, quorum=_quorum_of(extra),
-                                        registry=registry)
+                                        registry=registry, http_urls=lambda: urls)
             except RuntimeError as exc:
                 raise CommandError(str(exc), exit_code=1) from exc
             print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",

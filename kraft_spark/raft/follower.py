@@ -181,7 +181,10 @@ class FollowerMixin(CoreState):
                 self.hw_changed_to = new_hw
                 if self.history.dynamic:
                     self.voters_changed()  # a no-op unless a rule hook reads the commit
-        self.next_fetch_at = self.now
+        # An observer paces its Fetches (QuorumConfig.observer_fetch_interval_ms); a voter,
+        # also one catching up after a disk loss, fetches again at once.
+        pace = 0 if self.is_voter else self.config.observer_fetch_interval_ms
+        self.next_fetch_at = self.now + pace
         self._maybe_send_fetch()
 
     def _refused_as_foreign(self, dest: int) -> None:

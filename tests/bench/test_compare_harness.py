@@ -277,6 +277,11 @@ def test_a_point_of_several_rounds_is_their_median() -> None:
     assert point["rounds"] == rounds  # nothing hidden: every round stays in the JSON
     assert median_point([_figures(1.0), _figures(2.0)])["p50_ms"] == 1.5
     assert "rounds" not in median_point([_figures(4.0)])
+    # A round in which no request completed has no latency: the others' median (a stalled
+    # disk once made every request of a native round time out, and the whole run crashed).
+    empty = {**_figures(9.0), "p50_ms": None, "p99_ms": None}
+    assert median_point([_figures(1.0), empty, _figures(3.0)])["p50_ms"] == 2.0
+    assert median_point([empty])["p50_ms"] is None
 
 
 def test_systems_take_turns_and_the_first_moves_down_each_round() -> None:

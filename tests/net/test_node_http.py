@@ -24,7 +24,7 @@ from api.node_http import serve_node_http
 from bench.processes import stop_group
 from kraft_spark.net.node import RaftNode
 from kraft_spark.raft.config import QuorumConfig
-from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports
+from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports, free_ports
 
 from .helpers import FAST, make_nodes, run_nodes, the_leader, wait_for
 
@@ -378,7 +378,7 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
         http_base = consecutive_free_ports(3)
     cmd = [sys.executable, "-m", "kraft_spark", "local", "--voters", "3",
            "--data-dir", str(tmp_path), "--base-port", str(base),
-           "--node-http-base-port", str(http_base)]
+           "--node-http-base-port", str(http_base), "--http-port", str(free_ports(1)[0])]
     for key, value in FAST_SETTINGS.items():
         cmd += ["--set", f"{key}={value}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -386,6 +386,7 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        sidecar = json.loads(proc.stdout.readline())["http"]
         assert [line["http"] for line in lines] == [
             f"http://127.0.0.1:{http_base + i}" for i in range(3)]
         assert "kraft.http.listener=127.0.0.1:" in (tmp_path / "node-1.properties").read_text()
@@ -413,6 +414,11 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
         assert [r["key"] for r in page["records"]] == ["n0", "n1", "n2"]
         status, quorum = call(f"{lines[0]['http']}/v1/quorum")
         assert status == 200 and [v["id"] for v in quorum["currentVoters"]] == [0, 1, 2]
+        # The sidecar names each node's own API, and the leader's: clients skip its hop.
+        status, quorum = call(f"{sidecar}/v1/quorum")
+        assert status == 200 and quorum["httpUrls"] == {
+            str(i): line["http"] for i, line in enumerate(lines)}
+        assert quorum["leaderHttpUrl"] == lines[quorum["leaderId"]]["http"]
     finally:
         code = stop_group(proc, 30)
     assert code == 0
