@@ -254,6 +254,12 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             if "etcd-placed" in systems and etcd.can_place_like_kraft():
                 # The same members, pinned for the length of each of their points only.
                 contenders.append((ETCD_PLACED, http(etcd.workloads(), etcd.placed_like_kraft)))
+        # One unmeasured point of each first (16 connections): the Spark application's JVM
+        # compiles its hot paths in its first minutes, and etcd and the local quorum get the
+        # same treatment.
+        for name, measure in contenders:
+            log(f"  warm-up (not measured): {name}, {PLAN[1].label}")
+            measure(PLAN[1])
         measured = interleaved_points(contenders, rounds, seconds, log)
         running.close()  # stop both before the failover runs
         for name, _ in contenders:
