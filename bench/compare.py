@@ -270,8 +270,9 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             from bench.native import failovers_ms
 
             kill_ms, handoff_ms = asyncio.run(failovers_ms(base_port + 50, log))
-            for s in results["systems"]:
-                if s["name"].startswith("kraft-spark"):
+            for s in results["systems"]:  # kraft-spark local's rows (not the application's)
+                if s["name"].startswith("kraft-spark") and not s["name"].startswith(
+                        "kraft-spark app"):
                     s["failover_kill_ms"], s["handoff_ms"] = kill_ms, handoff_ms
 
         if "etcd" in systems:
