@@ -127,6 +127,7 @@ class Application(VoterMembershipMixin):
         from kraft_spark.spark_session import build_spark
 
         cfg = self.config
+        os.makedirs(cfg.data_dir, exist_ok=True)  # a first start: ./data does not exist yet
         # Room for growing to 5 voters live (resize) plus the Delta jobs; task slots are
         # threads of the one local JVM, not cores.
         master = cfg.master or f"local[{max(cfg.voters, 5) + 2}]"
@@ -258,7 +259,7 @@ class Application(VoterMembershipMixin):
 
     def voter_http_urls(self) -> dict[int, str]:
         """The HTTP API each voter of the running generation serves (kraft.voter.http.base.port)."""
-        return {v: str(h["http"]) for v, h in self._tasks.items() if h.get("http")}
+        return {v: str(h["http"]) for v, h in sorted(self._tasks.items()) if h.get("http")}
 
     def _release(self, voters: dict[int, Any]) -> bool:
         """Start the generation's fresh voters, from the warehouse if no voter has a log

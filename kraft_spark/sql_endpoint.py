@@ -18,7 +18,9 @@ def url_of(host: str, port: int) -> str:
 
 
 def publish(data_dir: str, url: str) -> None:
-    """Name the running server in the data directory (atomically, durably)."""
+    """Name the running server in the data directory (atomically, durably), creating the
+    directory on a first start (``make run``'s ``./data`` does not exist yet)."""
+    os.makedirs(data_dir, exist_ok=True)
     atomic_write(RealFileSystem(), os.path.join(data_dir, ENDPOINT_FILE), (url + "\n").encode())
 
 
