@@ -21,6 +21,11 @@ or whose node stopped is unknown (it is in this log and may still commit under t
 leader), so it fails with ``CommitTimeoutError`` (HTTP 504) and is never sent again: a retry
 could append it twice (local batches carry no producer id the next leader could deduplicate).
 
+**Appends under an Idempotency-Key** go alone, never shared, under the key's own producer id
+(``key_producer_id``) at sequence 0: the quorum's producer table answers any retry of the key
+with the first offsets, so an unknown outcome here is sent on to the leader of now under the
+same key instead of failing (``_append_keyed``).
+
 **Reads and DescribeQuorum.** On the leader they are answered by the local core (a client
 Fetch, committed records only; DescribeQuorum), else, or when leadership moved meanwhile, by the
 forwarding client; both are read-only, so falling back is always safe.
