@@ -23,6 +23,7 @@ from kraft_spark.client.errors import (
     NoLeaderError,
     OffsetBelowLogStartError,
     RecordTooLargeError,
+    key_reused,
 )
 from kraft_spark.client.types import (
     AppendResult,
@@ -97,11 +98,7 @@ class Appender:
             self.in_flight.add(task)
             task.add_done_callback(lambda done: self._settled(key, entry, done))
         elif entry.fingerprint != fingerprint:
-            raise ApiError(
-                422,
-                f"Idempotency-Key {key!r} was already used for a different request body: "
-                "use a new key for a new request (a retry must repeat the same body)",
-            )
+            raise ApiError(422, str(key_reused(key)))
         else:
             self.entries.move_to_end(key)
         try:

@@ -50,11 +50,10 @@ from typing import Any
 from bench.disk_stalls import DiskStallWatch
 from bench.floor import measure_floor
 from bench.plan import PLAN, Workload
+from bench.report import APP_HTTP, APP_LEADER_HTTP, APP_ROWS
 from bench.wrk import HttpWorkload, WrkResult, run_wrk
 
 LEADER_HTTP = "kraft-spark HTTP in the leader"
-APP_LEADER_HTTP = "kraft-spark app, HTTP in the leader"
-APP_HTTP = "kraft-spark app, driver's HTTP endpoint"
 SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "etcd-placed", "pysyncobj",
            "kraft-app")
 # etcd-placed: etcd's members measured again (with "etcd") pinned the way kraft-spark local
@@ -271,8 +270,7 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
 
             kill_ms, handoff_ms = asyncio.run(failovers_ms(base_port + 50, log))
             for s in results["systems"]:  # kraft-spark local's rows (not the application's)
-                if s["name"].startswith("kraft-spark") and not s["name"].startswith(
-                        "kraft-spark app"):
+                if s["name"].startswith("kraft-spark") and s["name"] not in APP_ROWS:
                     s["failover_kill_ms"], s["handoff_ms"] = kill_ms, handoff_ms
 
         if "etcd" in systems:

@@ -13,6 +13,10 @@ from bench.disk_stalls import INTERVAL_MS, STALL_MS
 from bench.plan import PLAN
 
 WORKLOADS = tuple(workload.label for workload in PLAN)
+# The Spark application's two rows (bench/compare.py names its contenders with these).
+APP_LEADER_HTTP = "kraft-spark app, HTTP in the leader"
+APP_HTTP = "kraft-spark app, driver's HTTP endpoint"
+APP_ROWS = (APP_LEADER_HTTP, APP_HTTP)
 
 
 def _fmt(value: Any, digits: int = 0) -> str:
@@ -26,6 +30,18 @@ def _fmt(value: Any, digits: int = 0) -> str:
 def _point(system: dict[str, Any], workload: str) -> dict[str, Any] | None:
     point: dict[str, Any] | None = system.get("points", {}).get(workload)
     return point
+
+
+def best_of(rows: list[dict[str, Any]], workload: str, key: str,
+            lower: bool) -> tuple[float | None, str]:
+    """The best figure ``key`` of ``workload`` among ``rows`` (lowest or highest) and the name
+    of the row that has it; (None, "") when none measured it."""
+    found = [(v, s["name"]) for s in rows
+             if (v := (_point(s, workload) or {}).get(key)) is not None]
+    if not found:
+        return None, ""
+    value, name = (min if lower else max)(found)
+    return value, name
 
 
 def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
@@ -46,14 +62,6 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     def p(system: dict[str, Any] | None, workload: str, key: str) -> float | None:
         point = _point(system, workload) if system else None
         return None if point is None else point.get(key)
-
-    def best_of(rows: list[dict[str, Any]], workload: str, key: str,
-                lower: bool) -> tuple[float | None, str]:
-        found = [(v, s["name"]) for s in rows if (v := p(s, workload, key)) is not None]
-        if not found:
-            return None, ""
-        value, name = (min if lower else max)(found)
-        return value, name
 
     def best_http(workload: str, key: str, lower: bool) -> tuple[float | None, str]:
         return best_of(kraft_http, workload, key, lower)
@@ -97,34 +105,24 @@ def targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     return out
 
 
-APP_ROWS = ("kraft-spark app, HTTP in the leader", "kraft-spark app, driver's HTTP endpoint")
-
-
 def app_targets(results: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     """Issue 27's targets: the Spark application's HTTP path (the better of its two rows,
     named) against etcd's better row in the same interleaved run, and Delta visibility."""
     app = [s for s in results["systems"] if s["name"] in APP_ROWS]
     etcd = [s for s in results["systems"] if s["name"].startswith("etcd HTTP")]
     out: list[tuple[str, bool | None, str]] = []
-
-    def best(rows: list[dict[str, Any]], workload: str, key: str,
-             lower: bool) -> tuple[float | None, str]:
-        found = [(v, s["name"]) for s in rows
-                 if (v := (_point(s, workload) or {}).get(key)) is not None]
-        return (min if lower else max)(found) if found else (None, "")
-
     if app and etcd:
         for workload in WORKLOADS[:3]:
-            (a, a_name), (e, e_name) = (best(app, workload, "ops_per_s", False),
-                                        best(etcd, workload, "ops_per_s", False))
+            (a, a_name), (e, e_name) = (best_of(app, workload, "ops_per_s", False),
+                                        best_of(etcd, workload, "ops_per_s", False))
             if a is not None and e is not None:
                 out.append((f"application HTTP, {workload}: ≥ 1.0 × etcd", a >= e,
                             f"{_fmt(a)}/s ({a_name}) vs {_fmt(e)}/s ({e_name}): "
                             f"{a / e:.2f}x"))
         for workload, key, what in (("1 client", "p50_ms", "p50 at 1 client"),
                                     ("256 clients", "p99_ms", "p99 at 256 clients")):
-            (a, a_name), (e, e_name) = (best(app, workload, key, True),
-                                        best(etcd, workload, key, True))
+            (a, a_name), (e, e_name) = (best_of(app, workload, key, True),
+                                        best_of(etcd, workload, key, True))
             if a is not None and e is not None:
                 out.append((f"application HTTP {what} ≤ etcd's", a <= e,
                             f"{a} ms ({a_name}) vs {e} ms ({e_name})"))

@@ -16,12 +16,9 @@ pyspark daemon and the voters it forked) keep theirs.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 from typing import Final
-
-log = logging.getLogger("kraft_spark.driver")
 
 # CFS weight of nice 15 against nice 0: about 1 to 29. Measured (wrk, one connection to the
 # leader, steady state, 5 runs each): nice 0 737-763 appends/s, p99 6.8-7.4 ms; nice 5
