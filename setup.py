@@ -1,4 +1,5 @@
-"""Build of the optional C codec; all other project metadata is in pyproject.toml.
+"""Build of the optional C extensions (the record-batch codec, the tail cache's
+garbage-collector helper); all other project metadata is in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and the codec runs in pure
 Python (kraft_spark/log/codec.py logs that once). tests/log/test_fastcodec.py fails if the
@@ -13,6 +14,11 @@ setup(
             "kraft_spark.log._fastcodec",
             sources=["kraft_spark/log/_fastcodec.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "kraft_spark.log._gc_untrack",
+            sources=["kraft_spark/log/_gc_untrack.c"],
+            optional=True,
+        ),
     ]
 )

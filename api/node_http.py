@@ -23,6 +23,7 @@ import uvicorn
 
 from api.app import create_app
 from api.limits import HttpLimits, uvicorn_options
+from api.server import EagerAcceptServer
 from api.server import bind_tcp as bind_listener
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.node_backend import NodeBackend
@@ -136,7 +137,7 @@ async def start_node_http(
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    handle = NodeHttpServer(uvicorn.Server(config), sock, backend, host, bound_port)
+    handle = NodeHttpServer(EagerAcceptServer(config), sock, backend, host, bound_port)
     try:
         await handle._start()
     except BaseException:

@@ -14,7 +14,9 @@ does.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -25,10 +27,48 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.limits import HttpLimits, uvicorn_options
+from kraft_spark.net.acceptor import EagerAcceptor
 
-__all__ = ["ServerHandle", "run_server", "serve_in_thread"]
+__all__ = ["EagerAcceptServer", "ServerHandle", "run_server", "serve_in_thread"]
 
 GRACEFUL_SHUTDOWN_S: Final = 10
+
+
+class EagerAcceptServer(uvicorn.Server):
+    """uvicorn's server, its listening sockets served by ``EagerAcceptor`` instead of the
+    loop's ``create_server``: uvloop accepts one connection per loop iteration, so 256 clients
+    connecting at once to a busy node waited up to ~1 s for their first request to be read
+    (``kraft_spark.net.acceptor``). Everything else (lifespan, connection tracking, graceful
+    shutdown) is uvicorn's: the protocols register themselves in ``server_state``."""
+
+    _acceptors: list[EagerAcceptor]
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._acceptors = []
+        if sockets is None:  # uvicorn binds host:port itself: keep its own path
+            await super().startup(sockets=None)
+            return
+        await super().startup(sockets=[])  # lifespan and state, no listener of its own
+        if self.should_exit or not self.started:
+            return
+        config, loop = self.config, asyncio.get_running_loop()
+
+        def create_protocol() -> asyncio.Protocol:
+            protocol: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state,
+                app_state=self.lifespan.state, _loop=loop,
+            )
+            return protocol
+
+        for sock in sockets:
+            acceptor = EagerAcceptor(loop, sock, create_protocol)
+            acceptor.start()
+            self._acceptors.append(acceptor)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for acceptor in getattr(self, "_acceptors", []):
+            acceptor.close()  # before uvicorn closes the sockets under the readers
+        await super().shutdown(sockets=sockets)
 
 
 class ServerHandle:
@@ -124,7 +164,7 @@ def serve_in_thread(
         access_log=False,
         timeout_graceful_shutdown=graceful_shutdown_s,
     )
-    server = uvicorn.Server(config)
+    server = EagerAcceptServer(config)
 
     def run() -> None:
         # uvicorn raises SystemExit when the app's startup fails; the thread just ends then.
@@ -162,20 +202,24 @@ def run_server(
     limits: HttpLimits | None = None,
 ) -> None:
     """Serve in this thread until SIGINT/SIGTERM (when called from the main thread)."""
+    sock = _bind(host, port)
     config = uvicorn.Config(
         app,
         host=host,
-        port=port,
+        port=int(sock.getsockname()[1]),
         **uvicorn_options(limits),
         lifespan="on",
         log_level=log_level,
         timeout_graceful_shutdown=graceful_shutdown_s,
     )
-    server = uvicorn.Server(config)
+    server = EagerAcceptServer(config)
+    logging.getLogger("uvicorn.error").info("serving on http://%s:%d", host, config.port)
     try:
-        server.run()
+        server.run(sockets=[sock])
     except SystemExit as exc:  # uvicorn exits on a startup failure
         raise RuntimeError(
-            f"the HTTP server on {host}:{port} failed to start (port in use, or the app's startup "
-            "raised): see the log"
+            f"the HTTP server on {host}:{port} failed to start (the app's startup raised): see "
+            "the log"
         ) from exc
+    finally:
+        sock.close()
