@@ -154,6 +154,13 @@ def median_point(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return point
 
 
+def failed_point(exc: BaseException) -> dict[str, Any]:
+    """A round that could not be measured: no figures (``median_point`` skips them), the
+    cause kept for the report's JSON."""
+    return {"ops_per_s": None, "records_per_s": None, "p50_ms": None, "p99_ms": None,
+            "errors": 0, "failed": f"{type(exc).__name__}: {exc}"}
+
+
 def interleaved_points(contenders: list[tuple[str, Measure]], rounds: int, seconds: float,
                        log: Log) -> dict[str, dict[str, Any]]:
     """Every point of every contender, ``rounds`` times, the systems taking turns within each
@@ -166,7 +173,13 @@ def interleaved_points(contenders: list[tuple[str, Measure]], rounds: int, secon
             turn = r % len(contenders)
             for name, measure in contenders[turn:] + contenders[:turn]:
                 log(f"  {workload.label}, round {r + 1}/{rounds}: {name} ({seconds:g} s)")
-                point = measure(workload)
+                try:
+                    point = measure(workload)
+                except Exception as exc:
+                    # One system failing one point (etcd without a leader during a disk stall
+                    # of seconds, once) must not lose the run: the round counts as measuring
+                    # nothing, and the report's median skips it.
+                    point = failed_point(exc)
                 runs[name].setdefault(workload.label, []).append(point)
                 log(f"    {point}")
     return {name: {label: median_point(pts) for label, pts in by_label.items()}

@@ -302,3 +302,23 @@ def test_systems_take_turns_and_the_first_moves_down_each_round() -> None:
     assert all(set(by_label) == {label for label, _, _ in PLAN} for by_label in points.values())
     assert all(len(pt["rounds"]) == 3 for by_label in points.values() for pt in by_label.values())
     assert 2.0 < points["b"]["1 client"]["p50_ms"] < 2.01
+
+
+def test_a_point_that_raises_is_a_failed_round_not_a_lost_run() -> None:
+    """etcd without a leader during a long disk stall made its pinning raise, and the whole
+    25-minute run ended with no report."""
+    def ok(workload: Workload) -> dict[str, Any]:
+        return _figures(1.0)
+
+    def flaky(workload: Workload) -> dict[str, Any]:
+        if workload.label == PLAN[1].label:
+            raise RuntimeError("no leader")
+        return _figures(2.0)
+
+    lines: list[str] = []
+    points = interleaved_points([("a", ok), ("b", flaky)], 2, 1.0, lines.append)
+    failed = points["b"][PLAN[1].label]
+    assert failed["p50_ms"] is None and failed["ops_per_s"] is None
+    assert all("RuntimeError: no leader" in r["failed"] for r in failed["rounds"])
+    assert points["b"][PLAN[0].label]["p50_ms"] == 2.0  # the other points are kept
+    assert points["a"][PLAN[1].label]["p50_ms"] == 1.0
