@@ -117,6 +117,15 @@ def _table(warehouse: str, name: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _holds_all(warehouse: str, name: str, acked: dict[str, int]) -> bool:
+    """Whether table ``name`` maps exactly the acknowledged keys to their values."""
+    try:
+        rows = _table(warehouse, name)
+    except Exception:  # not created yet, or a commit in flight
+        return False
+    return {r["key"]: r["value"] for r in rows} == {k: str(v) for k, v in acked.items()}
+
+
 def _wait_for(what: str, check: Any, timeout_s: float = 180) -> float:
     started = time.monotonic()
     while not check():
@@ -165,6 +174,18 @@ def run(base: Path) -> dict[str, Any]:
         figures["one_host_lost_appends_s"] = round(time.monotonic() - started, 1)
         _say(f"20 more appends acknowledged in {figures['one_host_lost_appends_s']} s")
 
+        # The warehouse holds what the driver's observer has seen (README "Known limits"): an
+        # append the leader acknowledged within the observer's last fetch round trip is lost if
+        # every voter's disk goes in that instant. Right after a leader change, with the driver
+        # busy materializing, that window reached ~0.1 s here (6 appends of 20 sent back to
+        # back, CI 2026-11-26), so the scenario waits, as an operator watching
+        # kraft_spark_materialization_lag_offsets would, until `records` holds them.
+        warehouse = app.info["warehouse"]
+        figures["records_caught_up_s"] = round(_wait_for(
+            "every acknowledged append in the records table",
+            lambda: _holds_all(warehouse, "records", acked), 60), 1)
+        _say(f"records holds all {len(acked)} acknowledged appends "
+             f"({figures['records_caught_up_s']} s after the last)")
         hosts = ["127.0.0.2", "127.0.0.4", "127.0.0.5"]
         _say(f"killing every host ({', '.join(hosts)}) and their disks; adding 127.0.0.6-8")
         for host in hosts:
@@ -178,17 +199,8 @@ def run(base: Path) -> dict[str, Any]:
             raise AssertionError("the quorum was not rebuilt from the warehouse")
         _say(f"quorum rebuilt from the warehouse; 10 more appends acknowledged in "
              f"{figures['all_hosts_lost_appends_s']} s")
-        warehouse = app.info["warehouse"]
-
-        def snapshot_has_all() -> bool:
-            try:
-                rows = _table(warehouse, "snapshot")
-            except Exception:
-                return False
-            return {r["key"]: r["value"] for r in rows} == {
-                k: str(v) for k, v in acked.items()}
-
-        _wait_for("every acknowledged append in the snapshot table", snapshot_has_all)
+        _wait_for("every acknowledged append in the snapshot table",
+                  lambda: _holds_all(warehouse, "snapshot", acked))
         offsets = [r["offset"] for r in _table(warehouse, "records")]
         if len(offsets) != len(set(offsets)):
             raise AssertionError("records holds an offset twice")
