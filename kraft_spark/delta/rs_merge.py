@@ -65,6 +65,14 @@ def _open(path: str) -> Any:
     return table
 
 
+def recorded_txn_version(path: str, app_id: str) -> int:
+    """The ``txnVersion`` the table at ``path`` records for ``app_id`` (-1 if none), from
+    delta-rs's table state (no JVM: delta-rs writes no checksum for Delta's JVM to read it
+    from, and without one Delta reconstructs the whole table state in a Spark job)."""
+    version = _open(os.path.abspath(path)).transaction_version(app_id)
+    return -1 if version is None else int(version)
+
+
 def merge_snapshot(path: str, data: list[tuple[Any, ...]], meta: CommitMetadata) -> dict[str, Any]:
     """MERGE ``data`` — (key, value, offset, epoch, timestamp_ms) rows, one per key, a null
     value deleting the key — into the ``snapshot`` table at ``path``; returns delta-rs's

@@ -472,6 +472,41 @@ def test_a_stale_writer_grouping_differently_fails_not_duplicates(
     assert_tables_equal_log(spark, tmp_path, batches)
 
 
+def test_snapshot_merges_by_delta_rs_never_start_a_jvm_transaction(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs writes no checksum, so a JVM transaction on ``snapshot`` ran Delta's whole
+    state reconstruction (a Spark job) each cycle just to read the recorded version: delta-rs
+    reads it now. Its checks are the JVM path's: a retry is skipped, a stale writer grouping
+    differently fails and commits nothing."""
+    batches = logdata.log()
+    current = DeltaMaterializer(spark, str(tmp_path))
+    assert current.merges_in_process
+    assert current.write(batches[:2], 5) == 5
+    jvm_log = materializer_module.DeltaMaterializer._delta_log
+
+    def no_jvm_for_snapshot(self: DeltaMaterializer, table: str) -> Any:
+        assert table != SNAPSHOT, "a JVM transaction was started on the snapshot table"
+        return jvm_log(self, table)
+
+    monkeypatch.setattr(materializer_module.DeltaMaterializer, "_delta_log", no_jvm_for_snapshot)
+    stale = DeltaMaterializer(spark, str(tmp_path))
+    stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first commit
+    before = versions(spark, tmp_path)
+    with pytest.raises(ResumeMismatch, match=r"snapshot: the table holds offsets below 5 .* 0-8"):
+        stale.write(batches[:4], 9, tables=[SNAPSHOT])
+    assert versions(spark, tmp_path) == before
+    current.write(batches[2:4], 9, tables=[SNAPSHOT])
+    assert current.table_offsets()[SNAPSHOT] == 9
+    again = DeltaMaterializer(spark, str(tmp_path))
+    again._next = {**dict.fromkeys(TABLES, 5), SNAPSHOT: 5}  # the same commit once more
+    again.write(batches[2:4], 9, tables=[SNAPSHOT])  # landed before: skipped
+    assert versions(spark, tmp_path)[SNAPSHOT] == before[SNAPSHOT] + 1
+    monkeypatch.undo()
+    assert current.write(batches, 16) == 16
+    assert_tables_equal_log(spark, tmp_path, batches)
+
+
 def test_a_history_read_racing_a_commit_is_not_cached(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
