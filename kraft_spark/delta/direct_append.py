@@ -51,7 +51,7 @@ def append_direct(
     actions = jvm.java.util.ArrayList()
     add: dict[str, Any] | None = None
     if data:
-        add = _write_parquet(path, SCHEMAS[table], data)
+        add = write_parquet(path, SCHEMAS[table], data)
         actions.add(delta.actions.Action.fromJson(json.dumps({"add": add})))
     _register_write_metrics(jvm, spark, txn, len(data), add)
     txn_action = {"appId": meta.app_id, "version": meta.last_offset, "lastUpdated": now_ms}
@@ -73,7 +73,7 @@ def append_direct(
     # later commit could survive without this one (a gap no reader accepts). This one is
     # made durable before the next is started.
     log_dir = os.path.join(path, "_delta_log")
-    _make_durable(os.path.join(log_dir, f"{int(version):020d}.json"), log_dir)
+    make_durable(os.path.join(log_dir, f"{int(version):020d}.json"), log_dir)
 
 
 def _register_write_metrics(
@@ -97,7 +97,7 @@ def _register_write_metrics(
     txn.registerSQLMetrics(spark._jsparkSession, scala_map)
 
 
-def _write_parquet(
+def write_parquet(
     table_dir: str, schema: T.StructType, rows: list[tuple[Any, ...]]
 ) -> dict[str, Any]:
     """Write ``rows`` as one Parquet file in the table's directory; return its ``add`` action
@@ -149,7 +149,7 @@ def _write_parquet(
     pq.write_table(table, target, compression="snappy")
     # Durable before the commit that references it: a commit surviving a power loss must not
     # point at a missing or torn file.
-    _make_durable(target, table_dir)
+    make_durable(target, table_dir)
     info = os.stat(target)
     stats = {"numRecords": len(rows), "minValues": low, "maxValues": high, "nullCount": nulls}
     return {
@@ -162,7 +162,7 @@ def _write_parquet(
     }
 
 
-def _make_durable(file: str, directory: str) -> None:
+def make_durable(file: str, directory: str) -> None:
     """fsync ``file``, then its entry in ``directory`` (the log's own file system calls)."""
     fs = RealFileSystem()
     fs.fsync(file)

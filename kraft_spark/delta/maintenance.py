@@ -63,7 +63,7 @@ def checkpoint_table(spark: SparkSession, path: str, min_commits: int = 10) -> i
     return version
 
 def compact_table(
-    spark: SparkSession, path: str, table: str, min_files: int
+    spark: SparkSession, path: str, table: str, min_files: int, files: int | None = None
 ) -> Compaction | None:
     """Bin-pack ``table``'s small data files into large ones (Delta OPTIMIZE) once it holds
     ``min_files`` or more; None when not due, disabled (``min_files`` < 1) or no table.
@@ -79,12 +79,13 @@ def compact_table(
     snapshot's checksum (no Spark job; see ``_data_file_count``); OPTIMIZE itself is a Spark
     job (1-2 s on 2 busy cores).
     """
-    if min_files < 1:
-        return None
+    if min_files < 1 or (files is not None and files < min_files):
+        return None  # ``files``: the caller's count (delta-rs's), no JVM call when not due
     found = _latest_snapshot(spark, path)
     if found is None:
         return None
-    files = _data_file_count(found[1])
+    if files is None:
+        files = _data_file_count(found[1])
     if files < min_files:
         return None
     from delta.tables import DeltaTable

@@ -36,13 +36,15 @@ history (``userMetadata``; the log's ``txn`` state as a fallback), never from a 
 How the commits are made
 ------------------------
 - ``records`` and ``quorum_events`` (appends), by default (``direct_appends``; the warehouse
-  is a local path): pyarrow writes the rows as one Parquet file, and Delta's own
-  ``OptimisticTransaction`` in the driver's JVM commits it, with the ``txn`` action and
-  ``userMetadata``; the recorded transaction version is read from the snapshot's checksum. No
-  Spark job: 0.05-0.2 s per commit on 2 cores next to the voters and the load (see
-  ``_append_direct``). Otherwise a Spark append (``txnAppId`` / ``txnVersion`` options) of an
-  Arrow-built local relation: Delta reconstructs the table's state to read the transaction
-  version, then a one-task write job: 0.4-0.6 s on 2 idle cores, 1-3 s on busy ones
+  is a local path): pyarrow writes the rows as one Parquet file and delta-rs commits it with
+  the ``txn`` action and ``userMetadata`` (``rs_append``; no JVM call: the JVM's commit forked
+  shells and ran hooks worth ~12 % of the voters' one-connection throughput). Without the
+  ``deltalake`` package, Delta's own ``OptimisticTransaction`` in the driver's JVM commits it,
+  the recorded transaction version read from the snapshot's checksum: 0.05-0.2 s per commit
+  on 2 cores next to the voters and the load (see ``_append_direct``). For a warehouse URI:
+  a Spark append (``txnAppId`` / ``txnVersion`` options) of an Arrow-built local relation:
+  Delta reconstructs the table's state to read the transaction version, then a one-task
+  write job: 0.4-0.6 s on 2 idle cores, 1-3 s on busy ones
   (``spark.databricks.delta.snapshotPartitions=1`` in conf/spark-defaults.conf; Delta's default
   of 50 partitions made it 2-3 s more).
 - ``snapshot``: a MERGE. For a local warehouse with the ``deltalake`` package installed (a
@@ -75,7 +77,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.delta import rs_merge
+from kraft_spark.delta import rs_append, rs_merge
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.direct_append import append_direct
 from kraft_spark.delta.log_rows import Rows, rows_from
@@ -150,6 +152,11 @@ class CommitStats:
     def lag_offsets(self) -> int:
         """Committed offsets not yet materialized when the call returned."""
         return max(0, self.high_watermark - self.end_offset)
+
+
+# Commits of one call with delta-rs that may lose the race for their version to another
+# commit before the call gives up (an OPTIMIZE of records every ~100 commits is the usual one).
+IN_PROCESS_COMMIT_ATTEMPTS = 3
 
 
 class DeltaMaterializer:
@@ -326,8 +333,15 @@ class DeltaMaterializer:
         return checkpoint_table(self.spark, self.path(table), min_commits)
 
     def compact(self, table: str, min_files: int) -> Compaction | None:
-        """See ``maintenance.compact_table``."""
-        return compact_table(self.spark, self.path(table), table, min_files)
+        """See ``maintenance.compact_table``. With delta-rs committing, the file count is
+        delta-rs's (its commits leave no checksum for the JVM to count from)."""
+        files = None
+        if self.merges_in_process and min_files >= 1:
+            try:
+                files = rs_append.data_file_count(self.path(table))
+            except Exception:  # no table yet: compact_table says so
+                files = None
+        return compact_table(self.spark, self.path(table), table, min_files, files)
 
     # ------------------------------------------------------------------ start-up
 
@@ -383,16 +397,15 @@ class DeltaMaterializer:
             data = [r for r in rows.events if r[0] >= first]
         else:
             data = [r for r in rows.latest.values() if r[2] >= first]
-        if table == SNAPSHOT and data and self.merges_in_process:
-            # delta-rs commits this table and writes no checksum, so a JVM transaction on it
-            # finds no recorded version there and runs Delta's whole state reconstruction (a
-            # Spark job) to get it: 0.7 of the driver JVM's core at ~900 appends/s, taken from
-            # the voters. delta-rs reads it from its own table state (kept up to date
-            # incrementally). No conflict detection is lost: the JVM transaction never
-            # committed this MERGE (delta-rs does), so its read registration guarded nothing.
-            recorded = rs_merge.recorded_txn_version(self.path(SNAPSHOT), meta.app_id)
-            if _continues(table, recorded, meta):
-                rs_merge.merge_snapshot(self.path(SNAPSHOT), data, meta)  # no Spark job
+        if self.merges_in_process:
+            # delta-rs commits (rs_merge, rs_append) and writes no checksum, so a JVM
+            # transaction on these tables would find no recorded version and run Delta's whole
+            # state reconstruction (a Spark job) to get it: 0.7 of the driver JVM's core at
+            # ~900 appends/s, taken from the voters. delta-rs reads it from its own table
+            # state (kept up to date incrementally). The driver is the tables' only writer;
+            # the check below is the one that matters (Delta's own would let an overlapping
+            # range through).
+            self._commit_in_process(table, data, meta)
             return len(data)
         txn = self._delta_log(table).startTransaction()
         if not _continues(table, _recorded_txn_version(txn, meta.app_id), meta):
@@ -405,6 +418,30 @@ class DeltaMaterializer:
             frames = {RECORDS: self._records_frame, QUORUM_EVENTS: self._events_frame}
             self._append(table, frames[table](data) if table in frames else None, meta)
         return len(data)
+
+    def _commit_in_process(self, table: str, data: list[tuple[Any, ...]],
+                           meta: CommitMetadata) -> None:
+        """Commit ``data`` to ``table`` with delta-rs, at the version right after the one whose
+        recorded txn version ``_continues`` accepted. Another commit in between (the driver's
+        OPTIMIZE of ``records``, or another writer) fails ours (max_commit_retries=0); the
+        check is then made again on the newer version: a commit of the same range by the same
+        app id is skipped, a different one raises ResumeMismatch, an unrelated one is retried."""
+        from deltalake.exceptions import CommitFailedError
+
+        path = self.path(table)
+        for attempt in range(IN_PROCESS_COMMIT_ATTEMPTS):
+            delta = rs_merge.open_table(os.path.abspath(path))  # the newest version
+            if not _continues(table, rs_merge.recorded_txn_version(delta, meta.app_id), meta):
+                return  # this very commit landed before (a retry after a failure)
+            try:  # on top of that version, the one checked
+                if table == SNAPSHOT and data:
+                    rs_merge.merge_snapshot(delta, data, meta)  # no Spark job
+                else:  # an append, or a commit of the offsets alone (no rows: no file)
+                    rs_append.append_rows(delta, path, table, data, meta)  # no JVM
+                return
+            except CommitFailedError:
+                if attempt + 1 == IN_PROCESS_COMMIT_ATTEMPTS:
+                    raise
 
     def _delta_log(self, table: str) -> Any:
         return delta_log_for(self.spark, self.path(table))

@@ -19,7 +19,6 @@ keeps the Spark MERGE.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs
@@ -46,10 +45,10 @@ def available() -> bool:
     return True
 
 
-_OPEN: dict[str, Any] = {}  # path -> DeltaTable, brought up to date before each merge
+_OPEN: dict[str, Any] = {}  # path -> DeltaTable, brought up to date before each use
 
 
-def _open(path: str) -> Any:
+def open_table(path: str) -> Any:
     """The table at ``path``, kept open between merges and updated from the log's new commits
     (reading the whole log again each time would grow with every commit)."""
     from deltalake import DeltaTable
@@ -65,18 +64,21 @@ def _open(path: str) -> Any:
     return table
 
 
-def recorded_txn_version(path: str, app_id: str) -> int:
-    """The ``txnVersion`` the table at ``path`` records for ``app_id`` (-1 if none), from
-    delta-rs's table state (no JVM: delta-rs writes no checksum for Delta's JVM to read it
-    from, and without one Delta reconstructs the whole table state in a Spark job)."""
-    version = _open(os.path.abspath(path)).transaction_version(app_id)
+def recorded_txn_version(table: Any, app_id: str) -> int:
+    """The ``txnVersion`` the delta-rs table ``table`` (as ``open_table`` loaded it) records
+    for ``app_id`` (-1 if none), from delta-rs's table state (no JVM: delta-rs writes no
+    checksum for Delta's JVM to read it from, and without one Delta reconstructs the whole
+    table state in a Spark job)."""
+    version = table.transaction_version(app_id)
     return -1 if version is None else int(version)
 
 
-def merge_snapshot(path: str, data: list[tuple[Any, ...]], meta: CommitMetadata) -> dict[str, Any]:
+def merge_snapshot(table: Any, data: list[tuple[Any, ...]], meta: CommitMetadata) -> dict[str, Any]:
     """MERGE ``data`` — (key, value, offset, epoch, timestamp_ms) rows, one per key, a null
-    value deleting the key — into the ``snapshot`` table at ``path``; returns delta-rs's
-    metrics. Raises what delta-rs raises (the caller's retry re-reads the table's offset)."""
+    value deleting the key — into the ``snapshot`` table, the delta-rs table ``table`` as
+    ``open_table`` loaded it (committed at the version after that one, or CommitFailedError);
+    returns delta-rs's metrics. Raises what delta-rs raises (the caller's retry re-reads the
+    table's offset)."""
     from deltalake import CommitProperties, Transaction
 
     columns = list(zip(*data, strict=True)) if data else [() for _ in _COLUMNS]
@@ -91,10 +93,10 @@ def merge_snapshot(path: str, data: list[tuple[Any, ...]], meta: CommitMetadata)
         ],
         schema=_SOURCE_SCHEMA,
     )
-    table = _open(os.path.abspath(path))
     commit = CommitProperties(
         custom_metadata={"userMetadata": meta.to_json()},
         app_transactions=[Transaction(meta.app_id, meta.last_offset)],
+        max_commit_retries=0,  # as rs_append: the version after the one checked, or fail
     )
     metrics: dict[str, Any] = (
         table.merge(source, "t.key = s.key", source_alias="s", target_alias="t",

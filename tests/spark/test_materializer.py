@@ -24,6 +24,7 @@ from kraft_spark.delta import (
     MaterializerError,
     TableCommit,
     history_of_key,
+    rs_merge,
     snapshot,
     snapshot_version,
 )
@@ -348,14 +349,42 @@ def test_appends_through_spark_equal_direct_appends(spark: Any, tmp_path: Path) 
     for table in TABLES:
         metas = commits_of(spark, tmp_path, table)
         assert [(m.first_offset, m.last_offset) for m in metas] == [(0, 4), (5, 8), (9, 15)]
-    # The direct commit in the middle counts what the Spark writes around it count.
+    # The commit in the middle is delta-rs's (rs_append): a WRITE without Spark's metrics.
+    assert _write_metrics(spark, tmp_path) == [("1", "4"), None, ("1", "7")]
+
+
+def test_jvm_direct_appends_without_deltalake(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the deltalake package a local warehouse's appends are committed by Delta's
+    JVM transaction (direct_append), with the metrics a Spark write records."""
+    batches = logdata.log()
+    DeltaMaterializer(spark, str(tmp_path), direct_appends=False).write(batches[:2], 5)
+    monkeypatch.setattr(rs_merge, "available", lambda: False)
+    direct = DeltaMaterializer(spark, str(tmp_path))
+    assert direct.direct_appends and not direct.merges_in_process
+    assert direct.write(batches[:4], 12) == 9
+    assert_tables_equal_log(spark, tmp_path, batches[:4])
+    assert _write_metrics(spark, tmp_path) == [("1", "4"), ("1", "3")]
+    log_dir = tmp_path / RECORDS / "_delta_log"
+    actions = [json.loads(line) for line in (log_dir / f"{2:020d}.json").read_text().splitlines()]
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    add = next(a["add"] for a in actions if "add" in a)
+    assert info["isBlindAppend"] is True
+    # DESCRIBE HISTORY shows what a Spark write job would have counted.
+    assert info["operationMetrics"] == {
+        "numFiles": "1", "numOutputRows": "3", "numOutputBytes": str(add["size"])}
+
+
+def _write_metrics(spark: Any, tmp_path: Path) -> list[tuple[str, str] | None]:
+    """(numFiles, numOutputRows) of each WRITE commit of ``records``; None: no metrics."""
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table_path(tmp_path, RECORDS)}`")
-    written = [
-        (r.operationMetrics["numFiles"], r.operationMetrics["numOutputRows"])
+    return [
+        None if r.operationMetrics is None
+        else (r.operationMetrics["numFiles"], r.operationMetrics["numOutputRows"])
         for r in history.orderBy("version").collect()
         if r.operation == "WRITE"
     ]
-    assert written == [("1", "4"), ("1", "3"), ("1", "7")]
 
 
 def test_direct_append_files_and_statistics(spark: Any, tmp_path: Path) -> None:
@@ -375,16 +404,10 @@ def test_direct_append_files_and_statistics(spark: Any, tmp_path: Path) -> None:
     log_dir = tmp_path / RECORDS / "_delta_log"
     actions = [json.loads(line) for line in (log_dir / f"{2:020d}.json").read_text().splitlines()]
     info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-    assert info["operation"] == "WRITE" and info["isBlindAppend"] is True
+    assert info["operation"] == "WRITE"
     assert CommitMetadata.parse(info["userMetadata"]) == CommitMetadata(DEFAULT_APP_ID, 9, 15, 16)
     assert next(a["txn"] for a in actions if "txn" in a)["version"] == 15
     add = next(a["add"] for a in actions if "add" in a)
-    # DESCRIBE HISTORY shows what a Spark write job would have counted.
-    assert info["operationMetrics"] == {
-        "numFiles": "1",
-        "numOutputRows": "7",
-        "numOutputBytes": str(add["size"]),
-    }
     stats = json.loads(add["stats"])
     assert stats["numRecords"] == 7
     assert (stats["minValues"]["offset"], stats["maxValues"]["offset"]) == (9, 15)
@@ -420,11 +443,46 @@ def test_direct_append_without_checksums_asks_delta(spark: Any, tmp_path: Path) 
     assert_tables_equal_log(spark, tmp_path, batches)
 
 
-def test_a_racing_writer_makes_a_direct_append_fail_not_duplicate(
+def test_a_racing_writer_makes_a_delta_rs_append_check_again_not_duplicate(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another writer commits the same appId between our read of the transaction version and
-    our commit: Delta's conflict detection (the appId registered as read) rejects our commit."""
+    our delta-rs commit: ours fails for its version (max_commit_retries=0) and the check made
+    again finds the range committed (same app id, same range): skipped, not appended twice;
+    a different range would raise ResumeMismatch."""
+    batches = logdata.log()
+    ours = DeltaMaterializer(spark, str(tmp_path))
+    other = DeltaMaterializer(spark, str(tmp_path))
+    assert ours.merges_in_process
+    assert ours.write(batches[:2], 5) == 5
+    other.table_offsets()
+    read_version = rs_merge.recorded_txn_version
+    raced: list[int] = []
+
+    def racing(table: Any, app_id: str) -> int:
+        version = read_version(table, app_id)
+        if not raced:
+            raced.append(version)
+            other.write(batches[:4], 9, (RECORDS,))  # commits offsets 5..8 first
+        return version
+
+    monkeypatch.setattr(rs_merge, "recorded_txn_version", racing)
+    assert ours.write(batches[:4], 9, (RECORDS,)) == 5  # records at 9; the others at 5
+    monkeypatch.undo()
+    assert raced == [4]
+    assert read_records(spark, tmp_path) == logdata.record_rows(batches[:4])
+    assert len(commits_of(spark, tmp_path, RECORDS)) == 2
+    assert ours.write(batches, 16) == 16
+    assert_tables_equal_log(spark, tmp_path, batches)
+
+
+def test_a_racing_writer_makes_a_jvm_direct_append_fail_not_duplicate(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without deltalake, Delta's JVM transaction commits: another writer committing the same
+    appId between our read of the transaction version and our commit makes Delta's conflict
+    detection (the appId registered as read) reject ours."""
+    monkeypatch.setattr(rs_merge, "available", lambda: False)
     batches = logdata.log()
     ours = DeltaMaterializer(spark, str(tmp_path))
     other = DeltaMaterializer(spark, str(tmp_path))
@@ -542,7 +600,7 @@ def test_direct_appends_are_durable_before_and_after_their_commit(
 ) -> None:
     """The Parquet file (and its directory entry) is fsync'd before the commit that adds it,
     and the commit file (and _delta_log) before the next commit starts."""
-    make_durable = direct_append_module._make_durable
+    make_durable = direct_append_module.make_durable
     records = tmp_path / RECORDS
     seen: list[tuple[str, list[str]]] = []  # (path, the records commits at that moment)
 
@@ -553,7 +611,7 @@ def test_direct_appends_are_durable_before_and_after_their_commit(
 
     materializer = DeltaMaterializer(spark, str(tmp_path))
     materializer.prepare()
-    monkeypatch.setattr(direct_append_module, "_make_durable", recording)
+    monkeypatch.setattr(direct_append_module, "make_durable", recording)
     materializer.write(logdata.log()[:2], 5, (RECORDS,))
     data_file = next(records.glob("*.parquet"))
     created, commit = (f"{v:020d}.json" for v in (0, 1))
