@@ -154,11 +154,6 @@ class CommitStats:
         return max(0, self.high_watermark - self.end_offset)
 
 
-# Commits of one call with delta-rs that may lose the race for their version to another
-# commit before the call gives up (an OPTIMIZE of records every ~100 commits is the usual one).
-IN_PROCESS_COMMIT_ATTEMPTS = 3
-
-
 class DeltaMaterializer:
     """Writes committed Raft batches into ``records``, ``snapshot`` and ``quorum_events``.
 
@@ -405,7 +400,9 @@ class DeltaMaterializer:
             # state (kept up to date incrementally). The driver is the tables' only writer;
             # the check below is the one that matters (Delta's own would let an overlapping
             # range through).
-            self._commit_in_process(table, data, meta)
+            rs_append.commit_in_process(
+                self.path(table), table, data, meta,
+                lambda recorded: _continues(table, recorded, meta))
             return len(data)
         txn = self._delta_log(table).startTransaction()
         if not _continues(table, _recorded_txn_version(txn, meta.app_id), meta):
@@ -418,30 +415,6 @@ class DeltaMaterializer:
             frames = {RECORDS: self._records_frame, QUORUM_EVENTS: self._events_frame}
             self._append(table, frames[table](data) if table in frames else None, meta)
         return len(data)
-
-    def _commit_in_process(self, table: str, data: list[tuple[Any, ...]],
-                           meta: CommitMetadata) -> None:
-        """Commit ``data`` to ``table`` with delta-rs, at the version right after the one whose
-        recorded txn version ``_continues`` accepted. Another commit in between (the driver's
-        OPTIMIZE of ``records``, or another writer) fails ours (max_commit_retries=0); the
-        check is then made again on the newer version: a commit of the same range by the same
-        app id is skipped, a different one raises ResumeMismatch, an unrelated one is retried."""
-        from deltalake.exceptions import CommitFailedError
-
-        path = self.path(table)
-        for attempt in range(IN_PROCESS_COMMIT_ATTEMPTS):
-            delta = rs_merge.open_table(os.path.abspath(path))  # the newest version
-            if not _continues(table, rs_merge.recorded_txn_version(delta, meta.app_id), meta):
-                return  # this very commit landed before (a retry after a failure)
-            try:  # on top of that version, the one checked
-                if table == SNAPSHOT and data:
-                    rs_merge.merge_snapshot(delta, data, meta)  # no Spark job
-                else:  # an append, or a commit of the offsets alone (no rows: no file)
-                    rs_append.append_rows(delta, path, table, data, meta)  # no JVM
-                return
-            except CommitFailedError:
-                if attempt + 1 == IN_PROCESS_COMMIT_ATTEMPTS:
-                    raise
 
     def _delta_log(self, table: str) -> Any:
         return delta_log_for(self.spark, self.path(table))

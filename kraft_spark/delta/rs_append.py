@@ -1,5 +1,7 @@
-"""Appends to ``records`` and ``quorum_events`` committed by delta-rs (the ``deltalake``
-package), in the driver process: no JVM call on the materializer's steady path.
+"""The materializer's commits by delta-rs (the ``deltalake`` package), in the driver process:
+appends to ``records`` and ``quorum_events`` here, the ``snapshot`` MERGE in ``rs_merge``,
+each at exactly the version whose recorded txn version was checked (``commit_in_process``).
+No JVM call on the materializer's steady path.
 
 Why: the JVM commit of a direct append (``direct_append``) costs little per call, but around it
 Delta's log store forks a shell (``readlink``, ``chmod``: Hadoop's local file system without
@@ -22,14 +24,49 @@ themselves), and the commit's ``operationMetrics`` are delta-rs's, not Spark's W
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.delta import direct_append
+from kraft_spark.delta import direct_append, rs_merge
 from kraft_spark.delta.rs_merge import open_table
-from kraft_spark.delta.tables import SCHEMAS
+from kraft_spark.delta.tables import SCHEMAS, SNAPSHOT
 
 if TYPE_CHECKING:
     from kraft_spark.delta.tables import CommitMetadata
+
+
+# Commits of one call that may lose the race for their version to another commit before the
+# call gives up (the driver's OPTIMIZE of records, every ~100 commits, is the usual one).
+COMMIT_ATTEMPTS = 3
+
+
+def commit_in_process(path: str, table: str, data: list[tuple[Any, ...]],
+                      meta: CommitMetadata, continues: Callable[[int], bool]) -> None:
+    """Commit ``data`` to ``table`` at ``path`` with delta-rs (``snapshot``: a MERGE; else an
+    append; no rows: a commit of the offsets alone), at the version right after the one whose
+    recorded txn version ``continues`` accepted (False: the commit landed before, skip it; it
+    raises on a mismatch). Another commit in between (the driver's OPTIMIZE of ``records``,
+    or another writer) fails ours (max_commit_retries=0), and the check is made again on the
+    newer version: a commit of the same range by the same app id is then skipped, a
+    different one raises, an unrelated one is retried."""
+    from deltalake.exceptions import CommitFailedError
+
+    path = os.path.abspath(path)
+    for attempt in range(COMMIT_ATTEMPTS):
+        delta = open_table(path)  # the newest version
+        if not continues(rs_merge.recorded_txn_version(delta, meta.app_id)):
+            return
+        try:  # on top of that version, the one checked
+            if table == SNAPSHOT and data:
+                version = int(delta.version()) + 1
+                rs_merge.merge_snapshot(delta, data, meta)  # no Spark job
+                _make_commit_durable(path, version)
+            else:
+                append_rows(delta, path, table, data, meta)  # no JVM
+            return
+        except CommitFailedError:
+            if attempt + 1 == COMMIT_ATTEMPTS:
+                raise
 
 
 def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
@@ -40,6 +77,7 @@ def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
     CommitFailedError if another commit took it): the version whose recorded txn version the
     caller checked. Returns the committed version, already durable."""
     from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction
 
     path = os.path.abspath(path)
@@ -49,22 +87,35 @@ def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
         actions.append(AddAction(add["path"], int(add["size"]), {}, int(add["modificationTime"]),
                                  True, add["stats"]))
     version = int(delta.version()) + 1
-    delta.create_write_transaction(
-        actions,
-        mode="append",
-        schema=delta.schema(),
-        commit_properties=CommitProperties(
-            custom_metadata={"userMetadata": meta.to_json()},
-            app_transactions=[Transaction(meta.app_id, meta.last_offset)],
-            # Exactly the version after the one the caller's txn check read, or fail
-            # (CommitFailedError): delta-rs would otherwise put a blind append on top of a
-            # concurrent commit, even one of the same app id (two drivers on one warehouse).
-            max_commit_retries=0,
-        ),
-    )
+    try:
+        delta.create_write_transaction(
+            actions,
+            mode="append",
+            schema=delta.schema(),
+            commit_properties=CommitProperties(
+                custom_metadata={"userMetadata": meta.to_json()},
+                app_transactions=[Transaction(meta.app_id, meta.last_offset)],
+                # Exactly the version after the one the caller's txn check read, or fail
+                # (CommitFailedError): delta-rs would otherwise put a blind append on top of
+                # a concurrent commit, even one of the same app id (two drivers, one warehouse).
+                max_commit_retries=0,
+            ),
+        )
+    except CommitFailedError:
+        # The version was taken: no commit references our file (other errors leave it: the
+        # commit may have landed).
+        if data:
+            os.unlink(os.path.join(path, add["path"]))
+        raise
+    _make_commit_durable(path, version)
+    return version
+
+
+def _make_commit_durable(path: str, version: int) -> None:
+    """fsync commit ``version`` of the table at ``path`` and the log directory (delta-rs's
+    local store does not): a later commit must not survive a power loss without it."""
     log_dir = os.path.join(path, "_delta_log")
     direct_append.make_durable(os.path.join(log_dir, f"{version:020d}.json"), log_dir)
-    return version
 
 
 def data_file_count(path: str) -> int:

@@ -472,6 +472,7 @@ def test_a_racing_writer_makes_a_delta_rs_append_check_again_not_duplicate(
     assert raced == [4]
     assert read_records(spark, tmp_path) == logdata.record_rows(batches[:4])
     assert len(commits_of(spark, tmp_path, RECORDS)) == 2
+    assert len(list((tmp_path / RECORDS).glob("*.parquet"))) == 2  # ours, refused: removed
     assert ours.write(batches, 16) == 16
     assert_tables_equal_log(spark, tmp_path, batches)
 
