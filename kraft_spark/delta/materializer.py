@@ -325,6 +325,8 @@ class DeltaMaterializer:
     def checkpoint(self, table: str, min_commits: int = 10) -> int | None:
         """See ``maintenance.checkpoint_table`` (the driver calls it for ``records`` from the
         thread that commits the other tables)."""
+        if self.merges_in_process:
+            return rs_append.checkpoint(self.path(table), min_commits)  # no Spark job
         return checkpoint_table(self.spark, self.path(table), min_commits)
 
     def compact(self, table: str, min_files: int) -> Compaction | None:

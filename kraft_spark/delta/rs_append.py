@@ -23,6 +23,7 @@ themselves), and the commit's ``operationMetrics`` are delta-rs's, not Spark's W
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -121,3 +122,32 @@ def _make_commit_durable(path: str, version: int) -> None:
 def data_file_count(path: str) -> int:
     """The number of data files in the table at ``path`` (delta-rs's state, no Spark job)."""
     return len(open_table(os.path.abspath(path)).file_uris())
+
+
+def checkpoint(path: str, min_commits: int) -> int | None:
+    """Write a checkpoint of the table at ``path`` with delta-rs if ``min_commits`` or more
+    commits were made since its last one; return the version checkpointed (None: not due, or
+    no table). The JVM's checkpoint is a Spark job reconstructing the state (every ~10 s on the
+    driver's upkeep thread, the largest JVM cost left once delta-rs commits); delta-rs writes
+    the same classic Parquet checkpoint and ``_last_checkpoint`` that Spark reads."""
+    from deltalake.exceptions import TableNotFoundError
+
+    path = os.path.abspath(path)
+    try:
+        delta = open_table(path)
+    except TableNotFoundError:
+        return None
+    version = int(delta.version())
+    if version < 0 or version - _last_checkpoint_version(path) < min_commits:
+        return None
+    delta.create_checkpoint()
+    return version
+
+
+def _last_checkpoint_version(path: str) -> int:
+    """The version of the table's last checkpoint (``_delta_log/_last_checkpoint``), -1: none."""
+    try:
+        with open(os.path.join(path, "_delta_log", "_last_checkpoint"), encoding="utf-8") as f:
+            return int(json.load(f)["version"])
+    except FileNotFoundError:
+        return -1

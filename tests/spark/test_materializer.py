@@ -691,9 +691,17 @@ def test_prepare_and_warm_up(spark: Any, tmp_path: Path) -> None:
     assert DeltaMaterializer(spark, str(tmp_path)).prepare() == dict.fromkeys(TABLES, 5)
 
 
-def test_checkpoint_when_due(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("delta_rs", [True, False], ids=["delta-rs", "jvm"])
+def test_checkpoint_when_due(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delta_rs: bool
+) -> None:
+    """delta-rs writes the checkpoint when it commits (a local warehouse), Delta's JVM
+    otherwise; either way Spark reads the table from it and the offsets resume."""
+    if not delta_rs:
+        monkeypatch.setattr(rs_merge, "available", lambda: False)
     batches = logdata.log()
     materializer = DeltaMaterializer(spark, str(tmp_path))
+    assert materializer.merges_in_process == delta_rs
     assert materializer.checkpoint(RECORDS) is None  # no table yet
     for i in range(1, len(batches) + 1):
         materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
