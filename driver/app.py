@@ -45,10 +45,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from driver.config import (
-    AppConfig,
-    parse_args,
-)
+from driver.config import AppConfig, parse_args, voter_affinity
 from driver.console import failure_of, progress
 from driver.control import ControlChannel
 from driver.cpu_priority import lower_process_threads, lower_this_thread
@@ -212,7 +209,7 @@ class Application(VoterMembershipMixin):
                 http_base_port=cfg.voter_http_base_port, http_token=cfg.http_token,
                 http_max_connections=cfg.http_max_connections,
                 http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
-                cpu_affinity=cfg.cpu_affinity,
+                cpu_affinity=voter_affinity(cfg, local_master=_is_local(self.spark)),
             )
             sc = self.spark.sparkContext
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")

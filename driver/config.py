@@ -40,10 +40,12 @@ class AppConfig:
     # Voter i serves the HTTP API itself on this + i (0: any free port, -1: not at all); the
     # leader's is the fastest path for appends, and GET /v1/quorum names it (leaderHttpUrl)
     voter_http_base_port: int = 8081
-    # kraft.cpu.affinity of the voters (none or role, as for `kraft-spark node`). none: with
-    # the driver's JVM and materializer on the same 2 cores, role measured no better at one
-    # connection (wrk to the leader, 5 runs each: 668-865/s against 755-867/s)
-    cpu_affinity: str = "none"
+    # kraft.cpu.affinity of the voters (none or role, as for `kraft-spark node`); unset: role
+    # when Spark's master is local (every voter on this machine), none on a cluster. With the
+    # driver's JVM quiet (delta-rs commits), role measured 1,207-1,321 appends/s at one
+    # connection against 1,082-1,179 with none (wrk to the leader, 8 windows each; with the
+    # JVM busy it had been no better: 668-865 against 755-867/s)
+    cpu_affinity: str = ""
     observer_port: int = 0
     # records is committed once per interval while there is something new (at most)
     materialize_interval_s: float = 0.5
@@ -148,10 +150,20 @@ def config_from_properties(props: dict[str, str]) -> AppConfig:
         if key.endswith(".ms") and attr.endswith("_s"):
             value = value / 1000
         cfg = replace(cfg, **{attr: value})
-    if cfg.cpu_affinity not in AFFINITY_CHOICES:
+    if cfg.cpu_affinity not in (*AFFINITY_CHOICES, ""):
         raise ValueError(f"kraft.cpu.affinity must be one of {', '.join(AFFINITY_CHOICES)}, "
                          f"got {cfg.cpu_affinity!r}")
     return cfg
+
+
+def voter_affinity(cfg: AppConfig, *, local_master: bool) -> str:
+    """The voters' kraft.cpu.affinity: as configured, else role when every voter runs on this
+    machine (a local master: they share its cores, as `kraft-spark local`'s do), else none."""
+    from kraft_spark.net.cpu_placement import AFFINITY_NONE, AFFINITY_ROLE
+
+    if cfg.cpu_affinity:
+        return cfg.cpu_affinity
+    return AFFINITY_ROLE if local_master else AFFINITY_NONE
 
 
 def parse_args(argv: Sequence[str] | None = None) -> AppConfig:

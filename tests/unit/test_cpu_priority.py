@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from driver.config import config_from_properties
+from driver.config import config_from_properties, voter_affinity
 from driver.cpu_priority import BACKGROUND_NICE, lower_process_threads, lower_this_thread
 
 
@@ -52,3 +52,13 @@ def test_the_voters_cpu_affinity_is_checked() -> None:
     assert config_from_properties({"kraft.cpu.affinity": "role"}).cpu_affinity == "role"
     with pytest.raises(ValueError, match=r"kraft\.cpu\.affinity must be one of none, role"):
         config_from_properties({"kraft.cpu.affinity": "fast"})
+
+
+def test_the_voters_cpu_affinity_defaults_to_role_on_a_local_master() -> None:
+    """Unset: role when every voter shares this machine's cores (a local master), none on a
+    cluster; a configured value is kept either way."""
+    unset = config_from_properties({})
+    assert voter_affinity(unset, local_master=True) == "role"
+    assert voter_affinity(unset, local_master=False) == "none"
+    chosen = config_from_properties({"kraft.cpu.affinity": "none"})
+    assert voter_affinity(chosen, local_master=True) == "none"
