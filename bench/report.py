@@ -270,7 +270,8 @@ def plot(results: dict[str, Any], path: str) -> None:
         for w in WORKLOADS:
             point = _point(s, w)
             key = "records_per_s" if w == WORKLOADS[3] else "ops_per_s"
-            values.append(point[key] if point else 0)
+            # a point whose every round failed has no figure (None): drawn as no bar
+            values.append((point.get(key) or 0) if point else 0)
         xs = [x + i * width for x in range(len(WORKLOADS))]
         thr.bar(xs, values, width, label=s["name"])
     thr.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(WORKLOADS))])
