@@ -356,9 +356,15 @@ class Application(VoterMembershipMixin):
             self.first_commit_s = time.monotonic() - self.started_at
         self._hw_event.set()
 
-    async def _read_committed(self, start: int, limit_records: int) -> tuple[list[Any], int]:
+    async def _read_committed(self, start: int, limit_records: int
+                              ) -> tuple[list[Any], int, dict[int, Any]]:
+        """Committed batches from ``start`` (up to ``limit_records`` offsets), the high
+        watermark, and the failed conditional writes among them: the observer's state has
+        applied everything up to where this reads (its keeper applies at each high-watermark
+        move, on this loop), so its judgement of each conditional write is known."""
         node = self._observer
-        hw = node.high_watermark
+        state = node.keeper.state
+        hw = min(node.high_watermark, state.applied_offset)
         out: list[Any] = []
         offset = start
         while offset < hw and offset - start < limit_records:
@@ -373,7 +379,8 @@ class Application(VoterMembershipMixin):
                     progress_made = True
             if not progress_made:
                 break
-        return out, hw
+        failed = {o: f for o, f in state.failed_txns.items() if start <= o < offset}
+        return out, hw, failed
 
     # ---------------------------------------------------------------- materializer
 
@@ -453,13 +460,14 @@ class Application(VoterMembershipMixin):
                 if bootstrap_if_needed(self._observer, self._observer_loop, materializer,
                                        resume, progress):
                     resume = materializer.resume_offset(tables)
-                fut: Future[tuple[list[Any], int]] = asyncio.run_coroutine_threadsafe(
-                    self._read_committed(resume, cfg.materialize_max_records),
-                    self._observer_loop)
-                batches, hw = fut.result(60)
+                fut: Future[tuple[list[Any], int, dict[int, Any]]] = (
+                    asyncio.run_coroutine_threadsafe(
+                        self._read_committed(resume, cfg.materialize_max_records),
+                        self._observer_loop))
+                batches, hw, failed_txns = fut.result(60)
                 if batches:
                     hw_cover = max(b.next_offset for b in batches)
-                    materializer.write(batches, max(hw, hw_cover), tables)
+                    materializer.write(batches, max(hw, hw_cover), tables, failed_txns)
                     stats = materializer.last_commit_stats
                     if stats is not None:
                         log.info("materialized %s up to %d (hw %d): rows %s, seconds %s",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,8 @@ from kraft_spark.raft.records import (
 )
 from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.raft.voter_set import directory_text
+from kraft_spark.state.machine import FailedTxn
+from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER
 
 
 @dataclass(slots=True)
@@ -28,12 +30,19 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def rows_from(batches: Sequence[Batch], start: int) -> Rows:
-    """Rows of every table for the records at offsets >= ``start``."""
+def rows_from(batches: Sequence[Batch], start: int,
+              failed_txns: Mapping[int, FailedTxn] | None = None) -> Rows:
+    """Rows of every table for the records at offsets >= ``start``.
+
+    ``failed_txns``: the conditional writes among them that failed (the state machine's
+    judgement, ``KeyValueState.failed_txns``, first offset -> size): their ``records`` rows
+    carry the header ``kraft.txn.outcome: failed`` and they change nothing in ``snapshot``.
+    Without it, a batch holding a conditional write raises ValueError rather than guess."""
     rows = Rows(records=[], events=[], latest={})
     for batch in batches:
         if batch.next_offset <= start:
             continue
+        failed_until = -1  # offsets below this belong to a failed conditional write
         for index, record in enumerate(batch.records):
             offset = batch.base_offset + index
             if offset < start:
@@ -68,7 +77,16 @@ def rows_from(batches: Sequence[Batch], start: int) -> Rows:
             key = _text(record.key)
             value = _text(record.value)
             headers = {name: _text(data) for name, data in record.headers}
+            if TXN_HEADER in headers:
+                if failed_txns is None:
+                    raise ValueError(f"offset {offset} starts a conditional write: materializing "
+                                     "it needs the state machine's outcomes (failed_txns)")
+                failure = failed_txns.get(offset)
+                if failure is not None:
+                    failed_until = offset + failure.size
+            if offset < failed_until:
+                headers[OUTCOME_HEADER] = "failed"
             rows.records.append((offset, batch.epoch, record.timestamp_ms, key, value, headers))
-            if key is not None:
+            if key is not None and offset >= failed_until:
                 rows.latest[key] = (key, value, offset, batch.epoch, record.timestamp_ms)
     return rows

@@ -73,7 +73,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +108,7 @@ from kraft_spark.raft.records import (
     Record,
     leader_change_batch,
 )
+from kraft_spark.state.machine import FailedTxn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -240,9 +241,12 @@ class DeltaMaterializer:
         batches: Sequence[Batch],
         high_watermark: int,
         tables: Collection[str] = TABLES,
+        failed_txns: Mapping[int, FailedTxn] | None = None,
     ) -> int:
         """Materialize committed ``batches`` (all below ``high_watermark``) into ``tables``
         (default all three); return the new resume offset of the three tables (the minimum).
+        ``failed_txns``: the state machine's failed conditional writes among them
+        (``log_rows.rows_from``).
 
         Writing ``records`` on its own, often, and the other tables less often (from another
         thread if wanted) keeps the log visible in Delta quickly: each table resumes from its own
@@ -271,7 +275,7 @@ class DeltaMaterializer:
         end = batches[-1].next_offset
         if end <= resume:
             return min(offsets.values())  # everything already materialized
-        rows = rows_from(batches, resume)
+        rows = rows_from(batches, resume, failed_txns)
         counts: dict[str, int] = {}
         seconds: dict[str, float] = {}
         try:

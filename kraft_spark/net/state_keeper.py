@@ -64,7 +64,7 @@ def open_storage(
             try:
                 content = store.load(sid)
                 state.load(content.entries, sid.offset, sid.epoch, content.producers,
-                           content.voters)
+                           content.voters, failed_txns=content.failed_txns)
             except (InvalidSnapshotError, ValueError) as exc:
                 log.error("node %d: snapshot %s refused: %s", node_id, label(sid), exc)
                 continue
@@ -153,7 +153,7 @@ class StateKeeper:
     def on_snapshot_installed(self, snapshot_id: OffsetAndEpoch) -> None:
         content = self.store.load(snapshot_id)
         self.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch, content.producers,
-                        content.voters)
+                        content.voters, failed_txns=content.failed_txns)
         self._bytes_since = 0
         self._last_snapshot_offset = snapshot_id.offset
         self._last_snapshot_ms = self._now_ms()
@@ -180,6 +180,7 @@ class StateKeeper:
         keys = len(entries)
         producers = state.producers.export()
         voters = state.voters
+        failed_txns = state.txns_in_window()
         self._bytes_since = 0
         self._last_snapshot_offset = sid.offset
         self._last_snapshot_ms = self._now_ms()
@@ -190,7 +191,8 @@ class StateKeeper:
             # sleep(0) between batches: the encoder would otherwise keep the GIL for up to
             # the interpreter's switch interval (5 ms) at a time, stalling the event loop.
             return self.store.write(sid, entries.items(), producers, self._now_ms(),
-                                    voters=voters, fs=self._writer_fs,
+                                    voters=voters, failed_txns=failed_txns,
+                                    fs=self._writer_fs,
                                     between_batches=_yield_gil)
 
         future = loop.run_in_executor(self._writer, write)

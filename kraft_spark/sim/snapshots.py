@@ -98,7 +98,7 @@ class SimSnapshots:
         if latest is not None:
             content = ns.store.load(latest)
             ns.state.load(content.entries, latest.offset, latest.epoch, content.producers,
-                          content.voters)
+                          content.voters, failed_txns=content.failed_txns)
             if latest.offset > log.end_offset():
                 log.truncate_fully_to(latest.offset, latest.epoch)
             self.check_state(node_id)
@@ -117,7 +117,7 @@ class SimSnapshots:
         ns = self.of(node_id)
         content = ns.store.load(snapshot_id)
         ns.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch,
-                      content.producers, content.voters)
+                      content.producers, content.voters, failed_txns=content.failed_txns)
         ns.bytes_since = 0
         self.stats.installed += 1
         self.check_state(node_id)
@@ -149,7 +149,7 @@ class SimSnapshots:
             # Broken: snapshot everything the log holds, committed or not.
             shadow = KeyValueState(state.applied_offset, state.applied_epoch)
             shadow.load(state.items(), state.applied_offset, state.applied_epoch,
-                        state.producers.export())
+                        state.producers.export(), failed_txns=state.failed_txns)
             for batch in log.read(state.applied_offset, 1 << 30):
                 if batch.base_offset >= shadow.applied_offset:
                     shadow.apply(batch)
@@ -168,12 +168,13 @@ class SimSnapshots:
             # crash may keep or lose; the store must never take it for a snapshot, and removes
             # it when it opens.
             data = b"".join(encode_snapshot(sid, state.items(), state.producers.export(), 0,
-                                           state.voters))
+                                           state.voters, failed_txns=state.txns_in_window()))
             ns.store.fs.write_file(ns.store.path_of(sid) + ".part",
                                    data[: self.rng.randrange(len(data))])
             self.stats.torn_parts += 1
             return
-        ns.store.write(sid, state.items(), state.producers.export(), 0, voters=state.voters)
+        ns.store.write(sid, state.items(), state.producers.export(), 0, voters=state.voters,
+                       failed_txns=state.txns_in_window())
         ns.store.add(sid)
         ns.bytes_since = 0
         self.stats.taken += 1
@@ -207,10 +208,14 @@ class SimSnapshots:
             if batch.base_offset >= upto:
                 break
             replay.apply(batch)
-        if replay.applied_offset != upto or replay.view() != state.view():
-            diff = set(replay.view().items()) ^ set(state.view().items())
+        # Values, revisions (create offset, version) and the outcomes of conditional writes.
+        if (replay.applied_offset != upto or dict(replay.items()) != dict(state.items())
+                or replay.txns_in_window() != state.txns_in_window()):
+            diff: set[object] = (set(replay.items()) ^ set(state.items())) or (
+                set(replay.txns_in_window().items()) ^ set(state.txns_in_window().items()))
             raise InvariantViolation(
                 "state-equals-replay",
                 f"node {node_id}'s state at offset {upto} differs from the replay of the "
-                f"committed log ({len(diff)} differing entries, e.g. {sorted(diff)[:2]})",
+                f"committed log ({len(diff)} differing entries, e.g. "
+                f"{sorted(map(repr, diff))[:2]})",
             )

@@ -7,10 +7,14 @@ uncompressed v2 record batches, all in the snapshot's epoch, with offsets counti
 1. a control batch whose one record is a SnapshotHeaderRecord (control type 3: version int16,
    LastContainedLogTimestamp int64, empty tagged fields). Its record header ``kraft.producers``
    carries the idempotent-producer table, which a node needs to keep recognising retries of
-   batches whose log has been deleted;
+   batches whose log has been deleted, and ``kraft.txn.failed`` (when not empty) the failed
+   conditional writes of the outcome window (``state.machine.TXN_OUTCOME_WINDOW``) as JSON
+   ``[[first offset, size, [[key hex, mod_offset, version], ...]], ...]``;
 2. data batches: one record per live key (key, value, the timestamp of its last write), with
    record headers ``kraft.offset`` (int64) and ``kraft.epoch`` (int32) naming where that write
-   is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns;
+   is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns, and
+   ``kraft.create_offset`` (int64) and ``kraft.version`` (int64), the key's revision (a file
+   written before they existed reads as create_offset = offset, version = 1);
 3. a control batch holding a SnapshotFooterRecord (control type 4: version int16, empty tags).
 
 Once the voter set is dynamic (KIP-853), the header is followed, as in Kafka's snapshots, by a
@@ -23,10 +27,11 @@ batch passes its CRC, the header comes first, the footer last and nothing follow
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kraft_spark.log.codec import LOG_OVERHEAD, decode_batch, encode_batch
 from kraft_spark.log.errors import CorruptRecordError
@@ -39,7 +44,8 @@ from kraft_spark.raft.voter_records import (
     encode_kraft_version,
 )
 from kraft_spark.raft.voter_set import KRAFT_VERSION_DYNAMIC
-from kraft_spark.state.machine import Entry
+from kraft_spark.state.machine import Entry, FailedTxn
+from kraft_spark.store.txn import Failure
 
 SUFFIX = ".checkpoint"
 PART_SUFFIX = ".checkpoint.part"
@@ -49,6 +55,9 @@ CONTROL_TYPE_SNAPSHOT_FOOTER = 4
 PRODUCERS_HEADER = "kraft.producers"
 OFFSET_HEADER = "kraft.offset"
 EPOCH_HEADER = "kraft.epoch"
+CREATE_OFFSET_HEADER = "kraft.create_offset"
+VERSION_HEADER = "kraft.version"
+FAILED_TXNS_HEADER = "kraft.txn.failed"
 # Data batches are cut at this many records or bytes (Kafka's snapshot writer: 8 KiB..1 MiB);
 # small enough that encoding one holds the GIL well under a millisecond.
 RECORDS_PER_BATCH = 500
@@ -87,6 +96,24 @@ class SnapshotContent:
     last_timestamp_ms: int
     # The VotersRecord value in force at the snapshot's end (None: static voters).
     voters: bytes | None = None
+    # The failed conditional writes of the outcome window (KeyValueState.failed_txns).
+    failed_txns: dict[int, FailedTxn] = field(default_factory=dict)
+
+
+def encode_failed_txns(failed: dict[int, FailedTxn]) -> bytes:
+    return json.dumps(
+        [[o, f.size, [[x.key.hex(), x.mod_offset, x.version] for x in f.failures]]
+         for o, f in sorted(failed.items())], separators=(",", ":")).encode()
+
+
+def decode_failed_txns(raw: bytes, where: str) -> dict[int, FailedTxn]:
+    try:
+        return {int(o): FailedTxn(int(n), tuple(Failure(bytes.fromhex(k), int(m), int(v))
+                                                for k, m, v in fs))
+                for o, n, fs in json.loads(raw)}
+    except (ValueError, TypeError) as exc:
+        raise InvalidSnapshotError(f"{where}: malformed {FAILED_TXNS_HEADER} header: {exc}") \
+            from None
 
 
 def _header_value(last_timestamp_ms: int) -> bytes:
@@ -103,15 +130,21 @@ def encode_snapshot(
     producers: bytes,
     last_timestamp_ms: int,
     voters: bytes | None = None,
+    *,
+    failed_txns: dict[int, FailedTxn] | None = None,
 ) -> Iterator[bytes]:
     """The file's bytes, batch by batch (a writer streams them to disk). ``voters``: the
-    encoded VotersRecord in force at the snapshot's end, if the voter set is dynamic."""
+    encoded VotersRecord in force at the snapshot's end, if the voter set is dynamic;
+    ``failed_txns``: the failed conditional writes of the outcome window."""
     epoch = snapshot_id.epoch
+    header_headers: tuple[tuple[str, bytes | None], ...] = ((PRODUCERS_HEADER, producers),)
+    if failed_txns:
+        header_headers += ((FAILED_TXNS_HEADER, encode_failed_txns(failed_txns)),)
     header = Record(
         key=control_key(CONTROL_TYPE_SNAPSHOT_HEADER),
         value=_header_value(last_timestamp_ms),
         timestamp_ms=last_timestamp_ms,
-        headers=((PRODUCERS_HEADER, producers),),
+        headers=header_headers,
     )
     yield encode_batch(Batch(0, epoch, (header,), is_control=True))
     offset = 1
@@ -131,6 +164,8 @@ def encode_snapshot(
             headers=(
                 (OFFSET_HEADER, _I64.pack(entry.offset)),
                 (EPOCH_HEADER, _I32.pack(entry.epoch)),
+                (CREATE_OFFSET_HEADER, _I64.pack(entry.create_offset)),
+                (VERSION_HEADER, _I64.pack(entry.version)),
             ),
         )
         pending.append(record)
@@ -157,9 +192,17 @@ def _entry_of(record: Record, where: str) -> tuple[bytes, Entry]:
         raise InvalidSnapshotError(f"{where}: a data record without key, value, offset or epoch")
     if len(raw_offset) != 8 or len(raw_epoch) != 4:
         raise InvalidSnapshotError(f"{where}: malformed kraft.offset / kraft.epoch header")
-    entry = Entry(
-        record.value, _I64.unpack(raw_offset)[0], _I32.unpack(raw_epoch)[0], record.timestamp_ms
-    )
+    offset = _I64.unpack(raw_offset)[0]
+    raw_create, raw_version = headers.get(CREATE_OFFSET_HEADER), headers.get(VERSION_HEADER)
+    if raw_create is None and raw_version is None:  # written before revisions were kept
+        create_offset, version = offset, 1
+    elif raw_create is None or raw_version is None or len(raw_create) != 8 or len(
+            raw_version) != 8:
+        raise InvalidSnapshotError(f"{where}: malformed kraft.create_offset / kraft.version")
+    else:
+        create_offset, version = _I64.unpack(raw_create)[0], _I64.unpack(raw_version)[0]
+    entry = Entry(record.value, offset, _I32.unpack(raw_epoch)[0], record.timestamp_ms,
+                  create_offset, version)
     return record.key, entry
 
 
@@ -169,6 +212,7 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
     pos = 0
     expected_offset = 0
     producers = b""
+    failed_txns: dict[int, FailedTxn] = {}
     voters: bytes | None = None
     last_ts = -1
     entries: list[tuple[bytes, Entry]] = []
@@ -196,7 +240,11 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
             first = batch.base_offset == 0
             if ctype == CONTROL_TYPE_SNAPSHOT_HEADER and not seen_header and first:
                 seen_header = True
-                producers = dict(batch.records[0].headers).get(PRODUCERS_HEADER) or b""
+                header_fields = dict(batch.records[0].headers)
+                producers = header_fields.get(PRODUCERS_HEADER) or b""
+                raw_failed = header_fields.get(FAILED_TXNS_HEADER)
+                if raw_failed:
+                    failed_txns = decode_failed_txns(raw_failed, where)
                 value = batch.records[0].value or b""
                 if len(value) >= 10:
                     last_ts = struct.unpack_from(">q", value, 2)[0]
@@ -216,4 +264,4 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
         entries.extend(_entry_of(r, where) for r in batch.records)
     if not seen_footer:
         raise InvalidSnapshotError(f"{where}: no SnapshotFooterRecord (truncated file)")
-    return SnapshotContent(snapshot_id, entries, producers, last_ts, voters)
+    return SnapshotContent(snapshot_id, entries, producers, last_ts, voters, failed_txns)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from kraft_spark.log.fs import FileSystem
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.snapshot_api import InvalidSnapshotError
-from kraft_spark.state.machine import Entry
+from kraft_spark.state.machine import Entry, FailedTxn
 from kraft_spark.state.snapshot_file import (
     CORRUPT_SUFFIX,
     PART_SUFFIX,
@@ -167,6 +167,7 @@ class FileSnapshotStore:
         last_timestamp_ms: int,
         *,
         voters: bytes | None = None,
+        failed_txns: dict[int, FailedTxn] | None = None,
         fs: FileSystem | None = None,
         between_batches: Callable[[], None] | None = None,
     ) -> int:
@@ -180,7 +181,7 @@ class FileSnapshotStore:
         fs.write_file(part, b"")
         size = 0
         for chunk in encode_snapshot(snapshot_id, entries, producers, last_timestamp_ms,
-                                     voters):
+                                     voters, failed_txns=failed_txns):
             fs.write_at(part, size, chunk)
             size += len(chunk)
             if between_batches is not None:

@@ -34,8 +34,10 @@ from kraft_spark.delta.tables import (
     materializer_commits,
     table_path,
 )
-from kraft_spark.state.machine import Entry
+from kraft_spark.raft.records import Record
+from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
 from kraft_spark.state.snapshot_file import SnapshotId, encode_snapshot, label
+from kraft_spark.store.txn import OUTCOME_HEADER
 from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles
 from kraft_spark.warehouse.restore_plan import RestorePlan, plan_restore
 from kraft_spark.warehouse.snapshot_copies import SNAPSHOT_DIR, load, stored_ids
@@ -89,32 +91,55 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     of the old one, so no client, cache or node that remembers an old leader can take a new
     leader of the same epoch for it (an epoch names one leader)."""
     entries: dict[bytes, Entry] = {}
+    stored_failures: dict[int, FailedTxn] = {}
     epoch, last_ts = 0, 0
     if plan.snapshot is not None:
         content = load(WarehouseFiles(warehouse, spark), plan.snapshot)
         entries = dict(content.entries)
+        stored_failures = content.failed_txns
         epoch, last_ts = plan.snapshot.epoch, content.last_timestamp_ms
     replayed = replaced = 0
+    # Replayed through the state machine, so conditional writes are judged as the quorum
+    # judged them (their kraft.txn header is in the rows' headers); a run of consecutive
+    # offsets of one epoch holds every group whole (a group never spans batches).
+    state = KeyValueState()
+    state.load(entries.items(), plan.replay_from, epoch, b"", failed_txns=stored_failures)
+    run: list[Record] = []
+    run_start = run_epoch = -1
+
+    def flush_run() -> None:
+        if run:
+            state.apply_data(run_start, run_epoch, run)
+            run.clear()
+
     if plan.replay_from < plan.end:
         rows = (spark.read.format("delta").load(table_path(warehouse, RECORDS))
                 .where(f"offset >= {plan.replay_from} AND offset < {plan.end}")
-                .selectExpr("offset", "epoch", "unix_millis(timestamp) AS ts", "key", "value")
+                .selectExpr("offset", "epoch", "unix_millis(timestamp) AS ts", "key", "value",
+                            "headers")
                 .orderBy("offset"))
         for row in rows.toLocalIterator():
             replayed += 1
-            epoch, last_ts = max(epoch, int(row["epoch"])), max(last_ts, int(row["ts"]))
+            offset, row_epoch = int(row["offset"]), int(row["epoch"])
+            epoch, last_ts = max(epoch, row_epoch), max(last_ts, int(row["ts"]))
             key, value = row["key"], row["value"]
-            if key is None:
-                continue
-            replaced += "\ufffd" in key or "\ufffd" in (value or "")
-            if value is None:
-                entries.pop(key.encode(), None)
-            else:
-                entries[key.encode()] = Entry(value.encode(), int(row["offset"]),
-                                              int(row["epoch"]), int(row["ts"]))
+            replaced += "\ufffd" in (key or "") or "\ufffd" in (value or "")
+            if offset != run_start + len(run) or row_epoch != run_epoch:
+                flush_run()
+                run_start, run_epoch = offset, row_epoch
+            headers = tuple((k, None if v is None else v.encode())
+                            for k, v in sorted((row["headers"] or {}).items())
+                            if k != OUTCOME_HEADER)
+            run.append(Record(None if key is None else key.encode(),
+                              None if value is None else value.encode(), int(row["ts"]),
+                              headers))
+        flush_run()
+    entries = dict(state.items())
+    failed_txns = state.txns_in_window()
     epoch = max(epoch, _last_event_epoch(spark, warehouse, plan.end), epoch_seen) + 1
     snapshot_id = SnapshotId(plan.end, epoch)
-    data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts))
+    data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts,
+                                    failed_txns=failed_txns))
     if replaced:
         log.warning("restore: %d records rows held U+FFFD (bytes that were not UTF-8): they "
                     "are restored as that text", replaced)

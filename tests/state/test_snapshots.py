@@ -26,14 +26,15 @@ def test_state_applies_sets_and_deletes_in_order() -> None:
     state.apply(_batch(0, 1, (b"a", b"1"), (b"b", b"2")))
     state.apply(_batch(2, 2, (b"a", None), (b"c", b"3"), (b"b", b"4")))
     assert state.view() == {b"b": b"4", b"c": b"3"}
-    assert state.get(b"b") == Entry(b"4", 4, 2, 1002)
+    assert state.get(b"b") == Entry(b"4", 4, 2, 1002, create_offset=1, version=2)
     assert (state.applied_offset, state.applied_epoch) == (5, 2)
     with pytest.raises(ValueError, match="offset 7 applied to a state at 5"):
         state.apply(_batch(7, 2, (b"x", b"y")))
 
 
 def test_snapshot_file_round_trips_many_batches() -> None:
-    entries = [(f"k{i}".encode(), Entry(b"v" * (i % 50), i, 1 + i // 3000, 5 * i))
+    entries = [(f"k{i}".encode(),
+                Entry(b"v" * (i % 50), i, 1 + i // 3000, 5 * i, i // 2, 1 + i % 7))
                for i in range(5000)]
     sid = OffsetAndEpoch(5000, 2)
     data = b"".join(encode_snapshot(sid, entries, b'[[7,0,[]]]', 1234))
@@ -47,7 +48,7 @@ def test_snapshot_file_round_trips_many_batches() -> None:
 @pytest.mark.parametrize("damage", ["truncate", "flip", "no-footer", "trailing", "epoch"])
 def test_damaged_snapshots_are_refused_with_the_reason(damage: str) -> None:
     sid = OffsetAndEpoch(3, 1)
-    entries = [(b"a", Entry(b"1", 0, 1, 0)), (b"b", Entry(b"2", 2, 1, 0))]
+    entries = [(b"a", Entry(b"1", 0, 1, 0, 0, 1)), (b"b", Entry(b"2", 2, 1, 0, 1, 2))]
     batches = list(encode_snapshot(sid, entries, b"", 0))
     data = b"".join(batches)
     if damage == "truncate":
@@ -73,7 +74,7 @@ def test_damaged_snapshots_are_refused_with_the_reason(damage: str) -> None:
 def test_store_writes_loads_deletes_and_sets_damaged_files_aside(tmp_path: Path) -> None:
     fs = RealFileSystem()
     store = FileSnapshotStore(fs, str(tmp_path))
-    entries = [(b"k", Entry(b"v", 4, 1, 9))]
+    entries = [(b"k", Entry(b"v", 4, 1, 9, 4, 1))]
     for offset in (5, 10, 20):
         sid = OffsetAndEpoch(offset, 1)
         assert store.write(sid, entries, b"", 9) > 0
@@ -102,7 +103,7 @@ def test_download_in_chunks_installs_only_a_whole_valid_file(tmp_path: Path) -> 
     os.makedirs(tmp_path / "b", exist_ok=True)
     source = FileSnapshotStore(fs, str(tmp_path / "a"))
     sid = OffsetAndEpoch(100, 3)
-    entries = [(f"k{i}".encode(), Entry(b"x" * 100, i, 3, 0)) for i in range(100)]
+    entries = [(f"k{i}".encode(), Entry(b"x" * 100, i, 3, 0, i, 1)) for i in range(100)]
     size = source.write(sid, entries, b"", 0)
     source.add(sid)
     target = FileSnapshotStore(fs, str(tmp_path / "b"))
@@ -140,7 +141,7 @@ def test_dump_log_prints_a_checkpoint(tmp_path: Path) -> None:
 
     store = FileSnapshotStore(RealFileSystem(), str(tmp_path))
     sid = OffsetAndEpoch(42, 3)
-    store.write(sid, [(b"alpha", Entry(b"one", 40, 3, 77))], b"", 77)
+    store.write(sid, [(b"alpha", Entry(b"one", 40, 3, 77, 12, 3))], b"", 77)
     out = io.StringIO()
     assert dump(store.path_of(sid), out, print_data=True) is None
     text = out.getvalue()

@@ -31,7 +31,7 @@ def _feed(data: bytes) -> asyncio.StreamReader:
 def test_a_restore_installs_the_snapshot_and_the_log_starts_at_its_end(tmp_path: Path) -> None:
     log_dir = str(tmp_path / "node-0")
     format_log_dir(log_dir, cluster_id="c" * 22, node_id=0)
-    entries = [(b"a", Entry(b"1", 3, 2, 1000)), (b"b", Entry(b"2", 7, 2, 1001))]
+    entries = [(b"a", Entry(b"1", 3, 2, 1000, 3, 1)), (b"b", Entry(b"2", 7, 2, 1001, 5, 2))]
     data = b"".join(encode_snapshot(SnapshotId(12, 2), entries, b"", 1001))
 
     async def body() -> str:

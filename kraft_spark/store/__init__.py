@@ -1,0 +1,1 @@
+"""The store API over the replicated log: conditional writes, reads by key, watches."""

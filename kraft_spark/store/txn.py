@@ -1,0 +1,154 @@
+"""Conditional writes (compare-and-set, transactions) as they travel in the log.
+
+A conditional write is a group of consecutive records of one batch whose first record carries
+the record header ``kraft.txn``: compact JSON ``{"n": <records in the group>, "if": [<condition>,
+...]}``, a condition being ``{"key": k, "mod_offset": N}``, ``{"key": k, "version": N}`` or
+``{"key": k, "exists": true|false}`` (keys as UTF-8 text). The group's writes take effect all
+together or not at all.
+
+**Where the conditions are judged.** Not by the node that takes the request, not by the leader
+when it appends, but by every replica's state machine when it *applies* the group, against the
+state of the committed log just before the group (``KeyValueState.apply``). So the outcome is a
+pure function of the log prefix: every replica, every replay from the log and every replay from
+a snapshot reach the same outcome, no condition is judged against state that lacks a committed
+write, and none against a write that can still be truncated (only committed batches are
+applied). A leader change in between cannot make a judgement stale: the group is judged where
+it lands in the log, whoever appended it. This is etcd's choice too (a Txn is evaluated when
+applied, not when proposed).
+
+A group whose header is malformed (not JSON, a wrong field, ``n`` out of the batch) fails as a
+whole, deterministically; the HTTP API never writes such a header, but a Kafka-protocol client
+could.
+
+Semantics of each condition, as etcd's compare on ``mod_revision`` / ``version``:
+
+* ``mod_offset = N``: the key is present and its last write is at offset N;
+* ``version = N``: the key's version is N; version 0 means absent (a key's version counts its
+  writes since it was last created: 1 after the creating write, reset by a delete);
+* ``exists``: present (true) or absent (false).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+TXN_HEADER: Final = "kraft.txn"
+# The header the Delta ``records`` table adds (not the log) to the rows of a failed group.
+OUTCOME_HEADER: Final = "kraft.txn.outcome"
+MAX_CONDITIONS: Final = 128
+
+
+class Revision(Protocol):
+    """What a condition reads of a live key (``state.machine.Entry``)."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def version(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One condition on one key; exactly one of the three is set."""
+
+    key: bytes
+    mod_offset: int | None = None
+    version: int | None = None
+    exists: bool | None = None
+
+    def __post_init__(self) -> None:
+        given = sum(x is not None for x in (self.mod_offset, self.version, self.exists))
+        if given != 1:
+            raise ValueError("a condition names exactly one of mod_offset, version, exists")
+        if (self.mod_offset is not None and self.mod_offset < 0) or (
+                self.version is not None and self.version < 0):
+            raise ValueError("mod_offset and version are >= 0")
+
+    def holds(self, entry: Revision | None) -> bool:
+        if self.exists is not None:
+            return (entry is not None) == self.exists
+        if self.version is not None:
+            return (entry.version if entry is not None else 0) == self.version
+        return entry is not None and entry.offset == self.mod_offset
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key.decode("utf-8", errors="surrogateescape")}
+        if self.mod_offset is not None:
+            out["mod_offset"] = self.mod_offset
+        elif self.version is not None:
+            out["version"] = self.version
+        else:
+            out["exists"] = self.exists
+        return out
+
+    @staticmethod
+    def from_json(item: Any) -> Condition:
+        """Raises ValueError naming what is wrong."""
+        if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+            raise ValueError("a condition is an object with a string key")
+        unknown = set(item) - {"key", "mod_offset", "version", "exists"}
+        if unknown:
+            raise ValueError(f"unknown condition fields {sorted(unknown)}")
+        for name in ("mod_offset", "version"):
+            value = item.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"{name} is an integer")
+        exists = item.get("exists")
+        if exists is not None and not isinstance(exists, bool):
+            raise ValueError("exists is true or false")
+        return Condition(item["key"].encode("utf-8", errors="surrogateescape"),
+                         item.get("mod_offset"), item.get("version"), exists)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A key whose condition failed, with its revision when judged (0, 0 when absent)."""
+
+    key: bytes
+    mod_offset: int
+    version: int
+
+
+def encode_header(size: int, conditions: Sequence[Condition]) -> bytes:
+    """The ``kraft.txn`` header value of a group of ``size`` records."""
+    if size < 1:
+        raise ValueError("a conditional write has at least one record")
+    if len(conditions) > MAX_CONDITIONS:
+        raise ValueError(f"at most {MAX_CONDITIONS} conditions per write")
+    body = {"n": size, "if": [c.to_json() for c in conditions]}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8", errors="surrogateescape")
+
+
+def decode_header(raw: bytes | None) -> tuple[int, tuple[Condition, ...]]:
+    """The group size and conditions of a ``kraft.txn`` header; ValueError if malformed."""
+    if raw is None:
+        raise ValueError("empty kraft.txn header")
+    try:
+        body = json.loads(raw.decode("utf-8", errors="surrogateescape"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"kraft.txn is not JSON: {exc}") from None
+    if not isinstance(body, dict) or set(body) - {"n", "if"}:
+        raise ValueError("kraft.txn is an object with fields n and if")
+    size, items = body.get("n"), body.get("if", [])
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError("kraft.txn n is a positive integer")
+    if not isinstance(items, list) or len(items) > MAX_CONDITIONS:
+        raise ValueError(f"kraft.txn if is a list of at most {MAX_CONDITIONS} conditions")
+    return size, tuple(Condition.from_json(item) for item in items)
+
+
+def judge(conditions: Sequence[Condition],
+          lookup: Callable[[bytes], Revision | None]) -> tuple[Failure, ...]:
+    """The conditions that fail against ``lookup`` (empty: the group applies)."""
+    failed: list[Failure] = []
+    for condition in conditions:
+        entry = lookup(condition.key)
+        if not condition.holds(entry):
+            failed.append(Failure(condition.key, entry.offset if entry else 0,
+                                  entry.version if entry else 0))
+    return tuple(failed)

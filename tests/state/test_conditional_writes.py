@@ -1,0 +1,166 @@
+"""Conditional writes in the state machine: judged at apply, all or nothing, deterministic on
+replay from the log and from a snapshot; revisions (create offset, version) as etcd's."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import Batch, Record
+from kraft_spark.state.machine import FailedTxn, KeyValueState
+from kraft_spark.state.snapshot_file import decode_snapshot, encode_snapshot
+from kraft_spark.store.txn import (
+    TXN_HEADER,
+    Condition,
+    Failure,
+    decode_header,
+    encode_header,
+)
+
+
+def _txn(conditions: list[Condition], *writes: tuple[bytes, bytes | None]) -> list[Record]:
+    header = ((TXN_HEADER, encode_header(len(writes), conditions)),)
+    return [Record(k, v, 5, header if i == 0 else ()) for i, (k, v) in enumerate(writes)]
+
+
+def _plain(*writes: tuple[bytes, bytes | None]) -> list[Record]:
+    return [Record(k, v, 5) for k, v in writes]
+
+
+def _apply(state: KeyValueState, records: list[Record], epoch: int = 1) -> int:
+    base = state.applied_offset
+    state.apply(Batch(base, epoch, tuple(records)))
+    return base
+
+
+def test_revisions_count_writes_since_creation() -> None:
+    state = KeyValueState()
+    _apply(state, _plain((b"a", b"1"), (b"a", b"2"), (b"b", b"x")))
+    a = state.get(b"a")
+    assert a is not None
+    assert (a.create_offset, a.offset, a.version) == (0, 1, 2)
+    _apply(state, _plain((b"a", None), (b"a", b"3")))  # offsets 3, 4: deleted, created again
+    a = state.get(b"a")
+    assert a is not None
+    assert (a.create_offset, a.offset, a.version) == (4, 4, 1)
+
+
+def test_group_applies_all_or_nothing() -> None:
+    state = KeyValueState()
+    _apply(state, _plain((b"a", b"1")))
+    base = _apply(state, _txn([Condition(b"a", version=1), Condition(b"b", exists=False)],
+                              (b"a", b"2"), (b"b", b"2")))
+    assert state.view() == {b"a": b"2", b"b": b"2"}
+    assert state.txn_failure(base) is None
+    # a's version is now 2: the whole group fails, b is not deleted either
+    base = _apply(state, _txn([Condition(b"a", version=1)], (b"a", b"3"), (b"b", None)))
+    assert state.view() == {b"a": b"2", b"b": b"2"}
+    assert state.txn_failure(base) == FailedTxn(2, (Failure(b"a", 1, 2),))
+    assert state.applied_offset == base + 2
+
+
+def test_groups_share_a_batch_with_plain_writes_and_see_earlier_ones() -> None:
+    """Coalesced appends: a plain write, a group judged after it, a plain write after."""
+    state = KeyValueState()
+    records = (_plain((b"k", b"1"))
+               + _txn([Condition(b"k", mod_offset=0)], (b"k", b"2"))   # holds: k at 0
+               + _txn([Condition(b"k", mod_offset=0)], (b"k", b"3"))   # fails: k now at 1
+               + _plain((b"z", b"9")))
+    _apply(state, records)
+    assert state.view() == {b"k": b"2", b"z": b"9"}
+    assert state.txn_failure(1) is None
+    assert state.txn_failure(2) == FailedTxn(1, (Failure(b"k", 1, 2),))
+
+
+@pytest.mark.parametrize("raw", [b"", b"not json", b'{"n": 0}', b'{"n": 1, "if": 3}',
+                                 b'{"n": 1, "x": 1}', b'{"n": 1, "if": [{"key": 1}]}'])
+def test_malformed_header_fails_the_record_deterministically(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_header(raw)
+    states = [KeyValueState(), KeyValueState()]
+    for state in states:
+        _apply(state, [Record(b"a", b"1", 5, ((TXN_HEADER, raw),)), Record(b"b", b"2", 5)])
+    assert states[0].view() == states[1].view() == {b"b": b"2"}
+    assert states[0].txn_failure(0) == FailedTxn(1, ())
+
+
+def test_group_running_past_its_batch_fails() -> None:
+    state = KeyValueState()
+    header = ((TXN_HEADER, encode_header(3, [])),)
+    _apply(state, [Record(b"a", b"1", 5, header), Record(b"b", b"2", 5)])
+    assert state.view() == {}
+    assert state.txn_failure(0) == FailedTxn(2, ())
+
+
+def test_condition_validation() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        Condition(b"k")
+    with pytest.raises(ValueError, match="exactly one"):
+        Condition(b"k", version=1, exists=True)
+    with pytest.raises(ValueError, match=">= 0"):
+        Condition(b"k", version=-1)
+    with pytest.raises(ValueError, match="unknown condition fields"):
+        Condition.from_json({"key": "k", "version": 1, "lease": 3})
+    assert Condition.from_json({"key": "a/b", "exists": False}) == Condition(b"a/b", exists=False)
+
+
+_keys = st.sampled_from([b"a", b"b", b"c"])
+_condition = st.one_of(
+    st.builds(lambda k, v: Condition(k, version=v), _keys, st.integers(0, 3)),
+    st.builds(lambda k, o: Condition(k, mod_offset=o), _keys, st.integers(0, 12)),
+    st.builds(lambda k, e: Condition(k, exists=e), _keys, st.booleans()),
+)
+_write = st.tuples(_keys, st.one_of(st.none(), st.binary(min_size=1, max_size=3)))
+_piece = st.one_of(
+    st.lists(_write, min_size=1, max_size=3).map(lambda ws: _plain(*ws)),
+    st.tuples(st.lists(_condition, max_size=3), st.lists(_write, min_size=1, max_size=3)).map(
+        lambda cw: _txn(cw[0], *cw[1])),
+)
+_batches = st.lists(st.lists(_piece, min_size=1, max_size=3), min_size=1, max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_batches, st.integers(0, 8))
+def test_replay_through_a_snapshot_equals_replay_from_the_log(
+        batches: list[list[list[Record]]], cut: int) -> None:
+    """State equals replay, with conditional writes: a node that loads a snapshot taken after
+    ``cut`` batches and applies the rest ends exactly where a full replay ends (values,
+    revisions and the outcomes of conditional writes)."""
+    full, before = KeyValueState(), KeyValueState()
+    epoch = 1
+    encoded: list[Batch] = []
+    for pieces in batches:
+        records = tuple(r for piece in pieces for r in piece)
+        encoded.append(Batch(full.applied_offset, epoch, records))
+        full.apply(encoded[-1])
+    cut = min(cut, len(encoded))
+    before.apply_all(encoded[:cut])
+    sid = OffsetAndEpoch(before.applied_offset, epoch)
+    data = b"".join(encode_snapshot(sid, before.items(), before.producers.export(), 0,
+                                    failed_txns=before.txns_in_window()))
+    content = decode_snapshot(data, sid, "test")
+    resumed = KeyValueState()
+    resumed.load(content.entries, sid.offset, sid.epoch, content.producers,
+                 failed_txns=content.failed_txns)
+    resumed.apply_all(encoded[cut:])
+    assert dict(resumed.items()) == dict(full.items())
+    assert resumed.txns_in_window() == full.txns_in_window()
+
+
+def test_delta_rows_mark_failed_groups_and_leave_them_out_of_snapshot() -> None:
+    from kraft_spark.delta.log_rows import rows_from
+    from kraft_spark.store.txn import OUTCOME_HEADER
+
+    state = KeyValueState()
+    batch = Batch(0, 1, tuple(_plain((b"a", b"1"))
+                              + _txn([Condition(b"a", version=2)], (b"a", b"2"), (b"b", b"2"))
+                              + _txn([Condition(b"a", version=1)], (b"a", b"3"))))
+    state.apply(batch)
+    rows = rows_from([batch], 0, state.failed_txns)
+    outcomes = [r[5].get(OUTCOME_HEADER) for r in rows.records]
+    assert outcomes == [None, "failed", "failed", None]
+    assert {k: v[1] for k, v in rows.latest.items()} == {"a": "3"}
+    with pytest.raises(ValueError, match="conditional write"):
+        rows_from([batch], 0)
