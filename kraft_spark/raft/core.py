@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.follower import FollowerMixin
+from kraft_spark.raft.leader_reads import ReadIndexMixin
 from kraft_spark.raft.log_api import RaftLog
 from kraft_spark.raft.messages import (
     NO_LEADER,
@@ -58,6 +59,7 @@ from kraft_spark.raft.messages import (
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     ProduceRequest,
+    ReadIndexRequest,
     RemoveVoterRequest,
     Request,
     Response,
@@ -76,7 +78,8 @@ from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, VoterSet
 from kraft_spark.raft.voter_update import VoterUpdateMixin
 
 
-class RaftCore(PreVoteMixin, VoterUpdateMixin, FollowerMixin, SnapshotFetchMixin, CoreState):
+class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, SnapshotFetchMixin,
+               CoreState):
     """One node of the quorum (voter or observer)."""
 
     def __init__(
@@ -194,6 +197,8 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, FollowerMixin, SnapshotFetchMixin
             self.handle_remove_voter(token, message)
         elif isinstance(message, UpdateVoterRequest):
             self.handle_update_voter(token, message)
+        elif isinstance(message, ReadIndexRequest):
+            self.handle_read_index(token, message)
         else:  # pragma: no cover - the union is exhaustive
             raise TypeError(f"unknown request {message!r}")
 

@@ -17,9 +17,11 @@ from kraft_spark.raft.messages import (
     FetchResponse,
     ProduceRequest,
     ProduceResponse,
+    ReadIndexResponse,
 )
 from kraft_spark.raft.producers import SequenceCheck
 from kraft_spark.raft.progress import LeaderProgress
+from kraft_spark.raft.read_index import PendingRead, ReadIndexTracker
 from kraft_spark.raft.records import Batch, LeaderChange, leader_change_batch
 from kraft_spark.raft.replication import diverging_epoch, snapshot_to_send
 from kraft_spark.raft.state import Role
@@ -80,6 +82,8 @@ class LeaderState:
     # The voter set a reassignment in progress moves to, as its last step said (membership.py).
     reassignment_target: tuple[int, ...] = ()
     lone_appends: int = 0
+    # Linearizable reads waiting for a majority to confirm this leader (read_index.py).
+    reads: ReadIndexTracker = field(default_factory=ReadIndexTracker)
 
 
 class LeaderMixin(CoreState):
@@ -97,6 +101,20 @@ class LeaderMixin(CoreState):
     def _rule_may_commit(self, ls: LeaderState, offset: int) -> bool:
         """Commit only past the start of our own epoch (the Raft paper's figure 8)."""
         return offset > ls.epoch_start_offset
+
+    def _rule_read_confirmed(self, ls: LeaderState) -> list[PendingRead]:
+        """The reads a majority of voters confirmed by fetching after they arrived."""
+        return ls.reads.take_confirmed(self.voters, self.node_id)
+
+    # ------------------------------------------------------------------ read index
+
+    def settle_reads(self, ls: LeaderState) -> None:
+        """Answer the confirmed reads with the high watermark, once this epoch's first record
+        has committed (before, the quorum's committed offset is not known here)."""
+        if ls.reads.pending and self.high_watermark > ls.epoch_start_offset:
+            for read in self._rule_read_confirmed(ls):
+                self.reply(read.token, ReadIndexResponse(
+                    ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark))
 
     # ------------------------------------------------------------------ becoming / leaving
 
@@ -164,6 +182,9 @@ class LeaderMixin(CoreState):
             )
         for parked in ls.parked:
             self.reply(parked.token, self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        for read in ls.reads.take_all():  # a node that is not the leader answers no read
+            self.reply(read.token, ReadIndexResponse(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, self.known_leader(), self.epoch))
 
     def become_resigned(self, *, graceful: bool) -> None:
         """Step down in this epoch. With ``graceful`` (shutdown), tell the voters who should
@@ -220,6 +241,9 @@ class LeaderMixin(CoreState):
                         message="not committed in time; the append may still commit",
                     ),
                 )
+        for read in ls.reads.take_expired(now):
+            self.reply(read.token, ReadIndexResponse(
+                ErrorCode.REQUEST_TIMED_OUT, self.node_id, self.epoch))
         ls.progress.expire_observers(now, self.config.observer_expiry_ms)
 
     def leader_next_deadline(self) -> int:
@@ -235,6 +259,9 @@ class LeaderMixin(CoreState):
             deadlines.append(ls.next_begin_epoch_at)
         deadlines.extend(p.deadline for p in ls.parked)
         deadlines.extend(w.deadline for w in ls.waiters)
+        read_deadline = ls.reads.next_deadline()
+        if read_deadline is not None:
+            deadlines.append(read_deadline)
         return min(deadlines)
 
     # ------------------------------------------------------------------ high watermark
@@ -250,6 +277,7 @@ class LeaderMixin(CoreState):
         self.high_watermark = candidate
         self.hw_changed_to = candidate
         self._answer_committed_waiters()
+        self.settle_reads(ls)
         self._schedule_hw_wakeup(ls)
 
     def _schedule_hw_wakeup(self, ls: LeaderState) -> None:
@@ -318,6 +346,9 @@ class LeaderMixin(CoreState):
                 directory_id=req.directory_id,
             )
             if counted:
+                if req.current_leader_epoch == self.epoch:
+                    ls.reads.on_voter_fetch(req.replica_id)
+                    self.settle_reads(ls)
                 ls.unendorsed.discard(req.replica_id)
                 before = self.high_watermark
                 self.maybe_advance_high_watermark()

@@ -269,6 +269,22 @@ class VoterChangeResponse:
     leader_epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReadIndexRequest:
+    """Ask the leader for a read index (``kraft_spark.raft.read_index``); a kraft-spark API."""
+
+    timeout_ms: int = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexResponse:
+    error: ErrorCode
+    leader_id: int
+    leader_epoch: int
+    # Every write acknowledged before the request arrived lies below this offset (-1: error).
+    read_offset: int = -1
+
+
 Request = (
     VoteRequest
     | BeginQuorumEpochRequest
@@ -280,6 +296,7 @@ Request = (
     | AddVoterRequest
     | RemoveVoterRequest
     | UpdateVoterRequest
+    | ReadIndexRequest
 )
 Response = (
     VoteResponse
@@ -290,4 +307,5 @@ Response = (
     | ProduceResponse
     | DescribeQuorumResponse
     | VoterChangeResponse
+    | ReadIndexResponse
 )
