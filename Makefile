@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint sim-long bench clean
+.PHONY: run test test-fast lint sim-long bench clean
 
 $(STAMP): pyproject.toml setup.py kraft_spark/log/_fastcodec.c
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -22,9 +22,16 @@ test: $(STAMP)
 		apt-get install -y -q iptables >/dev/null 2>&1 || echo "iptables could not be installed: the one-sided-cut test will be skipped"; fi
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m 'not slow'
+	$(VENV)/bin/pytest -m 'not slow' --durations=25
 	# The network and API tests again on uvloop, the loop every kraft-spark process runs on.
-	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop tests/net tests/api
+	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop --durations=10 tests/net tests/api
+
+# The inner loop for pure code (core, simulator, protocol, storage, state, unit): no Spark, no
+# child processes. CI runs the full `make test`.
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest -m 'not slow' --durations=10 tests/protocol tests/log tests/state \
+		tests/unit tests/sim
 
 # kraft-spark against etcd and PySyncObj (installs etcd-server and wrk with apt-get if missing);
 # writes bench/results/compare-*.{md,json,png} and bench/results/latest.md.

@@ -6,6 +6,8 @@ Routes::
     GET  /v1/records              committed data records from an offset
     GET  /v1/quorum               DescribeQuorum with the status summary fields
     GET  /v1/quorum/replication   the replication table (leader, followers, observers)
+    GET  /v1/kv/{key}, /v1/kv     reads by key and by prefix (api.kv)
+    GET  /v1/watch                a stream of the writes to a key or prefix (api.watch_route)
     GET  /metrics                 Prometheus text
     GET  /healthz                 liveness: 200 while the process serves
     GET  /readyz                  200 when the quorum names a leader, else 503
@@ -62,6 +64,7 @@ from api.fast_append import (
     DirectAppend,
     FastAppendMiddleware,
 )
+from api.kv import kv_router
 from api.middleware import (
     BearerAuthMiddleware,
     HttpMetricsMiddleware,
@@ -94,6 +97,7 @@ from api.values import (
     replica_out,
 )
 from api.voters import voters_router
+from api.watch_route import watch_router
 from kraft_spark.client.errors import (
     ClientError,
 )
@@ -102,6 +106,8 @@ from kraft_spark.client.types import (
 )
 from kraft_spark.metrics import HttpMetrics, Registry
 from kraft_spark.quorum_report import replication_rows, status_summary
+from kraft_spark.store.service import KvStore
+from kraft_spark.store.watch import WatchHub
 
 __all__ = [
     "IDEMPOTENCY_KEYS",
@@ -146,6 +152,7 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
         (413, "Body or record too large"),
         (410, "Offset below the log start (deleted by retention; see the snapshot)"),
         (415, "Not JSON"),
+        (409, "A condition of a conditional write failed; nothing was written"),
         (422, "Invalid fields"),
         (503, "No leader known (see Retry-After)"),
         (504, "Commit not confirmed in time; it may still commit"),
@@ -167,12 +174,15 @@ def create_app(
     idempotency_keys: int = IDEMPOTENCY_KEYS,
     fast_append: bool = True,
     http_urls: Callable[[], dict[int, str]] | None = None,
+    store: Callable[[], KvStore | None] | None = None,
 ) -> FastAPI:
     """The sidecar app. Give ``backend`` (caller-owned) or ``backend_factory`` (called at startup
     on the serving loop; the app closes what it returns at shutdown). ``fast_append=False``
     serves ``POST /v1/records`` through FastAPI's route instead of :class:`FastAppendMiddleware`
     (same answers, slower; the tests run both). ``http_urls``: the HTTP API of each node (node
-    id -> URL), advertised by ``GET /v1/quorum`` with the leader's."""
+    id -> URL), advertised by ``GET /v1/quorum`` with the leader's. ``store``: this process's
+    copy of the store's state (``NodeStore``), for reads by key, conditional writes and watches
+    (None, or returning None: those answer 503 naming where to send them)."""
     if (backend is None) == (backend_factory is None):
         raise ValueError("give exactly one of backend and backend_factory")
     if not 1 <= max_records <= MAX_RECORDS_PER_REQUEST:
@@ -181,8 +191,9 @@ def create_app(
     http_metrics = HttpMetrics(registry)
     appender = Appender(idempotency_keys, commit_timeout_s, background_commit_s)
     appender.backend = backend
+    store_of: Callable[[], KvStore | None] = store if store is not None else (lambda: None)
     endpoint = AppendEndpoint(
-        appender, http_metrics, max_body_bytes, max_record_bytes, max_records
+        appender, http_metrics, max_body_bytes, max_record_bytes, max_records, store=store_of
     )
 
     @contextlib.asynccontextmanager
@@ -208,7 +219,7 @@ def create_app(
     # ---- error handlers: every error is {"error": ...}
     async def on_api_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.message, exc.headers)
+        return error_response(exc.status, exc.message, exc.headers, exc.extra)
 
     async def on_validation_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -340,6 +351,13 @@ def create_app(
         return [ReplicationRowOut(**row) for row in replication_rows(await describe())]
 
     app.include_router(voters_router(current_backend, _ERRORS))
+    app.include_router(kv_router(store_of, _ERRORS))
+
+    def hub() -> WatchHub | None:
+        found = store_of()
+        return found.watch_hub() if found is not None else None
+
+    app.include_router(watch_router(hub, _ERRORS))
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     async def prometheus(request: Request) -> Response:

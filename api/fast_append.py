@@ -9,6 +9,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.appends import (
     Appender,
 )
+from api.conditional import judge, no_store_error, parse_conditional, with_conditions
 from api.direct import MAX_DIRECT_BODY, Answer
 from api.middleware import (
     error_response,
@@ -49,6 +51,8 @@ from kraft_spark.client.types import (
     NewRecord,
 )
 from kraft_spark.metrics import HttpMetrics
+from kraft_spark.store.service import KvStore
+from kraft_spark.store.txn import Condition
 
 log = logging.getLogger("api.app")
 
@@ -68,7 +72,10 @@ class AppendEndpoint:
         max_body_bytes: int,
         max_record_bytes: int,
         max_records: int,
+        *,
+        store: Callable[[], KvStore | None] = lambda: None,
     ) -> None:
+        self.store = store
         self.appender = appender
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
@@ -83,15 +90,27 @@ class AppendEndpoint:
             )
 
     def records(self, body: bytes) -> list[NewRecord]:
-        """The records of a request body, or the ApiError that says what is wrong with it."""
+        """The records of a request body without conditions, or the ApiError that says what is
+        wrong with it (a conditional body included: ``parse`` takes those)."""
+        records, conditions = self.parse(body)
+        if conditions:
+            raise ApiError(422, "a conditional write: parse it with AppendEndpoint.parse")
+        return records
+
+    def parse(self, body: bytes) -> tuple[list[NewRecord], list[Condition]]:
+        """The records and conditions of a request body (conditions: empty for a plain
+        append), or the ApiError that says what is wrong with it."""
         parsed = parse_json(body)
         if not isinstance(parsed, dict):
             raise ApiError(
                 422, f"the request body must be a JSON object, not {JSON_TYPES[type(parsed)]}. "
                 + RECORD_SHAPE,
             )
+        conditions: list[Condition] = []
         items = plain_fields(parsed)
-        if items is None:
+        if items is None and "conditions" in parsed:
+            items, conditions = parse_conditional(parsed)
+        elif items is None:
             items = [(r.key, r.value, r.headers) for r in self._validated(parsed)]
         if len(items) > self.max_records:
             raise ApiError(
@@ -99,6 +118,8 @@ class AppendEndpoint:
                 f"{self.max_records} per request: split it",
             )
         records = to_new_records(items)
+        if conditions:
+            records = with_conditions(records, conditions)
         for index, record in enumerate(records):
             size = record_size(record)
             if size > self.max_record_bytes:
@@ -108,7 +129,7 @@ class AppendEndpoint:
                     f"of {self.max_record_bytes} bytes: store large data elsewhere and append a "
                     "reference",
                 )
-        return records
+        return records, conditions
 
     @staticmethod
     def _validated(parsed: dict[str, Any]) -> list[RecordIn]:
@@ -124,11 +145,19 @@ class AppendEndpoint:
             ) from None
 
     async def append(self, body: bytes, key: str | None) -> tuple[AppendResult, bool]:
-        """Append the body's records; (result, whether it replays an earlier request's)."""
-        records = self.records(body)
+        """Append the body's records; (result, whether it replays an earlier request's). With
+        conditions: once this node's state has applied them, ApiError 409 if one failed."""
+        records, conditions = self.parse(body)
+        store = None
+        if conditions:
+            store = self.store()
+            if store is None:
+                raise no_store_error()
         result, replayed = await self.appender.append(records, key)
         if not replayed:
             self.metrics.appended_records.inc(len(records))
+        if store is not None:
+            await judge(store, result, self.appender.commit_timeout_s)
         return result, replayed
 
 
@@ -192,7 +221,8 @@ class FastAppendMiddleware:
             )
             result, replayed = await self.endpoint.append(body, key)
         except ApiError as exc:
-            await error_response(exc.status, exc.message, exc.headers)(scope, receive, send)
+            await error_response(exc.status, exc.message, exc.headers, exc.extra)(
+                scope, receive, send)
             return
         except Exception as exc:
             await unexpected_error(exc)(scope, receive, send)

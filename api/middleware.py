@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
@@ -90,8 +91,10 @@ class BearerAuthMiddleware:
 # --------------------------------------------------------------------------- shared helpers
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+def error_response(status: int, message: str, headers: dict[str, str] | None = None,
+                   extra: dict[str, Any] | None = None) -> Response:
+    """``{"error": message}`` (and ``extra``'s fields: a 409's failed conditions)."""
+    return JSONResponse({"error": message, **(extra or {})}, status_code=status, headers=headers)
 
 
 def route_path(scope: Scope) -> str:

@@ -165,10 +165,12 @@ class StatusOut(BaseModel):
 
 
 class ApiError(Exception):
-    """Answered as ``{"error": message}`` with this status and headers."""
+    """Answered as ``{"error": message, **extra}`` with this status and headers."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, *,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
+        self.extra = extra or {}

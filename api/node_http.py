@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from typing import Final
+from typing import Final, cast
 
 import uvicorn
 
@@ -28,6 +28,7 @@ from api.server import bind_tcp as bind_listener
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.node_backend import NodeBackend
 from kraft_spark.net.node_tokens import LocalNode
+from kraft_spark.store.service import NodeStore, StoreNode
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class NodeHttpServer:
         self.host = host
         self.port = port
         self._ticker: asyncio.Task[None] | None = None
+        self.store: NodeStore | None = None
 
     @property
     def url(self) -> str:
@@ -88,6 +90,8 @@ class NodeHttpServer:
         the app's shutdown, close the backend. Bounded in time; never raises."""
         server = self._server
         server.should_exit = True
+        if self.store is not None:
+            self.store.close()  # ends the watch streams, so the shutdown need not wait on them
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -124,7 +128,9 @@ async def start_node_http(
     bound_port = int(sock.getsockname()[1])
     backend = NodeBackend(node)
     urls = dict(http_urls or {})
-    app = create_app(backend, token=token, http_urls=lambda: urls)
+    # The node is a RaftNode (its HTTP factory is called once its state is loaded).
+    store = NodeStore(cast(StoreNode, node), backend.forwarder)
+    app = create_app(backend, token=token, http_urls=lambda: urls, store=lambda: store)
     config = uvicorn.Config(
         app,
         host=host,
@@ -138,10 +144,12 @@ async def start_node_http(
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     handle = NodeHttpServer(EagerAcceptServer(config), sock, backend, host, bound_port)
+    handle.store = store
     try:
         await handle._start()
     except BaseException:
         sock.close()
+        store.close()
         await backend.close()
         raise
     return handle

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "kraft_spark.commands.local",
     "kraft_spark.commands.node",
     "kraft_spark.commands.client_cmds",
+    "kraft_spark.commands.kv",
     "kraft_spark.commands.sql",
     "kraft_spark.log.commands",
     "bench.command",

@@ -16,6 +16,13 @@ from kraft_spark.client.errors import (
     NotKafkaEndpointError,
     RecordTooLargeError,
 )
+from kraft_spark.client.kv import (
+    AsyncKvClient,
+    ConditionFailedError,
+    KeyValue,
+    KvClient,
+    KvError,
+)
 from kraft_spark.client.types import (
     AppendResult,
     CommittedRecord,
@@ -26,12 +33,17 @@ from kraft_spark.client.types import (
 
 __all__ = [
     "AppendResult",
+    "AsyncKvClient",
     "AsyncQuorumClient",
     "ClientError",
     "ClusterIdMismatchError",
     "CommitTimeoutError",
     "CommittedRecord",
+    "ConditionFailedError",
     "InvalidRecordError",
+    "KeyValue",
+    "KvClient",
+    "KvError",
     "NewRecord",
     "NoLeaderError",
     "NotKafkaEndpointError",

@@ -133,6 +133,10 @@ class NodeBackend:
     def forwarded_batches(self) -> int:
         return self._forwarded + self._appends.forwarded_batches
 
+    def forwarder(self) -> AsyncQuorumClient:
+        """The client that reaches the leader from this node (created on first use)."""
+        return self._forwarder()
+
     def _forwarder(self) -> AsyncQuorumClient:
         if self._closed:
             raise ClientError("the node's HTTP API is shutting down")

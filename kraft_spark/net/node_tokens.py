@@ -25,6 +25,7 @@ from kraft_spark.raft.messages import (
     EndQuorumEpochRequest,
     FetchRequest,
     ProduceRequest,
+    ReadIndexRequest,
     Request,
     Response,
     VoteRequest,
@@ -32,7 +33,7 @@ from kraft_spark.raft.messages import (
 
 log = logging.getLogger("kraft_spark.net.node")
 
-LocalRequest = ProduceRequest | FetchRequest | DescribeQuorumRequest
+LocalRequest = ProduceRequest | FetchRequest | DescribeQuorumRequest | ReadIndexRequest
 
 
 class NodeStoppedError(Exception):

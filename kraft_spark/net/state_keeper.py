@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from kraft_spark.log.fs import RealFileSystem
 from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import Batch
 from kraft_spark.raft.snapshot_api import InvalidSnapshotError
 from kraft_spark.state.machine import KeyValueState
 from kraft_spark.state.policy import SnapshotConfig, retention_decision, snapshot_due
@@ -128,6 +129,10 @@ class StateKeeper:
         self.last_snapshot_bytes = 0
         self.retention_passed_observer = 0
         self.failed: BaseException | None = None
+        # Told each batch right after the state applied it (the store's watches), and each
+        # snapshot the state was replaced by (the history between is not applied one by one).
+        self.apply_listeners: list[Callable[[Batch], None]] = []
+        self.load_listeners: list[Callable[[OffsetAndEpoch], None]] = []
 
     # ------------------------------------------------------------------ applying
 
@@ -145,6 +150,8 @@ class StateKeeper:
                     break
                 state.apply(batch)
                 self._bytes_since += batch.size_estimate()
+                for listener in self.apply_listeners:
+                    listener(batch)
             else:
                 continue
             break
@@ -159,6 +166,8 @@ class StateKeeper:
         self._last_snapshot_ms = self._now_ms()
         log.info("node %d: state loaded from the leader's snapshot %s (%d keys)",
                  self.node_id, label(snapshot_id), len(self.state))
+        for listener in self.load_listeners:
+            listener(snapshot_id)
 
     # ------------------------------------------------------------------ snapshots
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from kraft_spark.log.codec import decode_batches, encode_batch
 from kraft_spark.log.errors import CorruptRecordError
-from kraft_spark.net import wire_elections, wire_snapshot, wire_voters
+from kraft_spark.net import wire_elections, wire_reads, wire_snapshot, wire_voters
 from kraft_spark.net.wire_elections import split_error
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.log_api import OffsetAndEpoch
@@ -42,6 +42,8 @@ from kraft_spark.raft.messages import (
     FetchSnapshotResponse,
     ProduceRequest,
     ProduceResponse,
+    ReadIndexRequest,
+    ReadIndexResponse,
     RemoveVoterRequest,
     ReplicaState,
     Request,
@@ -64,6 +66,7 @@ VERSIONS: dict[int, int] = {
     **wire_elections.VERSIONS,
     ApiKey.DESCRIBE_QUORUM: 2,
     ApiKey.FETCH_SNAPSHOT: wire_snapshot.VERSION,
+    ApiKey.READ_INDEX: wire_reads.VERSION,
 }
 
 ACKS_ALL = -1
@@ -202,6 +205,8 @@ def request_to_wire(msg: Request) -> tuple[int, int, Body]:
             "topics": _topics({"partition_index": 0})}
     if isinstance(msg, AddVoterRequest | RemoveVoterRequest | UpdateVoterRequest):
         return wire_voters.request_to_wire(msg)
+    if isinstance(msg, ReadIndexRequest):
+        return wire_reads.request_to_wire(msg)
     raise TypeError(f"no wire form for {msg!r}")  # pragma: no cover - the union is exhaustive
 
 
@@ -217,6 +222,8 @@ def request_from_wire(api_key: int, body: Body, local_cluster_id: str) -> Reques
             return wire_voters.request_from_wire(api_key, body)
         except wire_voters.VoterWireError as exc:
             raise WireError(str(exc)) from exc
+    if api_key == ApiKey.READ_INDEX:
+        return wire_reads.request_from_wire(body)
     if api_key == ApiKey.FETCH:
         topic = _only(body.get("topics"), "topic in Fetch")
         if topic.get("topic") != METADATA_TOPIC:
@@ -302,6 +309,8 @@ def error_response_body(api_key: int, error: int, message: str = "") -> Body:
         return wire_snapshot.error_body(error)
     if api_key in (*wire_voters.VOTER_APIS, ApiKey.DESCRIBE_CLUSTER):
         return wire_voters.error_body(error, message)
+    if api_key == ApiKey.READ_INDEX:
+        return wire_reads.error_body(error)
     raise WireError(f"no error response for api key {api_key}")
 
 
@@ -339,6 +348,8 @@ def response_to_wire(
         }
     if isinstance(msg, FetchSnapshotResponse):
         return wire_snapshot.response_to_wire(msg)
+    if isinstance(msg, ReadIndexResponse):
+        return wire_reads.response_to_wire(msg)
     if isinstance(msg, VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse):
         return wire_elections.response_to_wire(msg, endpoints)
     if isinstance(msg, ProduceResponse):
@@ -510,4 +521,9 @@ def response_from_wire(api_key: int, body: Body) -> Response:
         )
     if api_key in wire_voters.VOTER_APIS:
         return wire_voters.response_from_wire(body)
+    if api_key == ApiKey.READ_INDEX:
+        try:
+            return wire_reads.response_from_wire(body)
+        except ValueError as exc:
+            raise WireError(f"ReadIndex: {exc}") from exc
     raise WireError(f"api key {api_key} is not a quorum response")

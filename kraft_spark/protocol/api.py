@@ -24,6 +24,7 @@ from typing import Any, Final
 from kraft_spark.protocol import messages as m
 from kraft_spark.protocol import messages_kip853 as k
 from kraft_spark.protocol import messages_metadata as md
+from kraft_spark.protocol import messages_store as st
 from kraft_spark.protocol.exceptions import EncodeError, ProtocolError, UnsupportedVersionError
 from kraft_spark.protocol.primitives import Reader
 from kraft_spark.protocol.schema import MessageSchema
@@ -35,7 +36,7 @@ _SIZE = struct.Struct(">i")
 
 
 class ApiKey(IntEnum):
-    """Kafka's API keys for the APIs this codec implements."""
+    """Kafka's API keys for the APIs this codec implements, and kraft-spark's own."""
 
     PRODUCE = 0
     FETCH = 1
@@ -50,6 +51,8 @@ class ApiKey(IntEnum):
     ADD_RAFT_VOTER = 80
     REMOVE_RAFT_VOTER = 81
     UPDATE_RAFT_VOTER = 82
+    # kraft-spark's own (messages_store.py)
+    READ_INDEX = 10000
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ API_SPECS: dict[int, ApiSpec] = {
               k.REMOVE_RAFT_VOTER_RESPONSE),
         _spec(ApiKey.UPDATE_RAFT_VOTER, k.UPDATE_RAFT_VOTER_REQUEST,
               k.UPDATE_RAFT_VOTER_RESPONSE),
+        _spec(ApiKey.READ_INDEX, st.READ_INDEX_REQUEST, st.READ_INDEX_RESPONSE),
     )
 }
 """Every API we implement, by key."""

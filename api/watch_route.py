@@ -1,0 +1,229 @@
+"""``GET /v1/watch``: committed writes to a key, or to the keys under a prefix, as a
+Server-Sent Events stream (``kraft_spark.store.watch`` does the watching; this is its HTTP
+form). Mounted by ``app.include_router(watch_router(hub_provider, errors))``.
+
+Each write is one event, its ``id`` its offset, so a client (a browser's ``EventSource`` does
+it by itself) resumes after a disconnect with ``Last-Event-ID`` and gets every later write
+exactly once::
+
+    event: put
+    id: 42
+    data: {"key":"topic/a","value":{"partitions":3},"offset":42,"type":"put"}
+
+    event: delete
+    id: 43
+    data: {"key":"topic/a","value":null,"offset":43,"type":"delete"}
+
+    event: progress
+    data: {"offset":57}
+
+    event: cancelled
+    data: {"reason":"slow consumer: resume from offset 44 ...","resume_offset":44}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Callable
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.types import Receive, Scope, Send
+
+from api.models import MAX_OFFSET, RETRY_AFTER_S, ApiError, ErrorResponse
+from api.values import decode_value
+from kraft_spark.store.watch import (
+    BelowLogStart,
+    Cancelled,
+    Progress,
+    Watcher,
+    WatchEvent,
+    WatchHub,
+    WatchHubClosed,
+    WatchItem,
+)
+
+__all__ = ["EventStreamResponse", "encode_item", "watch_router"]
+
+STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+DESCRIPTION: Final = """\
+A [Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html) stream
+(`text/event-stream`) of every committed write to `key`, or to the keys starting with `prefix`
+(`prefix=` empty: every key), in offset order, each exactly once per stream. Give exactly one
+of `key` and `prefix`.
+
+Where it starts: at `from_offset` if given (the writes still in the log from there, then the
+live ones), else from now on. A `Last-Event-ID` header (what `EventSource` sends when it
+reconnects) resumes after that offset and takes precedence over `from_offset`.
+
+Events:
+
+* `put` and `delete`: `id` is the write's offset; `data` is
+  `{"key": str, "value": <JSON, or the stored text when not JSON; null for a delete>,
+  "offset": int, "type": "put"|"delete"}`.
+* `progress`: `data` is `{"offset": N}`: every write below N has been reported (sent once the
+  stream has caught up with the log, then whenever nothing matched for the progress interval,
+  5 s by default). Carries no `id`.
+* `cancelled`, always last: `data` is `{"reason": str, "resume_offset": N}`. A consumer too
+  slow to keep up (more writes pending than the watch may queue) is cut off this way, as are
+  watches when the node stops or replaces its state with a leader's snapshot: reconnect from
+  `resume_offset` (the reason says what to do first, if anything).
+
+A `from_offset` below the log start is answered 410 before any event, naming the snapshot to
+load first and the log start offset to watch from.
+"""
+
+
+class WatchGoneOut(BaseModel):
+    error: str = Field(description="What went wrong and how to fix it.")
+    snapshot: str | None = Field(
+        description="The snapshot holding the state the deleted records led to, "
+        "<end offset>-<epoch> (null: unknown)")
+    log_start_offset: int = Field(description="The lowest offset a watch can start from.")
+
+
+class EventStreamResponse(StreamingResponse):
+    """A watch's event stream; the watcher is closed however the response ends (the stream
+    finished, the client disconnected, or the server cancelled the request)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, watcher: Watcher) -> None:
+        self._watcher = watcher
+        self._events = _stream(watcher)
+        super().__init__(self._events, headers=STREAM_HEADERS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._watcher.aclose()
+            await self._events.aclose()
+
+
+async def _stream(watcher: Watcher) -> AsyncGenerator[bytes]:
+    try:
+        async for item in watcher:
+            yield encode_item(item)
+    finally:
+        await watcher.aclose()
+
+
+def encode_item(item: WatchItem) -> bytes:
+    """One SSE event (JSON keeps ``data`` on one line: it escapes CR and LF)."""
+    if isinstance(item, WatchEvent):
+        kind = "put" if item.value is not None else "delete"
+        data: dict[str, Any] = {"key": item.key.decode("utf-8", errors="replace"),
+                                "value": decode_value(item.value), "offset": item.offset,
+                                "type": kind}
+        try:
+            text = _JSON.encode(data)
+        except ValueError:  # a number JSON cannot carry (1e400 parses as inf): as text then
+            assert item.value is not None
+            data["value"] = item.value.decode("utf-8", errors="replace")
+            text = _JSON.encode(data)
+        return f"event: {kind}\nid: {item.offset}\ndata: {text}\n\n".encode()
+    if isinstance(item, Progress):
+        return f'event: progress\ndata: {{"offset":{item.offset}}}\n\n'.encode()
+    assert isinstance(item, Cancelled)
+    text = _JSON.encode({"reason": item.reason, "resume_offset": item.resume_offset})
+    return f"event: cancelled\ndata: {text}\n\n".encode()
+
+
+def _resume_offset(last_event_id: str | None, from_offset: int | None) -> int | None:
+    if last_event_id is None or not last_event_id.strip():
+        return from_offset
+    text = last_event_id.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) >= MAX_OFFSET:
+        raise ApiError(
+            422, f"the Last-Event-ID header must be the id of an event of this stream (an "
+            f"offset, 0 to {MAX_OFFSET - 1}), got {text[:40]!r}: resume with the last id "
+            "received, or drop the header and give from_offset")
+    return int(text) + 1
+
+
+def watch_router(hub_provider: Callable[[], WatchHub | None],
+                 errors: dict[int | str, dict[str, Any]]) -> APIRouter:
+    """``GET /v1/watch`` over the hub ``hub_provider()`` returns per request (None: this
+    endpoint serves no watches, 503). ``errors``: the app's error responses for OpenAPI
+    (``api.app._ERRORS``)."""
+    router = APIRouter(tags=["watch"])
+    responses: dict[int | str, dict[str, Any]] = {
+        200: {"description": "The event stream (see above).",
+              "content": {"text/event-stream": {"schema": {"type": "string"}, "example": (
+                  'event: put\nid: 42\ndata: {"key":"topic/a","value":{"partitions":3},'
+                  '"offset":42,"type":"put"}\n\n'
+                  'event: progress\ndata: {"offset":43}\n\n')}}},
+        410: {"model": WatchGoneOut,
+              "description": "from_offset is below the log start: load the snapshot named, "
+              "then watch from log_start_offset"},
+        422: {**errors.get(422, {"model": ErrorResponse}),
+              "description": "Not exactly one of key and prefix, or a bad from_offset or "
+              "Last-Event-ID"},
+        503: {"model": ErrorResponse,
+              "description": "This endpoint serves no watches, or its node is stopping"},
+    }
+    if 401 in errors:
+        responses[401] = errors[401]
+
+    @router.get(
+        "/v1/watch",
+        response_class=EventStreamResponse,
+        status_code=200,
+        responses=responses,
+        summary="Watch a key or a prefix: committed writes as Server-Sent Events",
+        description=DESCRIPTION,
+    )
+    async def watch(
+        key: Annotated[str | None, Query(
+            description="Watch this key (UTF-8).", examples=["topic/a"])] = None,
+        prefix: Annotated[str | None, Query(
+            description="Watch every key starting with this (empty: all keys).",
+            examples=["topic/"])] = None,
+        from_offset: Annotated[int | None, Query(
+            ge=0, le=MAX_OFFSET,
+            description="Start at this offset (default: from now on).")] = None,
+        last_event_id: Annotated[str | None, Header(
+            alias="Last-Event-ID",
+            description="Resume after this event id (an offset); wins over from_offset.",
+        )] = None,
+    ) -> Response:
+        hub = hub_provider()
+        if hub is None:
+            raise ApiError(
+                503, "this endpoint does not serve watches (only a node's own HTTP API does, "
+                "kraft.http.listener): watch through a node")
+        if (key is None) == (prefix is None):
+            raise ApiError(
+                422, "give exactly one of the query parameters key (one key) and prefix (the "
+                "keys starting with it; prefix= empty for every key)")
+        if key == "":
+            raise ApiError(422, "query parameter key must not be empty: to watch every key "
+                                "give prefix= (empty) instead")
+        start = _resume_offset(last_event_id, from_offset)
+        try:
+            watcher = hub.watch(
+                key=None if key is None else key.encode("utf-8"),
+                prefix=None if prefix is None else prefix.encode("utf-8"),
+                from_offset=start,
+            )
+        except WatchHubClosed as exc:
+            raise ApiError(503, str(exc), {"Retry-After": RETRY_AFTER_S}) from None
+        try:
+            await watcher.start()
+        except BelowLogStart as exc:
+            return JSONResponse(
+                {"error": str(exc), "snapshot": exc.snapshot,
+                 "log_start_offset": exc.log_start_offset},
+                status_code=410,
+            )
+        except BaseException:
+            await watcher.aclose()
+            raise
+        return EventStreamResponse(watcher)
+
+    return router

@@ -1,0 +1,273 @@
+"""The store's client over HTTP (httpx): ``KvClient`` (blocking) and ``AsyncKvClient``.
+
+Reads, conditional writes and watches are served from a node's own copy of the state, so these
+clients speak to a node's HTTP API (``kraft.http.listener``, ``kraft-spark local
+--node-http-base-port``, or the Spark application's address), not to the Kafka-protocol port
+``QuorumClient`` uses::
+
+    from kraft_spark.client import KvClient
+    with KvClient("http://127.0.0.1:8080") as kv:
+        kv.put("cfg/a", {"n": 1})
+        got = kv.get("cfg/a")                         # linearizable by default
+        kv.put("cfg/a", {"n": 2}, if_version=got.version)   # compare-and-set
+        # raises ConditionFailedError (HTTP 409) if someone wrote cfg/a in between
+
+    async with AsyncKvClient("http://127.0.0.1:8080") as kv:
+        async for event in kv.watch(prefix="cfg/", from_offset=0):
+            print(event.offset, event.type, event.key, event.value)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from kraft_spark.client.errors import ClientError
+
+Consistency = Literal["linearizable", "serializable"]
+
+
+class KvError(ClientError):
+    """An error answer: ``status`` and the server's message."""
+
+    def __init__(self, status: int, message: str, body: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.body = body
+
+
+class ConditionFailedError(KvError):
+    """409: a condition did not hold; nothing was written. ``failed``: the keys with their
+    revision when judged (``{"key", "mod_offset", "version"}``)."""
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return list(self.body.get("failed", []))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: str
+    value: Any
+    create_offset: int
+    mod_offset: int
+    version: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    base_offset: int
+    last_offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """``type``: put, delete, progress (``offset``: everything below it was seen) or cancelled
+    (the server ended the stream; ``value`` holds its reason)."""
+
+    type: str
+    offset: int
+    key: str | None = None
+    value: Any = None
+
+
+def write_body(records: list[tuple[str, Any]], conditions: list[dict[str, Any]] | None
+               ) -> dict[str, Any]:
+    body: dict[str, Any] = {"records": [{"key": k, "value": v} for k, v in records]}
+    if conditions:
+        body["conditions"] = conditions
+    return body
+
+
+def conditions_for(key: str, if_version: int | None, if_mod_offset: int | None,
+                   if_absent: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if if_version is not None:
+        out.append({"key": key, "version": if_version})
+    if if_mod_offset is not None:
+        out.append({"key": key, "mod_offset": if_mod_offset})
+    if if_absent:
+        out.append({"key": key, "exists": False})
+    return out
+
+
+def _checked(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"error": response.text}
+    if response.status_code == 409:
+        raise ConditionFailedError(409, body.get("error", ""), body)
+    if response.status_code >= 400:
+        raise KvError(response.status_code, body.get("error", response.text), body)
+    return dict(body)
+
+
+def _key_value(body: dict[str, Any]) -> KeyValue:
+    return KeyValue(body["key"], body["value"], body["create_offset"], body["mod_offset"],
+                    body["version"], body["offset"])
+
+
+def _watch_params(key: str | None, prefix: str | None, from_offset: int | None
+                  ) -> dict[str, Any]:
+    if (key is None) == (prefix is None):
+        raise ValueError("watch exactly one of key and prefix")
+    params: dict[str, Any] = {"key": key} if key is not None else {"prefix": prefix}
+    if from_offset is not None:
+        params["from_offset"] = from_offset
+    return params
+
+
+class _SseParser:
+    """Server-Sent Events lines → ``WatchEvent``s."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, str] = {}
+
+    def feed(self, line: str) -> WatchEvent | None:
+        if line:
+            name, _, value = line.partition(":")
+            self._fields[name] = value.removeprefix(" ")
+            return None
+        fields, self._fields = self._fields, {}
+        kind = fields.get("event", "message")
+        data = json.loads(fields.get("data") or "{}")
+        if kind in ("put", "delete"):
+            return WatchEvent(kind, data["offset"], data["key"], data.get("value"))
+        if kind == "progress":
+            return WatchEvent(kind, data["offset"])
+        if kind == "cancelled":
+            return WatchEvent(kind, data.get("resume_offset", -1), None, data.get("reason"))
+        return None
+
+
+class KvClient:
+    """Blocking store client for one HTTP address."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 15.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s)
+
+    def get(self, key: str, *, consistency: Consistency = "linearizable") -> KeyValue | None:
+        response = self._http.get(f"/v1/kv/{key}", params={"consistency": consistency})
+        if response.status_code == 404:
+            return None
+        return _key_value(_checked(response))
+
+    def range(self, prefix: str = "", *, limit: int = 100,
+              consistency: Consistency = "linearizable") -> Iterator[KeyValue]:
+        """Every key under ``prefix`` in key order, fetched ``limit`` at a time."""
+        token: str | None = None
+        while True:
+            params: dict[str, Any] = {"prefix": prefix, "limit": limit,
+                                      "consistency": consistency}
+            if token:
+                params["page_token"] = token
+            page = _checked(self._http.get("/v1/kv", params=params))
+            yield from (_key_value(kv) for kv in page["kvs"])
+            token = page.get("next_page_token")
+            if not token:
+                return
+
+    def txn(self, records: list[tuple[str, Any]], conditions: list[dict[str, Any]] | None = None,
+            *, idempotency_key: str | None = None) -> WriteResult:
+        """Write ``records`` (value None deletes) if every condition holds, all or none."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = _checked(self._http.post("/v1/records", json=write_body(records, conditions),
+                                        headers=headers))
+        return WriteResult(body["base_offset"], body["last_offset"], body["epoch"])
+
+    def put(self, key: str, value: Any, *, if_version: int | None = None,
+            if_mod_offset: int | None = None, if_absent: bool = False) -> WriteResult:
+        return self.txn([(key, value)],
+                        conditions_for(key, if_version, if_mod_offset, if_absent))
+
+    def delete(self, key: str, *, if_version: int | None = None,
+               if_mod_offset: int | None = None) -> WriteResult:
+        return self.txn([(key, None)], conditions_for(key, if_version, if_mod_offset, False))
+
+    def watch(self, *, key: str | None = None, prefix: str | None = None,
+              from_offset: int | None = None) -> Iterator[WatchEvent]:
+        params = _watch_params(key, prefix, from_offset)
+        parser = _SseParser()
+        with self._http.stream("GET", "/v1/watch", params=params, timeout=None) as response:
+            if response.status_code >= 400:
+                response.read()
+                _checked(response)
+            for line in response.iter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> KvClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncKvClient:
+    """asyncio store client for one HTTP address (same methods as ``KvClient``)."""
+
+    def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 15.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s)
+
+    async def get(self, key: str, *, consistency: Consistency = "linearizable"
+                  ) -> KeyValue | None:
+        response = await self._http.get(f"/v1/kv/{key}", params={"consistency": consistency})
+        if response.status_code == 404:
+            return None
+        return _key_value(_checked(response))
+
+    async def txn(self, records: list[tuple[str, Any]],
+                  conditions: list[dict[str, Any]] | None = None, *,
+                  idempotency_key: str | None = None) -> WriteResult:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = _checked(await self._http.post(
+            "/v1/records", json=write_body(records, conditions), headers=headers))
+        return WriteResult(body["base_offset"], body["last_offset"], body["epoch"])
+
+    async def put(self, key: str, value: Any, *, if_version: int | None = None,
+                  if_mod_offset: int | None = None, if_absent: bool = False) -> WriteResult:
+        return await self.txn([(key, value)],
+                              conditions_for(key, if_version, if_mod_offset, if_absent))
+
+    async def delete(self, key: str, *, if_version: int | None = None,
+                     if_mod_offset: int | None = None) -> WriteResult:
+        return await self.txn([(key, None)],
+                              conditions_for(key, if_version, if_mod_offset, False))
+
+    async def watch(self, *, key: str | None = None, prefix: str | None = None,
+                    from_offset: int | None = None) -> AsyncIterator[WatchEvent]:
+        """The stream as an async iterator; resume after a disconnect with ``from_offset`` =
+        the last event's offset + 1 (or a progress event's offset)."""
+        params = _watch_params(key, prefix, from_offset)
+        parser = _SseParser()
+        async with self._http.stream("GET", "/v1/watch", params=params,
+                                     timeout=None) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                _checked(response)
+            async for line in response.aiter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncKvClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,218 @@
+"""``NodeStore``: the store API of one node (voter or observer), on the node's event loop.
+
+Reads come from the node's own state machine (``KeyValueState``), never through the leader's
+loop for the data itself, so readers spread over every node:
+
+* **serializable**: the local applied state at once, with the offset it reflects;
+* **linearizable** (the default): first the read index (``kraft_spark.raft.read_index``): from
+  the local core when this node leads, else asked of the leader over the wire (ReadIndex, api
+  key 10000), then the answer waits until the local state has applied that offset. A node
+  that cannot get a confirmed read index does not answer (``NoLeaderError``: HTTP 503).
+
+Conditional writes are judged by the state machine where they land in the log; ``outcome``
+waits until the local state has applied a write and tells whether its conditions held.
+
+Watches: every batch the state applies is turned into watch events (the writes that took
+effect: not those of a failed conditional write) and published to this node's ``WatchHub``
+once per high-watermark move; a snapshot that replaces the state ends the watches that needed
+the writes it skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from kraft_spark.client.client import AsyncQuorumClient
+from kraft_spark.client.errors import ClientError, NoLeaderError
+from kraft_spark.client.reads import read_index
+from kraft_spark.log.segmented_log import SegmentedLog
+from kraft_spark.net.node_tokens import LocalRequest
+from kraft_spark.net.state_keeper import StateKeeper
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse, Response
+from kraft_spark.raft.records import Batch
+from kraft_spark.state.machine import TXN_OUTCOME_WINDOW, Entry, FailedTxn
+from kraft_spark.state.snapshot_file import label
+from kraft_spark.store.watch import WatchEvent, WatchHub, batch_events, log_reader
+
+# At most this many keys per range page.
+MAX_RANGE_LIMIT = 10_000
+
+
+class ReadTimeoutError(ClientError):
+    """The state did not apply the read's offset in time (HTTP 504)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KvRead:
+    """What a read saw: the entries (key order) and the offset the answer reflects (every
+    committed write below it, none at or above it)."""
+
+    offset: int
+    entries: list[tuple[bytes, Entry]]
+    more: bool = False
+
+
+class KvStore(Protocol):
+    """What the HTTP API's store routes need (``NodeStore``, or a proxy to one)."""
+
+    async def get(self, key: bytes, *, linearizable: bool, timeout_s: float) -> KvRead: ...
+
+    async def range(self, prefix: bytes, *, after: bytes | None, limit: int,
+                    linearizable: bool, timeout_s: float) -> KvRead: ...
+
+    async def outcome(self, base_offset: int, end_offset: int,
+                      timeout_s: float) -> FailedTxn | None: ...
+
+    def watch_hub(self) -> WatchHub | None: ...
+
+
+@runtime_checkable
+class StoreNode(Protocol):
+    """What the store needs of a ``RaftNode``."""
+
+    cluster_id: str
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def keeper(self) -> StateKeeper: ...
+
+    @property
+    def log(self) -> SegmentedLog: ...
+
+    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]: ...
+
+    def add_commit_listener(self, callback: Callable[[int], None]) -> None: ...
+
+
+class NodeStore:
+    """``KvStore`` of one node; create it on the node's loop after the node started.
+    ``forwarder``: the client that reaches the leader (read indexes of followers/observers)."""
+
+    def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient]) -> None:
+        self._node = node
+        self._forwarder = forwarder
+        keeper = node.keeper
+        self._keeper = keeper
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._pending: list[WatchEvent] = []
+        state = keeper.state
+        self._hub = WatchHub(
+            log_reader(node.log, end=lambda: keeper.state.applied_offset,
+                       snapshot=keeper.latest_snapshot_label, failed_group=self._failed_size,
+                       start=lambda: keeper.state.applied_offset - TXN_OUTCOME_WINDOW),
+            applied_offset=state.applied_offset,
+        )
+        keeper.apply_listeners.append(self._on_batch)
+        keeper.load_listeners.append(self._on_snapshot_loaded)
+        node.add_commit_listener(self._on_commit)
+        self.linearizable_reads = 0
+        self.serializable_reads = 0
+
+    # ------------------------------------------------------------------ applying
+
+    def _failed_size(self, offset: int) -> int:
+        failure = self._keeper.state.txn_failure(offset)
+        return failure.size if failure is not None else 0
+
+    def _on_batch(self, batch: Batch) -> None:
+        if self._hub.watchers:
+            batch_events(batch, self._failed_size, out=self._pending)
+
+    def _on_snapshot_loaded(self, snapshot_id: OffsetAndEpoch) -> None:
+        self._pending.clear()
+        self._hub.skip_to(snapshot_id.offset, label(snapshot_id))
+
+    def _on_commit(self, _high_watermark: int) -> None:
+        applied = self._keeper.state.applied_offset
+        if applied > self._hub.applied_offset or self._pending:
+            events, self._pending = self._pending, []
+            self._hub.publish(events, applied)
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= applied:
+            _, _, future = heapq.heappop(waiters)
+            if not future.done():
+                future.set_result(None)
+
+    async def wait_applied(self, offset: int, timeout_s: float) -> None:
+        """Until the local state has applied everything below ``offset``."""
+        if self._keeper.state.applied_offset >= offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (offset, next(self._order), future))
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise ReadTimeoutError(
+                f"this node's state did not reach offset {offset} within {timeout_s:g} s (it is "
+                f"at {self._keeper.state.applied_offset}): it may be cut off from the leader; "
+                "retry, or read from another node") from None
+
+    # ------------------------------------------------------------------ reads
+
+    async def read_offset(self, *, linearizable: bool, timeout_s: float) -> int:
+        """The offset a read may answer at: the applied offset (serializable), or the read
+        index once applied here (linearizable)."""
+        if not linearizable:
+            self.serializable_reads += 1
+            return self._keeper.state.applied_offset
+        offset = await self._read_index(timeout_s)
+        await self.wait_applied(offset, timeout_s)
+        self.linearizable_reads += 1
+        return offset
+
+    async def _read_index(self, timeout_s: float) -> int:
+        if self._node.is_leader:
+            request = ReadIndexRequest(max(1, int(timeout_s * 1000)))
+            response = await asyncio.wait_for(self._node.submit_local(request), timeout_s + 1)
+            assert isinstance(response, ReadIndexResponse)
+            if response.error == ErrorCode.NONE:
+                return response.read_offset
+            if response.error != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                raise NoLeaderError(f"the leader could not confirm its leadership in time "
+                                    f"({response.error.name})")
+        offset, _ = await read_index(self._forwarder(), timeout_s=timeout_s)
+        return offset
+
+    async def get(self, key: bytes, *, linearizable: bool, timeout_s: float) -> KvRead:
+        await self.read_offset(linearizable=linearizable, timeout_s=timeout_s)
+        # The answer reflects the state as applied now (at or past the read index).
+        state = self._keeper.state
+        entry = state.get(key)
+        return KvRead(state.applied_offset, [(key, entry)] if entry else [])
+
+    async def range(self, prefix: bytes, *, after: bytes | None, limit: int,
+                    linearizable: bool, timeout_s: float) -> KvRead:
+        await self.read_offset(linearizable=linearizable, timeout_s=timeout_s)
+        state = self._keeper.state
+        keys = sorted(k for k, _ in state.items() if k.startswith(prefix))
+        start = bisect.bisect_right(keys, after) if after is not None else 0
+        page = keys[start:start + limit]
+        entries = [(k, e) for k in page if (e := state.get(k)) is not None]
+        return KvRead(state.applied_offset, entries, start + limit < len(keys))
+
+    # ------------------------------------------------------------------ writes, watches
+
+    async def outcome(self, base_offset: int, end_offset: int,
+                      timeout_s: float) -> FailedTxn | None:
+        await self.wait_applied(end_offset, timeout_s)
+        return self._keeper.state.txn_failure(base_offset)
+
+    def watch_hub(self) -> WatchHub | None:
+        return self._hub
+
+    def close(self) -> None:
+        self._hub.close()
+        for _, _, future in self._waiters:
+            if not future.done():
+                future.cancel()
+        self._waiters.clear()
