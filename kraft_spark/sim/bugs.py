@@ -11,6 +11,7 @@ from kraft_spark.raft.leader import LeaderState
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import NO_LEADER, VoteRequest
 from kraft_spark.raft.progress import ReplicaProgress
+from kraft_spark.raft.read_index import PendingRead
 from kraft_spark.raft.vote_rules import VoteDecision, decide_vote
 from kraft_spark.raft.voter_set import VoterSet
 
@@ -105,3 +106,16 @@ BUGS: dict[str, type[RaftCore]] = {
     "committed-voters-only": CommittedVotersOnly,
     "uncaught-voter": UncaughtVoter,
 }
+
+
+class UnconfirmedRead(RaftCore):
+    """Answers read indexes at once, without a majority confirming it still leads: a deposed
+    leader serves stale reads. Only a linearizability check of reads notices (not in BUGS:
+    those are caught by the log invariants; this one by ``store clients`` histories)."""
+
+    def _rule_read_confirmed(self, ls: LeaderState) -> list[PendingRead]:
+        return ls.reads.take_all()
+
+
+# Bugs of reads, caught by checking the store clients' histories (tests/sim/test_store_sim.py).
+STORE_BUGS: dict[str, type[RaftCore]] = {"unconfirmed-read": UnconfirmedRead}

@@ -30,6 +30,7 @@ from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.raft.voter_set import NIL_DIRECTORY
+from kraft_spark.sim.append_client import STORE_CLIENT_BASE, SimClient, StoreClientsReceiver
 from kraft_spark.sim.disk_faults import DISK_BUGS, RESTART_AFTER_US
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
@@ -66,22 +67,6 @@ class SimNode:
     wake_at: int = -1
     flushing: bool = False
     flush_again: bool = False
-
-
-@dataclass(slots=True)
-class SimClient:
-    """Appends unique values one at a time, retrying with the same producer sequence."""
-
-    client_id: int  # negative: clients live outside the node id space
-    producer_id: int
-    seq: int = 0
-    target: int = 0
-    request_id: int = 0  # of the attempt in flight, 0 when idle
-    attempt_deadline: int = 0
-    acked: int = 0
-
-    def value(self) -> bytes:
-        return f"c{-self.client_id}-s{self.seq}".encode()
 
 
 class Cluster:
@@ -136,6 +121,7 @@ class Cluster:
         self.fsync_latency_us = (500, 4000)
         self.client_think_us = (20_000, 200_000)
         self.clients_running = True
+        self.store_clients: StoreClientsReceiver | None = None  # the runner's, when asked for
         # Called with each node that becomes leader (the fault injector targets new leaders).
         self.on_new_leader: Callable[[SimNode], None] | None = None
         for node in self.nodes.values():
@@ -566,6 +552,9 @@ class Cluster:
             self._client_send(client)
 
     def _client_receive(self, index: int, payload: Any) -> None:
+        if index >= STORE_CLIENT_BASE and self.store_clients is not None:  # store_clients.py
+            self.store_clients.receive(index - STORE_CLIENT_BASE, payload)
+            return
         client = self.clients[index]
         _, request_id, message = payload
         if request_id != client.request_id or not isinstance(message, ProduceResponse):

@@ -8,11 +8,12 @@ import time
 from typing import Any
 
 from kraft_spark.raft.core import RaftCore
-from kraft_spark.sim.bugs import BUGS
+from kraft_spark.sim.bugs import BUGS, STORE_BUGS
 from kraft_spark.sim.disk_faults import DISK_BUGS
 from kraft_spark.sim.faults import parse_faults
 from kraft_spark.sim.runner import measure_failover, run_seed, summarize
 from kraft_spark.sim.snapshots import SHELL_BUGS
+from kraft_spark.sim.store_clients import STORE_SHELL_BUGS
 
 
 def register(subparsers: Any) -> None:
@@ -32,16 +33,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--faults", default="all", help="all, none, or a comma list of: crash,restart,partition,"
         "drop,duplicate,reorder,delay,pause,one-way,disk-full,io-error,bit-rot,torn-write,"
-        "disk-loss",
+        "disk-loss; opt-in (not in all): reconfig, isolate-leader",
     )  # fmt: skip
     parser.add_argument(
         "--duration", type=float, default=20.0, help="simulated seconds of faults per seed"
     )
     parser.add_argument("--trace", action="store_true", help="print every event")
     parser.add_argument(
-        "--inject-bug", choices=sorted([*BUGS, *SHELL_BUGS, *DISK_BUGS]),
+        "--inject-bug", choices=sorted([*BUGS, *SHELL_BUGS, *DISK_BUGS, *STORE_BUGS,
+                                        *STORE_SHELL_BUGS]),
         help="run a deliberately broken core (or shell: " + ", ".join([*SHELL_BUGS, *DISK_BUGS])
+        + "; store bugs, with --store-clients: " + ", ".join([*STORE_BUGS, *STORE_SHELL_BUGS])
         + ")",
+    )
+    parser.add_argument(
+        "--store-clients", type=int, default=0, metavar="N",
+        help="N clients also read and compare-and-set keys; each seed's history is checked "
+        "for linearizability with porcupine (needs Go). Add the fault isolate-leader "
+        "(--faults all,isolate-leader) to meet deposed leaders that still answer",
     )
     parser.add_argument(
         "--no-snapshots", action="store_true",
@@ -68,6 +77,7 @@ def register(subparsers: Any) -> None:
 MAX_SEEDS = 1_000_000
 MAX_OBSERVERS = 50
 MAX_DURATION_S = 3600.0
+MAX_STORE_CLIENTS = 50
 
 
 def _parse_seeds(args: argparse.Namespace) -> range:
@@ -103,14 +113,29 @@ def _run(args: argparse.Namespace) -> int:
     if args.measure == "failover":
         return _measure(seeds, args.voters)
     bug = args.inject_bug
-    core_class: type[RaftCore] = BUGS.get(bug, RaftCore)
+    core_class: type[RaftCore] = BUGS.get(bug, STORE_BUGS.get(bug, RaftCore))
     shell_bug = bug if bug in SHELL_BUGS or bug in DISK_BUGS else None
+    store_bug = bug if bug in STORE_SHELL_BUGS else None
+    if not 0 <= args.store_clients <= MAX_STORE_CLIENTS:
+        raise CommandError(f"--store-clients must be from 0 to {MAX_STORE_CLIENTS}")
+    if (bug in STORE_BUGS or store_bug) and not args.store_clients:
+        raise CommandError(f"--inject-bug {bug} is caught by the store clients' histories: "
+                           "add --store-clients 5")
+    if args.store_clients:
+        from kraft_spark.lincheck import go_available
+
+        if args.no_snapshots:
+            raise CommandError("--store-clients reads the nodes' state machines: drop "
+                               "--no-snapshots")
+        reason = go_available()
+        if reason is not None:
+            raise CommandError(f"--store-clients needs the porcupine checker: {reason}")
     if shell_bug in SHELL_BUGS and args.no_snapshots:
         raise CommandError(f"--inject-bug {shell_bug} needs snapshots (drop --no-snapshots)")
     echo = print if args.trace else None
     started = time.monotonic()
     events = commits = elections = 0
-    taken = installed = advanced = changes = 0
+    taken = installed = advanced = changes = store_ops = 0
     for n, seed in enumerate(seeds, 1):
         result = run_seed(
             seed,
@@ -123,6 +148,8 @@ def _run(args: argparse.Namespace) -> int:
             segmented_log=args.log == "segmented",
             snapshots=not args.no_snapshots,
             shell_bug=shell_bug,
+            store_clients=args.store_clients,
+            store_bug=store_bug,
         )
         if result.snapshots is not None:
             taken += result.snapshots.taken
@@ -130,6 +157,7 @@ def _run(args: argparse.Namespace) -> int:
             advanced += result.snapshots.starts_advanced
         events += result.events
         changes += result.voter_changes
+        store_ops += sum(op["return_ns"] is not None for op in result.history)
         commits += result.commits
         elections += result.elections
         if result.violation is not None:
@@ -144,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
                 + (f" --inject-bug {args.inject_bug}" if args.inject_bug else "")
                 + (" --log segmented" if args.log == "segmented" else "")
                 + (" --no-snapshots" if args.no_snapshots else "")
+                + (f" --store-clients {args.store_clients}" if args.store_clients else "")
                 + " --trace"
             )
             print(f"seeds={n} events={events} commits={commits} elections={elections} violations=1")
@@ -156,6 +185,7 @@ def _run(args: argparse.Namespace) -> int:
         + ("" if args.no_snapshots else
            f" snapshots={taken} installed={installed} log-starts-advanced={advanced}")
         + (f" voter-changes={changes}" if "reconfig" in faults else "")
+        + (f" store-ops-checked={store_ops}" if args.store_clients else "")
     )
     return 0
 

@@ -32,6 +32,7 @@ FAULT_KINDS = (
     "torn-write",
     "disk-loss",
     "reconfig",
+    "isolate-leader",
 )
 
 
@@ -39,7 +40,11 @@ FAULT_KINDS = (
 # clean since pre-vote and the hearing of unlisted candidates, see the README). Keeping them
 # out of "all" keeps every older seed's trajectory. MEMBERSHIP_FAULTS (all but the log-damage
 # faults) is what the injected membership bugs are measured against.
-OPT_IN_FAULTS = frozenset({"reconfig"})
+OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader"})
+# isolate-leader (opt-in, for the store's read checks): the leader is cut off from every other
+# node, not from clients, for longer than an election takes, so for a while an old leader that
+# has not yet resigned (check-quorum) and a new one both answer clients: the moment a read that
+# skips the leadership check returns stale data.
 MEMBERSHIP_FAULTS = ("crash,restart,partition,drop,duplicate,reorder,delay,pause,one-way,"
                      "disk-full,io-error,disk-loss,reconfig")
 
@@ -362,6 +367,17 @@ class FaultInjector:
         self.cluster.nodes[node_id].log.failing = None
         # Down until the supervisor's restart has had its chance.
         self.cluster.at(self.cluster.now + RESTART_AFTER_US + 1000, self.down.discard, node_id)
+
+    def _isolate_leader(self) -> None:
+        leader = self.cluster.current_leader()
+        if leader is None or self.cluster.network.blocked:
+            return  # one cut at a time: the quorum elects a new leader while it lasts
+        others = sorted(i for i in self.cluster.nodes if i != leader.node_id)
+        self._note(f"isolate leader n{leader.node_id} past the election")
+        self.cluster.network.partition([leader.node_id], others)
+        check_quorum_us = self.cluster.config.check_quorum_timeout_ms * 1000
+        self.cluster.at(self.cluster.now + check_quorum_us + self.rng.randint(200_000, 1_500_000),
+                        self._heal_partition)
 
     def _heal_partition(self) -> None:
         self._note("partition healed")

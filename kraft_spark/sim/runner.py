@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
@@ -15,10 +17,14 @@ from kraft_spark.sim.faults import FaultInjector
 from kraft_spark.sim.invariants import InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.snapshots import SnapshotStats
+from kraft_spark.sim.store_clients import StoreClients
 from kraft_spark.sim.trace import Trace
 
 # After the faults stop, a leader must be elected and a new append must commit within this.
 LIVENESS_BOUND_MS = 15_000
+# With store clients, the run goes on this long after liveness is shown, under no faults.
+STORE_SETTLE_US = 2_000_000
+LINCHECK_TIMEOUT_S = 60.0
 CLIENTS = 3
 
 
@@ -38,6 +44,8 @@ class SeedResult:
     snapshots: SnapshotStats | None = None
     # KIP-853: voter changes committed (answered NONE) during the run.
     voter_changes: int = 0
+    # The store clients' operations (sim/store_clients.py), for a linearizability checker.
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_seed(
@@ -52,7 +60,12 @@ def run_seed(
     segmented_log: bool = False,
     snapshots: bool = True,
     shell_bug: str | None = None,
+    store_clients: int = 0,
+    store_bug: str | None = None,
 ) -> SeedResult:
+    """``store_clients``: that many clients also read and compare-and-set keys, recording the
+    history ``SeedResult.history`` (own random stream: the rest of the run is as without
+    them only when 0); ``store_bug``: one of ``store_clients.STORE_SHELL_BUGS``."""
     trace = Trace(keep=40, echo=echo)
     cluster = Cluster(
         seed,
@@ -69,6 +82,9 @@ def run_seed(
     )
     fault_end = int(duration_s * 1_000_000)
     injector = FaultInjector(cluster, faults, until_us=fault_end)
+    store = (StoreClients(cluster, store_clients, random.Random(seed * 7919 + 17), store_bug)
+             if store_clients else None)
+    cluster.store_clients = store
     try:
         cluster.run_until(fault_end)
         injector.heal()
@@ -81,6 +97,9 @@ def run_seed(
             )
 
         cluster.run_until(healed_at + LIVENESS_BOUND_MS * 1000, stop=live)
+        if store is not None:  # let the operations after the heal finish
+            cluster.run_until(cluster.now + STORE_SETTLE_US)
+            check_linearizable(seed, _history(store))
         if not live():
             raise InvariantViolation(
                 "liveness",
@@ -91,10 +110,34 @@ def run_seed(
         return SeedResult(
             seed, cluster.events, cluster.checker.commits, cluster.elections, violation,
             trace.recent(), _snapshot_stats(cluster), cluster.voter_changes_committed(),
+            _history(store),
         )  # fmt: skip
     return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections,
                       snapshots=_snapshot_stats(cluster),
-                      voter_changes=cluster.voter_changes_committed())
+                      voter_changes=cluster.voter_changes_committed(),
+                      history=_history(store))
+
+
+def check_linearizable(seed: int, history: list[dict[str, Any]]) -> None:
+    """Raise the ``linearizability`` violation porcupine finds in the store clients' history
+    (``kraft_spark.lincheck``; the Go toolchain must be there: ``go_available``)."""
+    from kraft_spark.lincheck import check_history
+
+    if not history:
+        return
+    result = check_history(history, timeout_s=LINCHECK_TIMEOUT_S)
+    if not result.ok:
+        where = f"; visualization: {result.visualization}" if result.visualization else ""
+        raise InvariantViolation(
+            "linearizability" if result.verdict == "illegal" else "linearizability-unknown",
+            f"seed {seed}: {result.summary}{where}")
+
+
+def _history(store: StoreClients | None) -> list[dict[str, Any]]:
+    if store is None:
+        return []
+    store.stop()
+    return store.history
 
 
 def _snapshot_stats(cluster: Cluster) -> SnapshotStats | None:

@@ -1,0 +1,5 @@
+module kraftspark/lincheck/porcupine
+
+go 1.21
+
+require github.com/anishathalye/porcupine v1.3.1
