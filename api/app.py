@@ -106,8 +106,7 @@ from kraft_spark.client.types import (
 )
 from kraft_spark.metrics import HttpMetrics, Registry
 from kraft_spark.quorum_report import replication_rows, status_summary
-from kraft_spark.store.service import KvStore
-from kraft_spark.store.watch import WatchHub
+from kraft_spark.store.service import KvStore, WatchSource
 
 __all__ = [
     "IDEMPOTENCY_KEYS",
@@ -353,7 +352,7 @@ def create_app(
     app.include_router(voters_router(current_backend, _ERRORS))
     app.include_router(kv_router(store_of, _ERRORS))
 
-    def hub() -> WatchHub | None:
+    def hub() -> WatchSource | None:
         found = store_of()
         return found.watch_hub() if found is not None else None
 

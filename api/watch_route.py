@@ -34,13 +34,12 @@ from starlette.types import Receive, Scope, Send
 
 from api.models import MAX_OFFSET, RETRY_AFTER_S, ApiError, ErrorResponse
 from api.values import decode_value
+from kraft_spark.store.service import WatchSource, WatchStream
 from kraft_spark.store.watch import (
     BelowLogStart,
     Cancelled,
     Progress,
-    Watcher,
     WatchEvent,
-    WatchHub,
     WatchHubClosed,
     WatchItem,
 )
@@ -92,7 +91,7 @@ class EventStreamResponse(StreamingResponse):
 
     media_type = "text/event-stream"
 
-    def __init__(self, watcher: Watcher) -> None:
+    def __init__(self, watcher: WatchStream) -> None:
         self._watcher = watcher
         self._events = _stream(watcher)
         super().__init__(self._events, headers=STREAM_HEADERS)
@@ -105,7 +104,7 @@ class EventStreamResponse(StreamingResponse):
             await self._events.aclose()
 
 
-async def _stream(watcher: Watcher) -> AsyncGenerator[bytes]:
+async def _stream(watcher: WatchStream) -> AsyncGenerator[bytes]:
     try:
         async for item in watcher:
             yield encode_item(item)
@@ -146,7 +145,7 @@ def _resume_offset(last_event_id: str | None, from_offset: int | None) -> int | 
     return int(text) + 1
 
 
-def watch_router(hub_provider: Callable[[], WatchHub | None],
+def watch_router(hub_provider: Callable[[], WatchSource | None],
                  errors: dict[int | str, dict[str, Any]]) -> APIRouter:
     """``GET /v1/watch`` over the hub ``hub_provider()`` returns per request (None: this
     endpoint serves no watches, 503). ``errors``: the app's error responses for OpenAPI

@@ -51,6 +51,7 @@ from driver.control import ControlChannel
 from driver.cpu_priority import lower_process_threads, lower_this_thread
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
+from driver.observer_store import ObserverStore, read_committed
 from driver.placement import load_hosts, save_hosts, voter_stage
 from driver.sql_server import choose_port, connect_conf, register_tables
 from driver.table_upkeep import (
@@ -92,6 +93,7 @@ class Application(VoterMembershipMixin):
         self.control: ControlChannel | None = None
         # uvloop, as in every kraft-spark process (kraft_spark/aio.py)
         self._observer_loop = aio.new_event_loop()
+        self.observer_store = ObserverStore(self._observer_loop, lambda: self.cluster_id)
         self._observer: Any = None
         self._observer_voters: dict[int, tuple[str, int]] = {}
         self._hw = 0
@@ -181,7 +183,8 @@ class Application(VoterMembershipMixin):
                                       quorum=QuorumConfig.from_properties(
                                           cfg.quorum_properties),
                                       routers=[resize_router(self.resize)],
-                                      http_urls=self.voter_http_urls)
+                                      http_urls=self.voter_http_urls,
+                                      store=self.observer_store.loop_store)
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
@@ -303,6 +306,7 @@ class Application(VoterMembershipMixin):
         port = self.config.observer_port
         if self._observer is not None:
             port = self._observer.port  # keep the sidecar's bootstrap address
+            await self.observer_store.detach()
             await self._observer.stop(graceful=False)
         log_dir = os.path.join(self.config.data_dir, f"observer-{OBSERVER_ID}")
         if self.reset_observer:  # the quorum was rebuilt from the warehouse: a new log
@@ -319,6 +323,7 @@ class Application(VoterMembershipMixin):
         await node.start()
         hold_observer_log(node, lambda: self._materialized)
         node.add_commit_listener(self._on_commit)
+        await self.observer_store.attach(node, voters)
         self._observer = node
         self._observer_voters = voters
         log.info("observer %d follows voters %s", OBSERVER_ID, voters)
@@ -355,32 +360,6 @@ class Application(VoterMembershipMixin):
         if self.first_commit_s is None and hw > 0:
             self.first_commit_s = time.monotonic() - self.started_at
         self._hw_event.set()
-
-    async def _read_committed(self, start: int, limit_records: int
-                              ) -> tuple[list[Any], int, dict[int, Any]]:
-        """Committed batches from ``start`` (up to ``limit_records`` offsets), the high
-        watermark, and the failed conditional writes among them: the observer's state has
-        applied everything up to where this reads (its keeper applies at each high-watermark
-        move, on this loop), so its judgement of each conditional write is known."""
-        node = self._observer
-        state = node.keeper.state
-        hw = min(node.high_watermark, state.applied_offset)
-        out: list[Any] = []
-        offset = start
-        while offset < hw and offset - start < limit_records:
-            batches = node.log.read(offset, 4 << 20)
-            progress_made = False
-            for batch in batches:
-                if batch.next_offset > hw:
-                    break
-                if batch.base_offset >= offset:
-                    out.append(batch)
-                    offset = batch.next_offset
-                    progress_made = True
-            if not progress_made:
-                break
-        failed = {o: f for o, f in state.failed_txns.items() if start <= o < offset}
-        return out, hw, failed
 
     # ---------------------------------------------------------------- materializer
 
@@ -462,7 +441,7 @@ class Application(VoterMembershipMixin):
                     resume = materializer.resume_offset(tables)
                 fut: Future[tuple[list[Any], int, dict[int, Any]]] = (
                     asyncio.run_coroutine_threadsafe(
-                        self._read_committed(resume, cfg.materialize_max_records),
+                        read_committed(self._observer, resume, cfg.materialize_max_records),
                         self._observer_loop))
                 batches, hw, failed_txns = fut.result(60)
                 if batches:
@@ -519,6 +498,8 @@ class Application(VoterMembershipMixin):
         if self._sidecar is not None:
             self._sidecar.stop()
         if self._observer is not None:
+            asyncio.run_coroutine_threadsafe(self.observer_store.detach(),
+                                             self._observer_loop).result(30)
             asyncio.run_coroutine_threadsafe(self._observer.stop(graceful=False),
                                              self._observer_loop).result(30)
         self._observer_loop.call_soon_threadsafe(self._observer_loop.stop)

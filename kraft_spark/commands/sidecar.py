@@ -19,6 +19,7 @@ from kraft_spark.client.timeouts import ClientTimeouts
 from kraft_spark.gc_tuning import tune_for_serving
 from kraft_spark.metrics import Registry
 from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.store.service import KvStore
 
 
 def start_sidecar(
@@ -33,11 +34,14 @@ def start_sidecar(
     quorum: QuorumConfig | None = None,
     routers: Sequence[Any] = (),
     http_urls: Callable[[], dict[int, str]] | None = None,
+    store: KvStore | None = None,
 ) -> ServerHandle:
     """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``. The
     client's timeouts follow ``quorum``'s settings (Kafka's defaults when not given).
     ``routers``: more FastAPI routers (the Spark application's ``/v1/app``), behind the same
-    token. ``http_urls``: the HTTP API each node serves itself, for ``/v1/quorum``."""
+    token. ``http_urls``: the HTTP API each node serves itself, for ``/v1/quorum``. ``store``:
+    a copy of the store's state in this process (the Spark driver's observer), for reads by
+    key, conditional writes and watches; without one those answer 503 naming where to go."""
     tune_for_serving()
     endpoints = list(bootstrap)
     timeouts = ClientTimeouts.for_quorum(quorum or QuorumConfig())
@@ -47,7 +51,7 @@ def start_sidecar(
                                  **timeouts.client_kwargs())
 
     app = create_app(backend_factory=backend, token=token, metrics=registry,
-                     http_urls=http_urls)
+                     http_urls=http_urls, store=lambda: store)
     for router in routers:
         app.include_router(router)
     return serve_in_thread(app, host, port, limits=limits)

@@ -24,7 +24,7 @@ import asyncio
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -39,7 +39,13 @@ from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResp
 from kraft_spark.raft.records import Batch
 from kraft_spark.state.machine import TXN_OUTCOME_WINDOW, Entry, FailedTxn
 from kraft_spark.state.snapshot_file import label
-from kraft_spark.store.watch import WatchEvent, WatchHub, batch_events, log_reader
+from kraft_spark.store.watch import (
+    WatchEvent,
+    WatchHub,
+    WatchItem,
+    batch_events,
+    log_reader,
+)
 
 # At most this many keys per range page.
 MAX_RANGE_LIMIT = 10_000
@@ -59,6 +65,23 @@ class KvRead:
     more: bool = False
 
 
+class WatchStream(Protocol):
+    """An open watch: ``start`` (raises ``BelowLogStart``), then its items, ``aclose``."""
+
+    async def start(self) -> None: ...
+
+    def __aiter__(self) -> AsyncIterator[WatchItem]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class WatchSource(Protocol):
+    """Where watches are opened (``WatchHub``, or ``cross_loop.LoopHub``)."""
+
+    def watch(self, *, key: bytes | None = None, prefix: bytes | None = None,
+              from_offset: int | None = None) -> WatchStream: ...
+
+
 class KvStore(Protocol):
     """What the HTTP API's store routes need (``NodeStore``, or a proxy to one)."""
 
@@ -70,7 +93,7 @@ class KvStore(Protocol):
     async def outcome(self, base_offset: int, end_offset: int,
                       timeout_s: float) -> FailedTxn | None: ...
 
-    def watch_hub(self) -> WatchHub | None: ...
+    def watch_hub(self) -> WatchSource | None: ...
 
 
 @runtime_checkable
