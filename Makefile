@@ -38,6 +38,8 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e '.[dev,bench]'
 	$(VENV)/bin/kraft-spark bench compare
+	# The store API (reads by key, compare-and-set, watches) against etcd's.
+	$(VENV)/bin/kraft-spark bench store
 
 sim-long: $(STAMP)
 	$(VENV)/bin/kraft-spark sim --seeds 0:2000 --voters 5 --observers 1 --faults all

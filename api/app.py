@@ -64,6 +64,7 @@ from api.fast_append import (
     DirectAppend,
     FastAppendMiddleware,
 )
+from api.conditional import ConditionalBatchIn
 from api.kv import kv_router
 from api.middleware import (
     BearerAuthMiddleware,
@@ -399,7 +400,7 @@ def create_app(
                 description=app.description,
                 routes=app.routes,
             )
-            body = TypeAdapter(AppendRequest).json_schema(
+            body = TypeAdapter(AppendRequest | ConditionalBatchIn).json_schema(
                 ref_template="#/components/schemas/{model}"
             )
             components = schema.setdefault("components", {})

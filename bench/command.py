@@ -83,6 +83,26 @@ def register(subparsers: Any) -> None:
     compare.add_argument("--out", default="bench/results", help="results directory")
     compare.set_defaults(func=_bench_compare)
 
+    store = bench_subparsers(subparsers).add_parser(
+        "store", help="the store API against etcd's: reads by key (linearizable and "
+        "serializable, 1/16/256 connections), compare-and-set under contention, watch delivery "
+        "with 1,000 watchers (installs etcd and wrk if missing)",
+    )
+    store.add_argument("--seconds", type=float, default=5.0, help="per point (default 5)")
+    store.add_argument("--watchers", type=int, default=1000)
+    store.add_argument("--base-port", type=int, default=19900)
+    store.add_argument("--out", default="bench/results", help="results directory")
+    store.set_defaults(func=_bench_store)
+
+
+def _bench_store(args: argparse.Namespace) -> int:
+    from bench.store import main
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return main(args.seconds, args.watchers, args.base_port, args.out, say)
+
 
 def _bench_voters(args: argparse.Namespace) -> int:
     from bench.membership import format_result, run

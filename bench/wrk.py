@@ -34,13 +34,15 @@ end
 
 @dataclass(frozen=True)
 class HttpWorkload:
-    """How to append over HTTP: POST ``path`` with one of ``bodies`` (cycled)."""
+    """How to append over HTTP: POST ``path`` with one of ``bodies`` (cycled); or, with
+    ``paths``, GET each of them in turn (reads by key)."""
 
     url: str
     path: str
     bodies: Sequence[bytes]
     records_per_request: int = 1
     headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
+    paths: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,13 @@ def _lua_long_string(body: bytes) -> str:
 
 def lua_script(workload: HttpWorkload) -> str:
     """The wrk script for ``workload`` (bodies inlined as Lua long strings)."""
+    if workload.paths:
+        lines = ["local paths = {"]
+        lines += [f"  {json.dumps(p)}," for p in workload.paths]
+        lines += ["}", "local n = #paths", "local i = 0", 'wrk.method = "GET"',
+                  "request = function()", "  i = i + 1",
+                  '  return wrk.format("GET", paths[(i % n) + 1])', "end"]
+        return "\n".join(lines) + "\n" + _DONE
     if not workload.bodies:
         raise ValueError("a workload needs at least one body")
     lines = ["local bodies = {"]

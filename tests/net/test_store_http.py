@@ -145,3 +145,38 @@ def test_watch_streams_effective_writes_and_resumes(tmp_path: Path) -> None:
             (first["base_offset"], 1), (third["base_offset"], None)]
 
     asyncio.run(run_nodes(http_nodes(tmp_path), body))
+
+
+def test_openapi_documents_the_store_routes(tmp_path: Path) -> None:
+    async def body(nodes: list[RaftNode]) -> None:
+        status, schema = await http(url_of(nodes[0]), "GET", "/openapi.json")
+        assert status == 200
+        paths = schema["paths"]
+        assert {"/v1/kv/{key}", "/v1/kv", "/v1/watch"} <= set(paths)
+        assert "409" in paths["/v1/records"]["post"]["responses"]
+        assert "ConditionalBatchIn" in json.dumps(paths["/v1/records"]["post"]["requestBody"])
+        assert {"404", "503", "504"} <= set(paths["/v1/kv/{key}"]["get"]["responses"])
+
+    asyncio.run(run_nodes(http_nodes(tmp_path), body))
+
+
+def test_an_idempotent_retry_of_a_conditional_write_returns_its_first_outcome(
+        tmp_path: Path) -> None:
+    async def body(nodes: list[RaftNode]) -> None:
+        leader = the_leader(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        assert (await put(leader, "r", 1))[0] == 200
+        request = {"records": [{"key": "r", "value": 2}],
+                   "conditions": [{"key": "r", "version": 5}]}
+        key = {"Idempotency-Key": "retry-1"}
+        status, first = await http(url_of(leader), "POST", "/v1/records", request, headers=key)
+        assert status == 409, first
+        assert (await put(leader, "r", 3))[0] == 200  # the key moves on meanwhile
+        for node in (leader, follower):  # the retry, through any node: the same answer
+            status, again = await http(url_of(node), "POST", "/v1/records", request,
+                                       headers=key)
+            assert status == 409, again
+            assert again["base_offset"] == first["base_offset"]
+            assert again["failed"] == first["failed"]
+
+    asyncio.run(run_nodes(http_nodes(tmp_path), body))
