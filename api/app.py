@@ -59,12 +59,12 @@ from api.appends import (
     Appender,
     client_error,
 )
+from api.conditional import ConditionalBatchIn
 from api.fast_append import (
     AppendEndpoint,
     DirectAppend,
     FastAppendMiddleware,
 )
-from api.conditional import ConditionalBatchIn
 from api.kv import kv_router
 from api.middleware import (
     BearerAuthMiddleware,
