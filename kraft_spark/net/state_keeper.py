@@ -65,7 +65,8 @@ def open_storage(
             try:
                 content = store.load(sid)
                 state.load(content.entries, sid.offset, sid.epoch, content.producers,
-                           content.voters, failed_txns=content.failed_txns)
+                           content.voters, failed_txns=content.failed_txns,
+                           leases=content.leases)
             except (InvalidSnapshotError, ValueError) as exc:
                 log.error("node %d: snapshot %s refused: %s", node_id, label(sid), exc)
                 continue
@@ -160,7 +161,8 @@ class StateKeeper:
     def on_snapshot_installed(self, snapshot_id: OffsetAndEpoch) -> None:
         content = self.store.load(snapshot_id)
         self.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch, content.producers,
-                        content.voters, failed_txns=content.failed_txns)
+                        content.voters, failed_txns=content.failed_txns,
+                           leases=content.leases)
         self._bytes_since = 0
         self._last_snapshot_offset = snapshot_id.offset
         self._last_snapshot_ms = self._now_ms()
@@ -190,6 +192,7 @@ class StateKeeper:
         producers = state.producers.export()
         voters = state.voters
         failed_txns = state.txns_in_window()
+        leases = state.leases.export()
         self._bytes_since = 0
         self._last_snapshot_offset = sid.offset
         self._last_snapshot_ms = self._now_ms()
@@ -200,7 +203,7 @@ class StateKeeper:
             # sleep(0) between batches: the encoder would otherwise keep the GIL for up to
             # the interpreter's switch interval (5 ms) at a time, stalling the event loop.
             return self.store.write(sid, entries.items(), producers, self._now_ms(),
-                                    voters=voters, failed_txns=failed_txns,
+                                    voters=voters, failed_txns=failed_txns, leases=leases,
                                     fs=self._writer_fs,
                                     between_batches=_yield_gil)
 

@@ -98,7 +98,8 @@ class SimSnapshots:
         if latest is not None:
             content = ns.store.load(latest)
             ns.state.load(content.entries, latest.offset, latest.epoch, content.producers,
-                          content.voters, failed_txns=content.failed_txns)
+                          content.voters, failed_txns=content.failed_txns,
+                           leases=content.leases)
             if latest.offset > log.end_offset():
                 log.truncate_fully_to(latest.offset, latest.epoch)
             self.check_state(node_id)
@@ -117,7 +118,8 @@ class SimSnapshots:
         ns = self.of(node_id)
         content = ns.store.load(snapshot_id)
         ns.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch,
-                      content.producers, content.voters, failed_txns=content.failed_txns)
+                      content.producers, content.voters, failed_txns=content.failed_txns,
+                           leases=content.leases)
         ns.bytes_since = 0
         self.stats.installed += 1
         self.check_state(node_id)
@@ -149,7 +151,8 @@ class SimSnapshots:
             # Broken: snapshot everything the log holds, committed or not.
             shadow = KeyValueState(state.applied_offset, state.applied_epoch)
             shadow.load(state.items(), state.applied_offset, state.applied_epoch,
-                        state.producers.export(), failed_txns=state.failed_txns)
+                        state.producers.export(), failed_txns=state.failed_txns,
+                        leases=state.leases.export())
             for batch in log.read(state.applied_offset, 1 << 30):
                 if batch.base_offset >= shadow.applied_offset:
                     shadow.apply(batch)
@@ -168,13 +171,14 @@ class SimSnapshots:
             # crash may keep or lose; the store must never take it for a snapshot, and removes
             # it when it opens.
             data = b"".join(encode_snapshot(sid, state.items(), state.producers.export(), 0,
-                                           state.voters, failed_txns=state.txns_in_window()))
+                                           state.voters, failed_txns=state.txns_in_window(),
+                                           leases=state.leases.export()))
             ns.store.fs.write_file(ns.store.path_of(sid) + ".part",
                                    data[: self.rng.randrange(len(data))])
             self.stats.torn_parts += 1
             return
         ns.store.write(sid, state.items(), state.producers.export(), 0, voters=state.voters,
-                       failed_txns=state.txns_in_window())
+                       failed_txns=state.txns_in_window(), leases=state.leases.export())
         ns.store.add(sid)
         ns.bytes_since = 0
         self.stats.taken += 1
@@ -210,7 +214,8 @@ class SimSnapshots:
             replay.apply(batch)
         # Values, revisions (create offset, version) and the outcomes of conditional writes.
         if (replay.applied_offset != upto or dict(replay.items()) != dict(state.items())
-                or replay.txns_in_window() != state.txns_in_window()):
+                or replay.txns_in_window() != state.txns_in_window()
+                or replay.leases.export() != state.leases.export()):
             diff: set[object] = (set(replay.items()) ^ set(state.items())) or (
                 set(replay.txns_in_window().items()) ^ set(state.txns_in_window().items()))
             raise InvariantViolation(

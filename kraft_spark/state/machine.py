@@ -31,6 +31,13 @@ from typing import NamedTuple
 from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.records import Batch, Record, control_type_of
 from kraft_spark.raft.voter_records import CONTROL_TYPE_VOTERS
+from kraft_spark.store.leases import (
+    LEASE_HEADER,
+    LEASE_OP_HEADER,
+    LeaseTable,
+    decode_op,
+    lease_of,
+)
 from kraft_spark.store.txn import TXN_HEADER, Failure, decode_header, judge
 
 # Failed conditional writes are remembered this many offsets back from the applied offset (and
@@ -48,21 +55,23 @@ class Entry(NamedTuple):
     timestamp_ms: int
     create_offset: int
     version: int
+    lease: int = 0  # the lease it is attached to (kraft_spark.store.leases), 0: none
 
 
 class FailedTxn(NamedTuple):
-    """A conditional write that did not apply: its records and the keys whose condition failed
-    (empty when its ``kraft.txn`` header was malformed)."""
+    """A write that did not apply: its records, the keys whose condition failed, and why when
+    no condition says it (a malformed header, a lease that does not exist)."""
 
     size: int
     failures: tuple[Failure, ...]
+    reason: str = ""
 
 
 class KeyValueState:
     """The latest value per key. Not thread-safe: one owner applies, others read copies."""
 
-    __slots__ = ("_entries", "applied_epoch", "applied_offset", "failed_txns", "producers",
-                 "voters")
+    __slots__ = ("_entries", "applied_epoch", "applied_offset", "failed_txns", "leases",
+                 "producers", "voters")
 
     def __init__(self, applied_offset: int = 0, applied_epoch: int = 0) -> None:
         self._entries: dict[bytes, Entry] = {}
@@ -79,6 +88,7 @@ class KeyValueState:
         # First offset of each failed conditional write -> what failed (insertion = offset
         # order), within TXN_OUTCOME_WINDOW of applied_offset.
         self.failed_txns: dict[int, FailedTxn] = {}
+        self.leases = LeaseTable()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -119,24 +129,62 @@ class KeyValueState:
         for i, record in enumerate(records):
             if i < skip_until:
                 continue
-            if record.headers and self._fails(record, base, i, len(records)):
-                skip_until = i + self.failed_txns[base + i].size
-                continue
+            lease = 0
+            if record.headers:
+                if self._fails(record, base, i, records):
+                    skip_until = i + self.failed_txns[base + i].size
+                    continue
+                lease = self._lease_step(record, base + i)
+                if lease < 0:
+                    continue  # a lease operation, or a write to a lease that does not exist
             key = record.key
             if key is None:
                 continue
+            old = entries.get(key)
             if record.value is None:
-                entries.pop(key, None)
+                if old is not None:
+                    del entries[key]
+                    if old.lease:
+                        self.leases.attach(key, 0, old.lease)
             else:
-                old = entries.get(key)
                 offset = base + i
                 entries[key] = Entry(
                     record.value, offset, epoch, record.timestamp_ms,
                     old.create_offset if old is not None else offset,
                     old.version + 1 if old is not None else 1,
+                    lease,
                 )
+                if lease or (old is not None and old.lease):
+                    self.leases.attach(key, lease, old.lease if old is not None else 0)
 
-    def _fails(self, record: Record, base: int, index: int, batch_size: int) -> bool:
+    def _lease_step(self, record: Record, offset: int) -> int:
+        """A lease operation is applied here (-1); a write attached to a lease gives its id,
+        or -1 (failed) when the lease does not exist; 0 for any other record."""
+        for name, raw in record.headers:
+            if name == LEASE_OP_HEADER:
+                try:
+                    reason, doomed = self.leases.apply(decode_op(raw), offset)
+                except ValueError as exc:
+                    reason, doomed = str(exc), []
+                for key in doomed:
+                    self._entries.pop(key, None)
+                if reason:
+                    self._failed(offset, FailedTxn(1, (), reason))
+                return -1
+            if name == LEASE_HEADER:
+                try:
+                    lease = lease_of(raw)
+                except ValueError as exc:
+                    self._failed(offset, FailedTxn(1, (), str(exc)))
+                    return -1
+                if lease not in self.leases.leases:
+                    self._failed(offset, FailedTxn(
+                        1, (), f"lease {lease} not found (expired or revoked)"))
+                    return -1
+                return lease
+        return 0
+
+    def _fails(self, record: Record, base: int, index: int, records: Sequence[Record]) -> bool:
         """Judge the conditional write starting at ``record`` (if it starts one) against the
         state now; a failure is remembered and True returned."""
         found, raw = False, None
@@ -154,15 +202,35 @@ class KeyValueState:
             # alone fails; deterministic like every other outcome.
             size, failures = 1, ()
         else:
-            if index + size > batch_size:
-                size, failures = batch_size - index, ()
+            if index + size > len(records):
+                size, failures = len(records) - index, ()
             else:
                 failures = judge(conditions, self._entries.get)
                 if not failures:
-                    return False
-        self.failed_txns[base + index] = FailedTxn(size, failures)
-        self._forget_old_txns(base + index)
+                    missing = self._missing_lease(records[index:index + size])
+                    if not missing:
+                        return False
+                    self._failed(base + index, FailedTxn(size, (), missing))
+                    return True
+        self._failed(base + index, FailedTxn(size, failures))
         return True
+
+    def _failed(self, offset: int, failure: FailedTxn) -> None:
+        self.failed_txns[offset] = failure
+        self._forget_old_txns(offset)
+
+    def _missing_lease(self, group: Sequence[Record]) -> str:
+        """Why a conditional group must fail for its leases (all or nothing), or ""."""
+        for record in group:
+            for name, raw in record.headers:
+                if name == LEASE_HEADER:
+                    try:
+                        lease = lease_of(raw)
+                    except ValueError as exc:
+                        return str(exc)
+                    if lease not in self.leases.leases:
+                        return f"lease {lease} not found (expired or revoked)"
+        return ""
 
     def _forget_old_txns(self, now_offset: int) -> None:
         horizon = now_offset - TXN_OUTCOME_WINDOW
@@ -188,6 +256,7 @@ class KeyValueState:
     def load(
         self, entries: Iterable[tuple[bytes, Entry]], offset: int, epoch: int, producers: bytes,
         voters: bytes | None = None, *, failed_txns: dict[int, FailedTxn] | None = None,
+        leases: list[list[int]] | None = None,
     ) -> None:
         """Replace everything with a snapshot's content, taken at ``offset`` in ``epoch``.
         Raises ValueError if the producer table is malformed."""
@@ -195,6 +264,11 @@ class KeyValueState:
         self.voters = voters
         self.failed_txns = dict(sorted((failed_txns or {}).items()))
         self._entries = dict(entries)
+        attached: dict[int, set[bytes]] = {}
+        for key, entry in self._entries.items():
+            if entry.lease:
+                attached.setdefault(entry.lease, set()).add(key)
+        self.leases.load(leases or [], attached)
         self.applied_offset = offset
         self.applied_epoch = epoch
 

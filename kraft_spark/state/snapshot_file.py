@@ -9,7 +9,9 @@ uncompressed v2 record batches, all in the snapshot's epoch, with offsets counti
    carries the idempotent-producer table, which a node needs to keep recognising retries of
    batches whose log has been deleted, and ``kraft.txn.failed`` (when not empty) the failed
    conditional writes of the outcome window (``state.machine.TXN_OUTCOME_WINDOW``) as JSON
-   ``[[first offset, size, [[key hex, mod_offset, version], ...]], ...]``;
+   ``[[first offset, size, [[key hex, mod_offset, version], ...], reason], ...]``, and
+   ``kraft.leases`` the leases in force as ``[[id, ttl_ms, granted offset, last keep-alive
+   offset], ...]`` (each key's lease is its record's ``kraft.lease`` header, int64);
 2. data batches: one record per live key (key, value, the timestamp of its last write), with
    record headers ``kraft.offset`` (int64) and ``kraft.epoch`` (int32) naming where that write
    is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns, and
@@ -58,6 +60,8 @@ EPOCH_HEADER = "kraft.epoch"
 CREATE_OFFSET_HEADER = "kraft.create_offset"
 VERSION_HEADER = "kraft.version"
 FAILED_TXNS_HEADER = "kraft.txn.failed"
+LEASES_HEADER = "kraft.leases"
+LEASE_ENTRY_HEADER = "kraft.lease"
 # Data batches are cut at this many records or bytes (Kafka's snapshot writer: 8 KiB..1 MiB);
 # small enough that encoding one holds the GIL well under a millisecond.
 RECORDS_PER_BATCH = 500
@@ -98,19 +102,22 @@ class SnapshotContent:
     voters: bytes | None = None
     # The failed conditional writes of the outcome window (KeyValueState.failed_txns).
     failed_txns: dict[int, FailedTxn] = field(default_factory=dict)
+    # The leases in force (LeaseTable.export: [id, ttl_ms, granted, last keep-alive]).
+    leases: list[list[int]] = field(default_factory=list)
 
 
 def encode_failed_txns(failed: dict[int, FailedTxn]) -> bytes:
     return json.dumps(
-        [[o, f.size, [[x.key.hex(), x.mod_offset, x.version] for x in f.failures]]
+        [[o, f.size, [[x.key.hex(), x.mod_offset, x.version] for x in f.failures], f.reason]
          for o, f in sorted(failed.items())], separators=(",", ":")).encode()
 
 
 def decode_failed_txns(raw: bytes, where: str) -> dict[int, FailedTxn]:
     try:
-        return {int(o): FailedTxn(int(n), tuple(Failure(bytes.fromhex(k), int(m), int(v))
-                                                for k, m, v in fs))
-                for o, n, fs in json.loads(raw)}
+        return {int(row[0]): FailedTxn(int(row[1]), tuple(
+                    Failure(bytes.fromhex(k), int(m), int(v)) for k, m, v in row[2]),
+                    str(row[3]) if len(row) > 3 else "")
+                for row in json.loads(raw)}
     except (ValueError, TypeError) as exc:
         raise InvalidSnapshotError(f"{where}: malformed {FAILED_TXNS_HEADER} header: {exc}") \
             from None
@@ -132,6 +139,7 @@ def encode_snapshot(
     voters: bytes | None = None,
     *,
     failed_txns: dict[int, FailedTxn] | None = None,
+    leases: list[list[int]] | None = None,
 ) -> Iterator[bytes]:
     """The file's bytes, batch by batch (a writer streams them to disk). ``voters``: the
     encoded VotersRecord in force at the snapshot's end, if the voter set is dynamic;
@@ -140,6 +148,8 @@ def encode_snapshot(
     header_headers: tuple[tuple[str, bytes | None], ...] = ((PRODUCERS_HEADER, producers),)
     if failed_txns:
         header_headers += ((FAILED_TXNS_HEADER, encode_failed_txns(failed_txns)),)
+    if leases:
+        header_headers += ((LEASES_HEADER, json.dumps(leases, separators=(",", ":")).encode()),)
     header = Record(
         key=control_key(CONTROL_TYPE_SNAPSHOT_HEADER),
         value=_header_value(last_timestamp_ms),
@@ -166,6 +176,7 @@ def encode_snapshot(
                 (EPOCH_HEADER, _I32.pack(entry.epoch)),
                 (CREATE_OFFSET_HEADER, _I64.pack(entry.create_offset)),
                 (VERSION_HEADER, _I64.pack(entry.version)),
+                *(((LEASE_ENTRY_HEADER, _I64.pack(entry.lease)),) if entry.lease else ()),
             ),
         )
         pending.append(record)
@@ -201,8 +212,11 @@ def _entry_of(record: Record, where: str) -> tuple[bytes, Entry]:
         raise InvalidSnapshotError(f"{where}: malformed kraft.create_offset / kraft.version")
     else:
         create_offset, version = _I64.unpack(raw_create)[0], _I64.unpack(raw_version)[0]
+    raw_lease = headers.get(LEASE_ENTRY_HEADER)
+    if raw_lease is not None and len(raw_lease) != 8:
+        raise InvalidSnapshotError(f"{where}: malformed kraft.lease")
     entry = Entry(record.value, offset, _I32.unpack(raw_epoch)[0], record.timestamp_ms,
-                  create_offset, version)
+                  create_offset, version, _I64.unpack(raw_lease)[0] if raw_lease else 0)
     return record.key, entry
 
 
@@ -213,6 +227,7 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
     expected_offset = 0
     producers = b""
     failed_txns: dict[int, FailedTxn] = {}
+    leases: list[list[int]] = []
     voters: bytes | None = None
     last_ts = -1
     entries: list[tuple[bytes, Entry]] = []
@@ -245,6 +260,13 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
                 raw_failed = header_fields.get(FAILED_TXNS_HEADER)
                 if raw_failed:
                     failed_txns = decode_failed_txns(raw_failed, where)
+                raw_leases = header_fields.get(LEASES_HEADER)
+                if raw_leases:
+                    try:
+                        leases = [[int(x) for x in row] for row in json.loads(raw_leases)]
+                    except (ValueError, TypeError) as exc:
+                        raise InvalidSnapshotError(f"{where}: malformed kraft.leases: {exc}") \
+                            from None
                 value = batch.records[0].value or b""
                 if len(value) >= 10:
                     last_ts = struct.unpack_from(">q", value, 2)[0]
@@ -264,4 +286,4 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
         entries.extend(_entry_of(r, where) for r in batch.records)
     if not seen_footer:
         raise InvalidSnapshotError(f"{where}: no SnapshotFooterRecord (truncated file)")
-    return SnapshotContent(snapshot_id, entries, producers, last_ts, voters, failed_txns)
+    return SnapshotContent(snapshot_id, entries, producers, last_ts, voters, failed_txns, leases)

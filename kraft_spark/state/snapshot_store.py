@@ -168,6 +168,7 @@ class FileSnapshotStore:
         *,
         voters: bytes | None = None,
         failed_txns: dict[int, FailedTxn] | None = None,
+        leases: list[list[int]] | None = None,
         fs: FileSystem | None = None,
         between_batches: Callable[[], None] | None = None,
     ) -> int:
@@ -181,7 +182,7 @@ class FileSnapshotStore:
         fs.write_file(part, b"")
         size = 0
         for chunk in encode_snapshot(snapshot_id, entries, producers, last_timestamp_ms,
-                                     voters, failed_txns=failed_txns):
+                                     voters, failed_txns=failed_txns, leases=leases):
             fs.write_at(part, size, chunk)
             size += len(chunk)
             if between_batches is not None:

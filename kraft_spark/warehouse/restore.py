@@ -92,18 +92,21 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     leader of the same epoch for it (an epoch names one leader)."""
     entries: dict[bytes, Entry] = {}
     stored_failures: dict[int, FailedTxn] = {}
+    stored_leases: list[list[int]] = []
     epoch, last_ts = 0, 0
     if plan.snapshot is not None:
         content = load(WarehouseFiles(warehouse, spark), plan.snapshot)
         entries = dict(content.entries)
         stored_failures = content.failed_txns
+        stored_leases = content.leases
         epoch, last_ts = plan.snapshot.epoch, content.last_timestamp_ms
     replayed = replaced = 0
     # Replayed through the state machine, so conditional writes are judged as the quorum
     # judged them (their kraft.txn header is in the rows' headers); a run of consecutive
     # offsets of one epoch holds every group whole (a group never spans batches).
     state = KeyValueState()
-    state.load(entries.items(), plan.replay_from, epoch, b"", failed_txns=stored_failures)
+    state.load(entries.items(), plan.replay_from, epoch, b"", failed_txns=stored_failures,
+               leases=stored_leases)
     run: list[Record] = []
     run_start = run_epoch = -1
 
@@ -139,7 +142,7 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     epoch = max(epoch, _last_event_epoch(spark, warehouse, plan.end), epoch_seen) + 1
     snapshot_id = SnapshotId(plan.end, epoch)
     data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts,
-                                    failed_txns=failed_txns))
+                                    failed_txns=failed_txns, leases=state.leases.export()))
     if replaced:
         log.warning("restore: %d records rows held U+FFFD (bytes that were not UTF-8): they "
                     "are restored as that text", replaced)

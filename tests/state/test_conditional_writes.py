@@ -164,3 +164,96 @@ def test_delta_rows_mark_failed_groups_and_leave_them_out_of_snapshot() -> None:
     assert {k: v[1] for k, v in rows.latest.items()} == {"a": "3"}
     with pytest.raises(ValueError, match="conditional write"):
         rows_from([batch], 0)
+
+
+# --------------------------------------------------------------------------- leases
+
+def _lease_op(op: str, lease_id: int, **fields: int) -> Record:
+    from kraft_spark.store.leases import LEASE_OP_HEADER, encode_op
+
+    return Record(None, None, 5, ((LEASE_OP_HEADER, encode_op(op, lease_id, **fields)),))
+
+
+def _leased(key: bytes, value: bytes | None, lease_id: int) -> Record:
+    from kraft_spark.store.leases import LEASE_HEADER
+
+    return Record(key, value, 5, ((LEASE_HEADER, str(lease_id).encode()),))
+
+
+def test_lease_keys_go_with_the_lease_and_a_keepalive_voids_a_stale_expiry() -> None:
+    state = KeyValueState()
+    _apply(state, [_lease_op("grant", 7, ttl_ms=3000)])                       # 0
+    _apply(state, [_leased(b"a", b"1", 7), _leased(b"b", b"2", 7), Record(b"c", b"3", 5)])
+    assert state.get(b"a") is not None and state.get(b"a").lease == 7  # type: ignore[union-attr]
+    assert state.leases.leases[7].keys == {b"a", b"b"}
+    _apply(state, [Record(b"b", b"plain", 5)])  # written without the lease: detached
+    assert state.leases.leases[7].keys == {b"a"}
+    _apply(state, [_lease_op("keepalive", 7)])                                # 5
+    base = _apply(state, [_lease_op("expire", 7, after=0)])  # decided before the keep-alive
+    assert state.txn_failure(base) is not None and 7 in state.leases.leases
+    assert state.get(b"a") is not None
+    _apply(state, [_lease_op("expire", 7, after=5)])
+    assert 7 not in state.leases.leases
+    assert state.view() == {b"b": b"plain", b"c": b"3"}
+    # A write to a lease that is gone fails; so does a conditional group holding one.
+    base = _apply(state, [_leased(b"d", b"4", 7)])
+    failure = state.txn_failure(base)
+    assert failure is not None and "lease 7 not found" in failure.reason
+    group = encode_header(2, [Condition(b"e", exists=False)])
+    base = _apply(state, [Record(b"e", b"5", 5, ((TXN_HEADER, group),)),
+                          _leased(b"f", b"6", 7)])
+    assert state.get(b"e") is None and state.get(b"f") is None  # all or nothing
+    assert "lease 7" in state.txn_failure(base).reason  # type: ignore[union-attr]
+
+
+def test_revoke_and_grant_rules() -> None:
+    state = KeyValueState()
+    _apply(state, [_lease_op("grant", 1, ttl_ms=2000), _leased(b"k", b"v", 1)])
+    base = _apply(state, [_lease_op("grant", 1, ttl_ms=2000)])
+    assert "already exists" in state.txn_failure(base).reason  # type: ignore[union-attr]
+    base = _apply(state, [_lease_op("grant", 2, ttl_ms=1)])
+    assert "outside" in state.txn_failure(base).reason  # type: ignore[union-attr]
+    _apply(state, [_lease_op("revoke", 1)])
+    assert state.view() == {} and not state.leases.leases
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["grant", "keepalive", "revoke", "expire", "put",
+                                           "plain", "delete"]),
+                          st.integers(1, 3), st.sampled_from([b"a", b"b"]),
+                          st.integers(0, 20)), min_size=1, max_size=40),
+       st.integers(0, 40))
+def test_leases_survive_a_snapshot_exactly(ops: list[tuple[str, int, bytes, int]],
+                                           cut: int) -> None:
+    batches: list[Batch] = []
+    full = KeyValueState()
+    for op, lease_id, key, n in ops:
+        if op == "grant":
+            record = _lease_op("grant", lease_id, ttl_ms=1000)
+        elif op in ("keepalive", "revoke"):
+            record = _lease_op(op, lease_id)
+        elif op == "expire":
+            record = _lease_op("expire", lease_id, after=n)
+        elif op == "put":
+            record = _leased(key, b"v%d" % n, lease_id)
+        else:
+            record = Record(key, b"p" if op == "plain" else None, 5)
+        batches.append(Batch(full.applied_offset, 1, (record,)))
+        full.apply(batches[-1])
+    cut = min(cut, len(batches))
+    before = KeyValueState()
+    before.apply_all(batches[:cut])
+    sid = OffsetAndEpoch(before.applied_offset, 1)
+    data = b"".join(encode_snapshot(sid, before.items(), b"", 0,
+                                    failed_txns=before.txns_in_window(),
+                                    leases=before.leases.export()))
+    content = decode_snapshot(data, sid, "test")
+    resumed = KeyValueState()
+    resumed.load(content.entries, sid.offset, 1, content.producers,
+                 failed_txns=content.failed_txns, leases=content.leases)
+    resumed.apply_all(batches[cut:])
+    assert dict(resumed.items()) == dict(full.items())
+    assert resumed.leases.export() == full.leases.export()
+    assert {i: x.keys for i, x in resumed.leases.leases.items()} == {
+        i: x.keys for i, x in full.leases.leases.items()}
+    assert resumed.txns_in_window() == full.txns_in_window()

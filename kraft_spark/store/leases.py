@@ -1,0 +1,119 @@
+"""Leases in the log: grants, keep-alives, revocations and expiries, and the keys attached to
+them, applied by the state machine like every other write.
+
+A lease operation is a keyless record (which changes nothing for a reader that ignores it)
+with the header ``kraft.lease.op``: compact JSON ``{"op": "grant", "id": N, "ttl_ms": T}``,
+``{"op": "keepalive", "id": N}``, ``{"op": "revoke", "id": N}`` or ``{"op": "expire", "id": N,
+"after": K}``. A key is attached to a lease by writing it with the header ``kraft.lease`` (the
+lease id in decimal); writing it without the header detaches it, deleting it removes it.
+
+**Who decides that a lease expired, and why it is safe.** Only the leader, by its own monotonic
+clock (``kraft_spark.store.lease_expiry``), and it says so in the log: ``expire`` names the
+offset of the lease's last keep-alive the leader had seen (``after``). Applying it deletes the
+lease and its keys *only if* that is still the lease's last keep-alive; a keep-alive that landed
+in between voids it. So the outcome is a pure function of the log (every replica, every replay,
+every snapshot agree), followers never expire anything by their clocks (a clock jump on one node
+expires nothing elsewhere), and a deposed leader's expiry cannot commit (its record is not in
+the new leader's log). A new leader restarts every lease's countdown at its election, as etcd
+does, so a holder that kept its lease alive through the old leader is never expired early.
+
+A write attached to a lease that does not exist (never granted, expired or revoked) does not
+apply: it fails like a conditional write whose condition failed (``FailedTxn.reason``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+LEASE_OP_HEADER: Final = "kraft.lease.op"
+LEASE_HEADER: Final = "kraft.lease"
+MAX_TTL_MS: Final = 24 * 3600 * 1000
+MIN_TTL_MS: Final = 500
+
+
+@dataclass(slots=True)
+class Lease:
+    lease_id: int
+    ttl_ms: int
+    granted_offset: int
+    # The offset of its last keep-alive (the grant counts as one).
+    keepalive_offset: int
+    keys: set[bytes] = field(default_factory=set)
+
+
+def encode_op(op: str, lease_id: int, **fields: int) -> bytes:
+    return json.dumps({"op": op, "id": lease_id, **fields}, separators=(",", ":")).encode()
+
+
+def decode_op(raw: bytes | None) -> dict[str, Any]:
+    """Raises ValueError naming what is wrong."""
+    try:
+        body = json.loads(raw or b"")
+    except ValueError:
+        raise ValueError("kraft.lease.op is not JSON") from None
+    if not isinstance(body, dict) or body.get("op") not in ("grant", "keepalive", "revoke",
+                                                            "expire"):
+        raise ValueError("kraft.lease.op needs op grant, keepalive, revoke or expire")
+    for name in ("id", *({"grant": ("ttl_ms",), "expire": ("after",)}.get(body["op"], ()))):
+        value = body.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"kraft.lease.op {name} is a non-negative integer")
+    return body
+
+
+def lease_of(raw: bytes | None) -> int:
+    """The lease id of a ``kraft.lease`` header; ValueError if malformed."""
+    text = (raw or b"").decode("ascii", errors="replace")
+    if not text.isdigit() or len(text) > 19:
+        raise ValueError(f"kraft.lease must be a lease id, got {text[:20]!r}")
+    return int(text)
+
+
+class LeaseTable:
+    """The leases in force, as of the state's applied offset."""
+
+    __slots__ = ("leases",)
+
+    def __init__(self) -> None:
+        self.leases: dict[int, Lease] = {}
+
+    def apply(self, body: dict[str, Any], offset: int) -> tuple[str, list[bytes]]:
+        """Apply a decoded operation at ``offset``: (why it failed, or "", keys to delete)."""
+        op, lease_id = body["op"], body["id"]
+        lease = self.leases.get(lease_id)
+        if op == "grant":
+            if lease is not None:
+                return f"lease {lease_id} already exists", []
+            ttl = body["ttl_ms"]
+            if not MIN_TTL_MS <= ttl <= MAX_TTL_MS:
+                return f"ttl_ms {ttl} is outside {MIN_TTL_MS}..{MAX_TTL_MS}", []
+            self.leases[lease_id] = Lease(lease_id, ttl, offset, offset)
+            return "", []
+        if lease is None:
+            return f"lease {lease_id} not found (expired or revoked)", []
+        if op == "keepalive":
+            lease.keepalive_offset = offset
+            return "", []
+        if op == "expire" and body["after"] != lease.keepalive_offset:
+            return f"lease {lease_id} was kept alive at {lease.keepalive_offset}", []
+        del self.leases[lease_id]
+        return "", sorted(lease.keys)
+
+    def attach(self, key: bytes, lease_id: int, previous: int) -> None:
+        """``key`` is now written with ``lease_id`` (0: none), before with ``previous``."""
+        if previous and previous != lease_id:
+            old = self.leases.get(previous)
+            if old is not None:
+                old.keys.discard(key)
+        if lease_id:
+            self.leases[lease_id].keys.add(key)
+
+    def export(self) -> list[list[int]]:
+        return [[x.lease_id, x.ttl_ms, x.granted_offset, x.keepalive_offset]
+                for _, x in sorted(self.leases.items())]
+
+    def load(self, rows: list[list[int]], keys: dict[int, set[bytes]]) -> None:
+        self.leases = {int(i): Lease(int(i), int(t), int(g), int(k), set(keys.get(int(i), ())))
+                       for i, t, g, k in rows}
