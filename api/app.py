@@ -66,6 +66,7 @@ from api.fast_append import (
     FastAppendMiddleware,
 )
 from api.kv import kv_router
+from api.leases import leases_router
 from api.middleware import (
     BearerAuthMiddleware,
     HttpMetricsMiddleware,
@@ -149,6 +150,7 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     for status, description in (
         (400, "Invalid JSON"),
         (401, "Missing or wrong bearer token"),
+        (404, "No such key or lease"),
         (413, "Body or record too large"),
         (410, "Offset below the log start (deleted by retention; see the snapshot)"),
         (415, "Not JSON"),
@@ -352,6 +354,7 @@ def create_app(
 
     app.include_router(voters_router(current_backend, _ERRORS))
     app.include_router(kv_router(store_of, _ERRORS))
+    app.include_router(leases_router(current_backend, store_of, _ERRORS, commit_timeout_s))
 
     def hub() -> WatchSource | None:
         found = store_of()

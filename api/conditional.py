@@ -113,6 +113,11 @@ async def judge(store: KvStore, result: AppendResult, timeout_s: float) -> None:
         raise ApiError(502, f"the outcome of the write is unknown: {exc}") from None
     if failure is None:
         return
+    if failure.reason and not failure.failures:  # a lease that does not exist, say
+        status = 404 if "not found" in failure.reason else 409
+        raise ApiError(status, f"nothing was written: {failure.reason}",
+                       extra={"base_offset": result.base_offset,
+                              "last_offset": result.last_offset, "epoch": result.epoch})
     failed = [FailedCondition(key=f.key.decode("utf-8", errors="replace"),
                               mod_offset=f.mod_offset, version=f.version).model_dump()
               for f in failure.failures]

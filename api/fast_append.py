@@ -20,6 +20,7 @@ from api.appends import (
 )
 from api.conditional import judge, no_store_error, parse_conditional, with_conditions
 from api.direct import MAX_DIRECT_BODY, Answer
+from api.lease_writes import lease_field, with_lease
 from api.middleware import (
     error_response,
     route_path,
@@ -92,20 +93,22 @@ class AppendEndpoint:
     def records(self, body: bytes) -> list[NewRecord]:
         """The records of a request body without conditions, or the ApiError that says what is
         wrong with it (a conditional body included: ``parse`` takes those)."""
-        records, conditions = self.parse(body)
-        if conditions:
-            raise ApiError(422, "a conditional write: parse it with AppendEndpoint.parse")
+        records, judged = self.parse(body)
+        if judged:
+            raise ApiError(422, "a conditional or leased write: parse it with "
+                                "AppendEndpoint.parse")
         return records
 
-    def parse(self, body: bytes) -> tuple[list[NewRecord], list[Condition]]:
-        """The records and conditions of a request body (conditions: empty for a plain
-        append), or the ApiError that says what is wrong with it."""
+    def parse(self, body: bytes) -> tuple[list[NewRecord], bool]:
+        """The records of a request body, and whether their outcome must be judged by the
+        state machine (conditions or a lease); or the ApiError that says what is wrong."""
         parsed = parse_json(body)
         if not isinstance(parsed, dict):
             raise ApiError(
                 422, f"the request body must be a JSON object, not {JSON_TYPES[type(parsed)]}. "
                 + RECORD_SHAPE,
             )
+        lease = lease_field(parsed)
         conditions: list[Condition] = []
         items = plain_fields(parsed)
         if items is None and "conditions" in parsed:
@@ -118,6 +121,8 @@ class AppendEndpoint:
                 f"{self.max_records} per request: split it",
             )
         records = to_new_records(items)
+        if lease is not None:
+            records = with_lease(records, lease)
         if conditions:
             records = with_conditions(records, conditions)
         for index, record in enumerate(records):
@@ -129,7 +134,7 @@ class AppendEndpoint:
                     f"of {self.max_record_bytes} bytes: store large data elsewhere and append a "
                     "reference",
                 )
-        return records, conditions
+        return records, bool(conditions) or lease is not None
 
     @staticmethod
     def _validated(parsed: dict[str, Any]) -> list[RecordIn]:
@@ -147,9 +152,9 @@ class AppendEndpoint:
     async def append(self, body: bytes, key: str | None) -> tuple[AppendResult, bool]:
         """Append the body's records; (result, whether it replays an earlier request's). With
         conditions: once this node's state has applied them, ApiError 409 if one failed."""
-        records, conditions = self.parse(body)
+        records, judged = self.parse(body)
         store = None
-        if conditions:
+        if judged:
             store = self.store()
             if store is None:
                 raise no_store_error()

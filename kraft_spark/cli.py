@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "kraft_spark.commands.node",
     "kraft_spark.commands.client_cmds",
     "kraft_spark.commands.kv",
+    "kraft_spark.commands.lease",
     "kraft_spark.commands.sql",
     "kraft_spark.log.commands",
     "bench.command",

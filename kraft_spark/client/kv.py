@@ -67,6 +67,17 @@ class WriteResult:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    lease_id: int
+    ttl_ms: int
+    keys: tuple[str, ...] = ()
+
+
+def _lease(body: dict[str, Any]) -> LeaseInfo:
+    return LeaseInfo(body["lease_id"], body["ttl_ms"], tuple(body.get("keys", ())))
+
+
+@dataclass(frozen=True, slots=True)
 class WatchEvent:
     """``type``: put, delete, progress (``offset``: everything below it was seen) or cancelled
     (the server ended the stream; ``value`` holds its reason)."""
@@ -77,11 +88,13 @@ class WatchEvent:
     value: Any = None
 
 
-def write_body(records: list[tuple[str, Any]], conditions: list[dict[str, Any]] | None
-               ) -> dict[str, Any]:
+def write_body(records: list[tuple[str, Any]], conditions: list[dict[str, Any]] | None,
+               lease_id: int | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"records": [{"key": k, "value": v} for k, v in records]}
     if conditions:
         body["conditions"] = conditions
+    if lease_id is not None:
+        body["lease_id"] = lease_id
     return body
 
 
@@ -176,17 +189,33 @@ class KvClient:
                 return
 
     def txn(self, records: list[tuple[str, Any]], conditions: list[dict[str, Any]] | None = None,
-            *, idempotency_key: str | None = None) -> WriteResult:
-        """Write ``records`` (value None deletes) if every condition holds, all or none."""
+            *, idempotency_key: str | None = None, lease_id: int | None = None) -> WriteResult:
+        """Write ``records`` (value None deletes) if every condition holds, all or none;
+        ``lease_id``: attach the keys to that lease."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = _checked(self._http.post("/v1/records", json=write_body(records, conditions),
-                                        headers=headers))
+        body = _checked(self._http.post(
+            "/v1/records", json=write_body(records, conditions, lease_id), headers=headers))
         return WriteResult(body["base_offset"], body["last_offset"], body["epoch"])
 
     def put(self, key: str, value: Any, *, if_version: int | None = None,
-            if_mod_offset: int | None = None, if_absent: bool = False) -> WriteResult:
+            if_mod_offset: int | None = None, if_absent: bool = False,
+            lease_id: int | None = None) -> WriteResult:
         return self.txn([(key, value)],
-                        conditions_for(key, if_version, if_mod_offset, if_absent))
+                        conditions_for(key, if_version, if_mod_offset, if_absent),
+                        lease_id=lease_id)
+
+    def grant_lease(self, ttl_ms: int) -> LeaseInfo:
+        return _lease(_checked(self._http.post("/v1/leases", json={"ttl_ms": ttl_ms})))
+
+    def keep_alive(self, lease_id: int) -> LeaseInfo:
+        """Raises KvError (404) once the lease expired or was revoked."""
+        return _lease(_checked(self._http.post(f"/v1/leases/{lease_id}/keepalive")))
+
+    def revoke_lease(self, lease_id: int) -> None:
+        _checked(self._http.delete(f"/v1/leases/{lease_id}"))
+
+    def leases(self) -> list[LeaseInfo]:
+        return [_lease(x) for x in _checked(self._http.get("/v1/leases"))["leases"]]
 
     def delete(self, key: str, *, if_version: int | None = None,
                if_mod_offset: int | None = None) -> WriteResult:
@@ -231,16 +260,51 @@ class AsyncKvClient:
 
     async def txn(self, records: list[tuple[str, Any]],
                   conditions: list[dict[str, Any]] | None = None, *,
-                  idempotency_key: str | None = None) -> WriteResult:
+                  idempotency_key: str | None = None, lease_id: int | None = None
+                  ) -> WriteResult:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         body = _checked(await self._http.post(
-            "/v1/records", json=write_body(records, conditions), headers=headers))
+            "/v1/records", json=write_body(records, conditions, lease_id), headers=headers))
         return WriteResult(body["base_offset"], body["last_offset"], body["epoch"])
 
     async def put(self, key: str, value: Any, *, if_version: int | None = None,
-                  if_mod_offset: int | None = None, if_absent: bool = False) -> WriteResult:
+                  if_mod_offset: int | None = None, if_absent: bool = False,
+                  lease_id: int | None = None) -> WriteResult:
         return await self.txn([(key, value)],
-                              conditions_for(key, if_version, if_mod_offset, if_absent))
+                              conditions_for(key, if_version, if_mod_offset, if_absent),
+                              lease_id=lease_id)
+
+    async def range(self, prefix: str = "", *, limit: int = 1000,
+                    consistency: Consistency = "linearizable") -> list[KeyValue]:
+        """Every key under ``prefix`` in key order."""
+        out: list[KeyValue] = []
+        token: str | None = None
+        while True:
+            params: dict[str, Any] = {"prefix": prefix, "limit": limit,
+                                      "consistency": consistency}
+            if token:
+                params["page_token"] = token
+            page = _checked(await self._http.get("/v1/kv", params=params))
+            out += [_key_value(kv) for kv in page["kvs"]]
+            token = page.get("next_page_token")
+            if not token:
+                return out
+
+    async def grant_lease(self, ttl_ms: int) -> LeaseInfo:
+        return _lease(_checked(await self._http.post("/v1/leases", json={"ttl_ms": ttl_ms})))
+
+    async def keep_alive(self, lease_id: int) -> LeaseInfo:
+        return _lease(_checked(await self._http.post(f"/v1/leases/{lease_id}/keepalive")))
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        _checked(await self._http.delete(f"/v1/leases/{lease_id}"))
+
+    def lock(self, name: str, *, ttl_ms: int = 10_000) -> Any:
+        """``async with kv.lock("name") as held:`` (``held.token``: the fencing token);
+        see ``kraft_spark.client.concurrency``."""
+        from kraft_spark.client.concurrency import Lock
+
+        return Lock(self, name, ttl_ms=ttl_ms)
 
     async def delete(self, key: str, *, if_version: int | None = None,
                      if_mod_offset: int | None = None) -> WriteResult:

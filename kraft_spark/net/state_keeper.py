@@ -192,7 +192,7 @@ class StateKeeper:
         producers = state.producers.export()
         voters = state.voters
         failed_txns = state.txns_in_window()
-        leases = state.leases.export()
+        leases = state.leases_export()
         self._bytes_since = 0
         self._last_snapshot_offset = sid.offset
         self._last_snapshot_ms = self._now_ms()

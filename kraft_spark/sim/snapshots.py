@@ -152,7 +152,7 @@ class SimSnapshots:
             shadow = KeyValueState(state.applied_offset, state.applied_epoch)
             shadow.load(state.items(), state.applied_offset, state.applied_epoch,
                         state.producers.export(), failed_txns=state.failed_txns,
-                        leases=state.leases.export())
+                        leases=state.leases_export())
             for batch in log.read(state.applied_offset, 1 << 30):
                 if batch.base_offset >= shadow.applied_offset:
                     shadow.apply(batch)
@@ -172,13 +172,13 @@ class SimSnapshots:
             # it when it opens.
             data = b"".join(encode_snapshot(sid, state.items(), state.producers.export(), 0,
                                            state.voters, failed_txns=state.txns_in_window(),
-                                           leases=state.leases.export()))
+                                           leases=state.leases_export()))
             ns.store.fs.write_file(ns.store.path_of(sid) + ".part",
                                    data[: self.rng.randrange(len(data))])
             self.stats.torn_parts += 1
             return
         ns.store.write(sid, state.items(), state.producers.export(), 0, voters=state.voters,
-                       failed_txns=state.txns_in_window(), leases=state.leases.export())
+                       failed_txns=state.txns_in_window(), leases=state.leases_export())
         ns.store.add(sid)
         ns.bytes_since = 0
         self.stats.taken += 1
@@ -215,7 +215,7 @@ class SimSnapshots:
         # Values, revisions (create offset, version) and the outcomes of conditional writes.
         if (replay.applied_offset != upto or dict(replay.items()) != dict(state.items())
                 or replay.txns_in_window() != state.txns_in_window()
-                or replay.leases.export() != state.leases.export()):
+                or replay.leases_export() != state.leases_export()):
             diff: set[object] = (set(replay.items()) ^ set(state.items())) or (
                 set(replay.txns_in_window().items()) ^ set(state.txns_in_window().items()))
             raise InvariantViolation(

@@ -26,7 +26,7 @@ Memory: one dict entry per live key holding a tuple ``(value, offset, epoch, tim
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.records import Batch, Record, control_type_of
@@ -234,6 +234,7 @@ class KeyValueState:
 
     def _forget_old_txns(self, now_offset: int) -> None:
         horizon = now_offset - TXN_OUTCOME_WINDOW
+        self.leases.forget_deleted_before(horizon)
         failed = self.failed_txns
         if len(failed) > 1024 and next(iter(failed)) < horizon:
             for offset in [o for o in failed if o < horizon]:
@@ -243,6 +244,10 @@ class KeyValueState:
         """The failure of the conditional write starting at ``offset``, if it failed (and is
         within the window); None if it applied or is not a conditional write."""
         return self.failed_txns.get(offset)
+
+    def leases_export(self) -> dict[str, Any]:
+        """The leases and the deletions of the outcome window, as a snapshot stores them."""
+        return self.leases.export(since=self.applied_offset - TXN_OUTCOME_WINDOW)
 
     def txns_in_window(self) -> dict[int, FailedTxn]:
         """What a snapshot taken now stores: the failures within the outcome window."""
@@ -256,7 +261,7 @@ class KeyValueState:
     def load(
         self, entries: Iterable[tuple[bytes, Entry]], offset: int, epoch: int, producers: bytes,
         voters: bytes | None = None, *, failed_txns: dict[int, FailedTxn] | None = None,
-        leases: list[list[int]] | None = None,
+        leases: dict[str, Any] | None = None,
     ) -> None:
         """Replace everything with a snapshot's content, taken at ``offset`` in ``epoch``.
         Raises ValueError if the producer table is malformed."""
@@ -268,7 +273,10 @@ class KeyValueState:
         for key, entry in self._entries.items():
             if entry.lease:
                 attached.setdefault(entry.lease, set()).add(key)
-        self.leases.load(leases or [], attached)
+        try:
+            self.leases.load(leases or {}, attached)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"malformed leases in the snapshot: {exc}") from None
         self.applied_offset = offset
         self.applied_epoch = epoch
 

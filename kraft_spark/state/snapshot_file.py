@@ -10,8 +10,8 @@ uncompressed v2 record batches, all in the snapshot's epoch, with offsets counti
    batches whose log has been deleted, and ``kraft.txn.failed`` (when not empty) the failed
    conditional writes of the outcome window (``state.machine.TXN_OUTCOME_WINDOW``) as JSON
    ``[[first offset, size, [[key hex, mod_offset, version], ...], reason], ...]``, and
-   ``kraft.leases`` the leases in force as ``[[id, ttl_ms, granted offset, last keep-alive
-   offset], ...]`` (each key's lease is its record's ``kraft.lease`` header, int64);
+   ``kraft.leases`` the leases in force and the keys leases deleted within the outcome window
+   (``LeaseTable.export``; each key's lease is its record's ``kraft.lease`` header, int64);
 2. data batches: one record per live key (key, value, the timestamp of its last write), with
    record headers ``kraft.offset`` (int64) and ``kraft.epoch`` (int32) naming where that write
    is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns, and
@@ -34,6 +34,7 @@ import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from kraft_spark.log.codec import LOG_OVERHEAD, decode_batch, encode_batch
 from kraft_spark.log.errors import CorruptRecordError
@@ -102,8 +103,8 @@ class SnapshotContent:
     voters: bytes | None = None
     # The failed conditional writes of the outcome window (KeyValueState.failed_txns).
     failed_txns: dict[int, FailedTxn] = field(default_factory=dict)
-    # The leases in force (LeaseTable.export: [id, ttl_ms, granted, last keep-alive]).
-    leases: list[list[int]] = field(default_factory=list)
+    # The leases in force and recent deletions by leases (LeaseTable.export).
+    leases: dict[str, Any] = field(default_factory=dict)
 
 
 def encode_failed_txns(failed: dict[int, FailedTxn]) -> bytes:
@@ -139,7 +140,7 @@ def encode_snapshot(
     voters: bytes | None = None,
     *,
     failed_txns: dict[int, FailedTxn] | None = None,
-    leases: list[list[int]] | None = None,
+    leases: dict[str, Any] | None = None,
 ) -> Iterator[bytes]:
     """The file's bytes, batch by batch (a writer streams them to disk). ``voters``: the
     encoded VotersRecord in force at the snapshot's end, if the voter set is dynamic;
@@ -227,7 +228,7 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
     expected_offset = 0
     producers = b""
     failed_txns: dict[int, FailedTxn] = {}
-    leases: list[list[int]] = []
+    leases: dict[str, Any] = {}
     voters: bytes | None = None
     last_ts = -1
     entries: list[tuple[bytes, Entry]] = []
@@ -263,7 +264,7 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
                 raw_leases = header_fields.get(LEASES_HEADER)
                 if raw_leases:
                     try:
-                        leases = [[int(x) for x in row] for row in json.loads(raw_leases)]
+                        leases = dict(json.loads(raw_leases))
                     except (ValueError, TypeError) as exc:
                         raise InvalidSnapshotError(f"{where}: malformed kraft.leases: {exc}") \
                             from None

@@ -16,6 +16,7 @@ import logging
 import posixpath
 from bisect import insort
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from kraft_spark.log.fs import FileSystem
 from kraft_spark.raft.log_api import OffsetAndEpoch
@@ -168,7 +169,7 @@ class FileSnapshotStore:
         *,
         voters: bytes | None = None,
         failed_txns: dict[int, FailedTxn] | None = None,
-        leases: list[list[int]] | None = None,
+        leases: dict[str, Any] | None = None,
         fs: FileSystem | None = None,
         between_batches: Callable[[], None] | None = None,
     ) -> int:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from kraft_spark.state.machine import FailedTxn
+from kraft_spark.store.leases import Lease
 from kraft_spark.store.service import KvRead, NodeStore
 from kraft_spark.store.watch import Cancelled, Watcher, WatchHubClosed, WatchItem
 
@@ -63,6 +64,11 @@ class LoopStore:
                       timeout_s: float) -> FailedTxn | None:
         store, loop = self._target()
         return await self._on(loop, store.outcome(base_offset, end_offset, timeout_s))
+
+    async def leases(self, *, linearizable: bool, timeout_s: float
+                     ) -> tuple[int, list[Lease]]:
+        store, loop = self._target()
+        return await self._on(loop, store.leases(linearizable=linearizable, timeout_s=timeout_s))
 
     def watch_hub(self) -> LoopHub | None:
         found = self._store()

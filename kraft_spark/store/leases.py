@@ -74,10 +74,13 @@ def lease_of(raw: bytes | None) -> int:
 class LeaseTable:
     """The leases in force, as of the state's applied offset."""
 
-    __slots__ = ("leases",)
+    __slots__ = ("deleted", "leases")
 
     def __init__(self) -> None:
         self.leases: dict[int, Lease] = {}
+        # Offset of a revoke / expire that deleted keys -> those keys (for watches: they are
+        # not records of their own); kept for the state's outcome window.
+        self.deleted: dict[int, tuple[bytes, ...]] = {}
 
     def apply(self, body: dict[str, Any], offset: int) -> tuple[str, list[bytes]]:
         """Apply a decoded operation at ``offset``: (why it failed, or "", keys to delete)."""
@@ -99,7 +102,10 @@ class LeaseTable:
         if op == "expire" and body["after"] != lease.keepalive_offset:
             return f"lease {lease_id} was kept alive at {lease.keepalive_offset}", []
         del self.leases[lease_id]
-        return "", sorted(lease.keys)
+        doomed = sorted(lease.keys)
+        if doomed:
+            self.deleted[offset] = tuple(doomed)
+        return "", doomed
 
     def attach(self, key: bytes, lease_id: int, previous: int) -> None:
         """``key`` is now written with ``lease_id`` (0: none), before with ``previous``."""
@@ -110,10 +116,24 @@ class LeaseTable:
         if lease_id:
             self.leases[lease_id].keys.add(key)
 
-    def export(self) -> list[list[int]]:
-        return [[x.lease_id, x.ttl_ms, x.granted_offset, x.keepalive_offset]
-                for _, x in sorted(self.leases.items())]
+    def deleted_at(self, offset: int) -> tuple[bytes, ...]:
+        return self.deleted.get(offset, ())
 
-    def load(self, rows: list[list[int]], keys: dict[int, set[bytes]]) -> None:
+    def forget_deleted_before(self, offset: int) -> None:
+        if self.deleted and next(iter(self.deleted)) < offset:
+            self.deleted = {o: k for o, k in self.deleted.items() if o >= offset}
+
+    def export(self, since: int = 0) -> dict[str, Any]:
+        """What a snapshot stores: the leases (``[id, ttl_ms, granted, last keep-alive]``)
+        and the deletions at or after ``since`` (``[offset, [key hex, ...]]``)."""
+        return {"leases": [[x.lease_id, x.ttl_ms, x.granted_offset, x.keepalive_offset]
+                           for _, x in sorted(self.leases.items())],
+                "deleted": [[o, [k.hex() for k in keys]]
+                            for o, keys in sorted(self.deleted.items()) if o >= since]}
+
+    def load(self, data: dict[str, Any], keys: dict[int, set[bytes]]) -> None:
+        """Raises ValueError (or TypeError) if ``data`` is malformed."""
         self.leases = {int(i): Lease(int(i), int(t), int(g), int(k), set(keys.get(int(i), ())))
-                       for i, t, g, k in rows}
+                       for i, t, g, k in data.get("leases", [])}
+        self.deleted = {int(o): tuple(bytes.fromhex(k) for k in ks)
+                        for o, ks in data.get("deleted", [])}

@@ -24,13 +24,15 @@ import asyncio
 import bisect
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from kraft_spark.client.client import AsyncQuorumClient
 from kraft_spark.client.errors import ClientError, NoLeaderError
 from kraft_spark.client.reads import read_index
+from kraft_spark.client.types import NewRecord
 from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.node_tokens import LocalRequest
 from kraft_spark.net.state_keeper import StateKeeper
@@ -39,6 +41,8 @@ from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResp
 from kraft_spark.raft.records import Batch
 from kraft_spark.state.machine import TXN_OUTCOME_WINDOW, Entry, FailedTxn
 from kraft_spark.state.snapshot_file import label
+from kraft_spark.store.lease_expiry import LeaseClock
+from kraft_spark.store.leases import LEASE_OP_HEADER, Lease, encode_op
 from kraft_spark.store.watch import (
     WatchEvent,
     WatchHub,
@@ -49,6 +53,10 @@ from kraft_spark.store.watch import (
 
 # At most this many keys per range page.
 MAX_RANGE_LIMIT = 10_000
+# How often the leader checks its lease countdowns (the precision of an expiry).
+LEASE_TICK_S = 0.1
+log = logging.getLogger(__name__)
+Append = Callable[[Sequence[NewRecord]], Awaitable[object]]
 
 
 class ReadTimeoutError(ClientError):
@@ -93,6 +101,9 @@ class KvStore(Protocol):
     async def outcome(self, base_offset: int, end_offset: int,
                       timeout_s: float) -> FailedTxn | None: ...
 
+    async def leases(self, *, linearizable: bool, timeout_s: float
+                     ) -> tuple[int, list[Lease]]: ...
+
     def watch_hub(self) -> WatchSource | None: ...
 
 
@@ -118,11 +129,17 @@ class StoreNode(Protocol):
 
 class NodeStore:
     """``KvStore`` of one node; create it on the node's loop after the node started.
-    ``forwarder``: the client that reaches the leader (read indexes of followers/observers)."""
+    ``forwarder``: the client that reaches the leader (read indexes of followers/observers);
+    ``append``: how this node appends (its HTTP backend's), for the expiries of leases it
+    decides while it leads (None: an observer, which never leads)."""
 
-    def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient]) -> None:
+    def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient],
+                 append: Append | None = None) -> None:
         self._node = node
         self._forwarder = forwarder
+        self._append = append
+        self.lease_clock = LeaseClock()
+        self.leases_expired = 0
         keeper = node.keeper
         self._keeper = keeper
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -132,6 +149,7 @@ class NodeStore:
         self._hub = WatchHub(
             log_reader(node.log, end=lambda: keeper.state.applied_offset,
                        snapshot=keeper.latest_snapshot_label, failed_group=self._failed_size,
+                       deleted_by=self._deleted_by,
                        start=lambda: keeper.state.applied_offset - TXN_OUTCOME_WINDOW),
             applied_offset=state.applied_offset,
         )
@@ -140,6 +158,25 @@ class NodeStore:
         node.add_commit_listener(self._on_commit)
         self.linearizable_reads = 0
         self.serializable_reads = 0
+        self._ticker = (asyncio.get_running_loop().create_task(self._tick_leases())
+                        if append is not None else None)
+
+    async def _tick_leases(self) -> None:
+        """While this node leads: expire the leases whose countdown ran out (lease_expiry)."""
+        assert self._append is not None
+        while True:
+            await asyncio.sleep(LEASE_TICK_S)
+            due = self.lease_clock.tick(self._node.is_leader, self._keeper.state.leases.leases)
+            if not due:
+                continue
+            records = [NewRecord(None, None, ((LEASE_OP_HEADER,
+                                               encode_op("expire", i, after=after)),))
+                       for i, after in due]
+            try:
+                await self._append(records)
+                self.leases_expired += len(due)
+            except Exception as exc:  # leadership moved, or no commit: the clock resends
+                log.info("expiring leases %s: %s", [i for i, _ in due], exc)
 
     # ------------------------------------------------------------------ applying
 
@@ -147,9 +184,13 @@ class NodeStore:
         failure = self._keeper.state.txn_failure(offset)
         return failure.size if failure is not None else 0
 
+    def _deleted_by(self, offset: int) -> tuple[bytes, ...]:
+        return self._keeper.state.leases.deleted_at(offset)
+
     def _on_batch(self, batch: Batch) -> None:
         if self._hub.watchers:
-            batch_events(batch, self._failed_size, out=self._pending)
+            batch_events(batch, self._failed_size, out=self._pending,
+                         deleted_by=self._deleted_by)
 
     def _on_snapshot_loaded(self, snapshot_id: OffsetAndEpoch) -> None:
         self._pending.clear()
@@ -233,7 +274,16 @@ class NodeStore:
     def watch_hub(self) -> WatchHub | None:
         return self._hub
 
+    async def leases(self, *, linearizable: bool, timeout_s: float
+                     ) -> tuple[int, list[Lease]]:
+        """The leases in force (offset the answer reflects, leases by id)."""
+        await self.read_offset(linearizable=linearizable, timeout_s=timeout_s)
+        state = self._keeper.state
+        return state.applied_offset, [state.leases.leases[i] for i in sorted(state.leases.leases)]
+
     def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
         self._hub.close()
         for _, _, future in self._waiters:
             if not future.done():

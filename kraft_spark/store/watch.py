@@ -562,7 +562,8 @@ class CommittedLog(Protocol):
 
 
 def batch_events(batch: Batch, failed_group: Callable[[int], int] | None = None,
-                 from_offset: int = 0, *, out: list[WatchEvent] | None = None
+                 from_offset: int = 0, *, out: list[WatchEvent] | None = None,
+                 deleted_by: Callable[[int], Sequence[bytes]] | None = None
                  ) -> list[WatchEvent]:
     """The writes of a committed batch at offsets >= ``from_offset``: none for a control batch,
     none for keyless records, none for the records of a conditional write that failed
@@ -582,7 +583,13 @@ def batch_events(batch: Batch, failed_group: Callable[[int], int] | None = None,
             if size > 0:
                 skip_until = offset + size
                 continue
-        if record.key is None or offset < from_offset:
+        if offset < from_offset:
+            continue
+        if record.key is None:
+            # A lease revoked or expired here deletes its keys (``deleted_by``: the state's
+            # record of them, kraft_spark.store.leases).
+            if deleted_by is not None:
+                events.extend(WatchEvent(offset, key, None) for key in deleted_by(offset))
             continue
         events.append(WatchEvent(offset, record.key, record.value))
     return events
@@ -591,6 +598,7 @@ def batch_events(batch: Batch, failed_group: Callable[[int], int] | None = None,
 def log_reader(
     the_log: CommittedLog, end: Callable[[], int], snapshot: Callable[[], str | None], *,
     failed_group: Callable[[int], int] | None = None,
+    deleted_by: Callable[[int], Sequence[bytes]] | None = None,
     start: Callable[[], int] | None = None, max_bytes: int = 1 << 20,
 ) -> ReadCommitted:
     """``read_committed`` over a node's log: whole batches below ``end()`` (the state's applied
@@ -617,7 +625,7 @@ def log_reader(
                     continue
                 if batch.base_offset >= limit or len(events) >= max_events:
                     return events, offset
-                batch_events(batch, failed_group, offset, out=events)
+                batch_events(batch, failed_group, offset, out=events, deleted_by=deleted_by)
                 offset = batch.next_offset
         return events, offset
 

@@ -92,7 +92,7 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     leader of the same epoch for it (an epoch names one leader)."""
     entries: dict[bytes, Entry] = {}
     stored_failures: dict[int, FailedTxn] = {}
-    stored_leases: list[list[int]] = []
+    stored_leases: dict[str, Any] = {}
     epoch, last_ts = 0, 0
     if plan.snapshot is not None:
         content = load(WarehouseFiles(warehouse, spark), plan.snapshot)
@@ -142,7 +142,7 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     epoch = max(epoch, _last_event_epoch(spark, warehouse, plan.end), epoch_seen) + 1
     snapshot_id = SnapshotId(plan.end, epoch)
     data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts,
-                                    failed_txns=failed_txns, leases=state.leases.export()))
+                                    failed_txns=failed_txns, leases=state.leases_export()))
     if replaced:
         log.warning("restore: %d records rows held U+FFFD (bytes that were not UTF-8): they "
                     "are restored as that text", replaced)

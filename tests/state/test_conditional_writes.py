@@ -246,14 +246,14 @@ def test_leases_survive_a_snapshot_exactly(ops: list[tuple[str, int, bytes, int]
     sid = OffsetAndEpoch(before.applied_offset, 1)
     data = b"".join(encode_snapshot(sid, before.items(), b"", 0,
                                     failed_txns=before.txns_in_window(),
-                                    leases=before.leases.export()))
+                                    leases=before.leases_export()))
     content = decode_snapshot(data, sid, "test")
     resumed = KeyValueState()
     resumed.load(content.entries, sid.offset, 1, content.producers,
                  failed_txns=content.failed_txns, leases=content.leases)
     resumed.apply_all(batches[cut:])
     assert dict(resumed.items()) == dict(full.items())
-    assert resumed.leases.export() == full.leases.export()
+    assert resumed.leases_export() == full.leases_export()
     assert {i: x.keys for i, x in resumed.leases.leases.items()} == {
         i: x.keys for i, x in full.leases.leases.items()}
     assert resumed.txns_in_window() == full.txns_in_window()

@@ -1,0 +1,130 @@
+"""``/v1/leases``: grant, keep alive, revoke and list leases (``kraft_spark.store.leases``).
+
+Every operation is a record in the log, answered once this node's state machine applied it:
+``POST /v1/leases {"ttl_ms": N}`` → ``{"lease_id", "ttl_ms"}``;
+``POST /v1/leases/{id}/keepalive`` → the same (404 once the lease expired or was revoked);
+``DELETE /v1/leases/{id}`` deletes the lease and every key attached to it in one step;
+``GET /v1/leases`` lists the leases in force with their keys. A write attaches its keys with
+``"lease_id"`` beside ``"records"`` (``api.fast_append``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.appends import client_error
+from api.conditional import no_store_error
+from api.lease_writes import MAX_LEASE_ID
+from api.models import ApiError, QuorumBackend
+from kraft_spark.client.errors import ClientError, CommitTimeoutError
+from kraft_spark.client.types import NewRecord
+from kraft_spark.store.leases import LEASE_OP_HEADER, MAX_TTL_MS, MIN_TTL_MS, encode_op
+from kraft_spark.store.service import KvStore, ReadTimeoutError
+
+LeaseId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="The lease id.")]
+
+
+class LeaseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ttl_ms: int = Field(ge=MIN_TTL_MS, le=MAX_TTL_MS, description="Time to live without a "
+                        "keep-alive, in milliseconds.")
+    lease_id: int | None = Field(default=None, ge=1, le=MAX_LEASE_ID,
+                                 description="Choose the id (default: a random one).")
+
+
+class LeaseOut(BaseModel):
+    lease_id: int
+    ttl_ms: int
+
+
+class LeaseInfo(BaseModel):
+    lease_id: int
+    ttl_ms: int
+    keys: list[str]
+    granted_offset: int
+    keepalive_offset: int = Field(description="Offset of its last keep-alive (or grant).")
+
+
+class LeasesOut(BaseModel):
+    leases: list[LeaseInfo]
+    offset: int = Field(description="The answer reflects every committed write below this.")
+
+
+def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], KvStore | None],
+                  errors: dict[int | str, dict[str, Any]], commit_timeout_s: float
+                  ) -> APIRouter:
+    router = APIRouter(tags=["leases"])
+    answers: dict[int | str, dict[str, Any]] = {
+        k: errors[k] for k in (401, 404, 409, 422, 503, 504) if k in errors}
+
+    def store() -> KvStore:
+        found = store_of()
+        if found is None:
+            raise no_store_error()
+        return found
+
+    async def operate(op: str, lease_id: int, **fields: int) -> None:
+        """Append one lease operation; raise its failure as the HTTP error."""
+        kv = store()
+        record = NewRecord(None, None, ((LEASE_OP_HEADER, encode_op(op, lease_id, **fields)),))
+        try:
+            result = await backend().append([record], timeout_s=commit_timeout_s)
+            failure = await kv.outcome(result.base_offset, result.last_offset + 1,
+                                       commit_timeout_s)
+        except (CommitTimeoutError, ReadTimeoutError) as exc:
+            raise ApiError(504, f"the lease {op} was not confirmed in time ({exc}); it may "
+                                "still take effect: check GET /v1/leases") from None
+        except ClientError as exc:
+            raise client_error(exc) from None
+        if failure is not None:
+            status = 404 if "not found" in failure.reason else 409
+            raise ApiError(status, failure.reason or f"the lease {op} failed")
+
+    @router.post("/v1/leases", response_model=LeaseOut, responses=answers,
+                 summary="Grant a lease")
+    async def grant(body: LeaseIn) -> LeaseOut:
+        # Random ids below 2**53: JSON numbers stay exact in every client (JavaScript too).
+        lease_id = body.lease_id or secrets.randbits(52) + 1
+        await operate("grant", lease_id, ttl_ms=body.ttl_ms)
+        return LeaseOut(lease_id=lease_id, ttl_ms=body.ttl_ms)
+
+    @router.post("/v1/leases/{lease_id}/keepalive", response_model=LeaseOut, responses=answers,
+                 summary="Keep a lease alive for another TTL")
+    async def keepalive(lease_id: LeaseId) -> LeaseOut:
+        await operate("keepalive", lease_id)
+        _, leases = await store().leases(linearizable=False, timeout_s=commit_timeout_s)
+        ttl = next((x.ttl_ms for x in leases if x.lease_id == lease_id), 0)
+        return LeaseOut(lease_id=lease_id, ttl_ms=ttl)
+
+    @router.delete("/v1/leases/{lease_id}", response_model=LeaseOut, responses=answers,
+                   summary="Revoke a lease and delete its keys")
+    async def revoke(lease_id: LeaseId) -> LeaseOut:
+        await operate("revoke", lease_id)
+        return LeaseOut(lease_id=lease_id, ttl_ms=0)
+
+    @router.get("/v1/leases", response_model=LeasesOut, responses=answers,
+                summary="The leases in force and their keys")
+    async def list_leases(
+        consistency: Annotated[str, Query(pattern="^(linearizable|serializable)$")]
+        = "linearizable",
+    ) -> LeasesOut:
+        try:
+            offset, leases = await store().leases(
+                linearizable=consistency == "linearizable", timeout_s=commit_timeout_s)
+        except ReadTimeoutError as exc:
+            raise ApiError(504, str(exc)) from None
+        except ClientError as exc:
+            raise client_error(exc) from None
+        return LeasesOut(offset=offset, leases=[
+            LeaseInfo(lease_id=x.lease_id, ttl_ms=x.ttl_ms, granted_offset=x.granted_offset,
+                      keepalive_offset=x.keepalive_offset,
+                      keys=sorted(k.decode("utf-8", errors="replace") for k in x.keys))
+            for x in leases])
+
+    return router

@@ -1,0 +1,160 @@
+"""Locks and leader election on the store, as etcd's client ``concurrency`` package does them:
+leases, conditional writes and watches only.
+
+**Lock** (``async with kv.lock("jobs/compaction") as held``): grant a lease and keep it alive;
+create ``<name>/<lease id>`` attached to it (only if absent); the holder is the key created
+first (smallest ``create_offset``). A waiter watches only the key created just before its own
+(fair queueing in creation order, no thundering herd: one deletion wakes one waiter). The
+holder's **fencing token** is its key's ``create_offset``, which only grows from one holder to
+the next. A holder that is paused past its TTL loses its lease and its key; give the resource
+you protect the token, or make your writes to the store conditional on the lock key still being
+yours (``held.fence()``): a stale holder's writes are then refused.
+
+**Election** (``Election(kv, "svc/leader")``): ``campaign(value)`` waits to become the leader
+(the same queue as a lock), ``leader()`` tells who leads, ``observe()`` follows changes,
+``resign()`` steps down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kraft_spark.client.kv import AsyncKvClient, KeyValue, KvError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Held:
+    """A lock (or a leadership) held: its key, fencing token and lease; ``lost`` is set when
+    the lease could not be kept alive (then the token is no longer valid)."""
+
+    key: str
+    token: int
+    lease_id: int
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def fence(self) -> dict[str, Any]:
+        """A condition for a write that must only apply while this is still held."""
+        return {"key": self.key, "mod_offset": self.token}
+
+
+class _Queue:
+    """One place in a queue of keys under ``prefix``, in creation order."""
+
+    def __init__(self, kv: AsyncKvClient, prefix: str, ttl_ms: int) -> None:
+        self.kv = kv
+        self.prefix = prefix.rstrip("/") + "/"
+        self.ttl_ms = ttl_ms
+        self.held: Held | None = None
+        self._keeper: asyncio.Task[None] | None = None
+
+    async def join(self, value: Any) -> Held:
+        lease = await self.kv.grant_lease(self.ttl_ms)
+        key = f"{self.prefix}{lease.lease_id:016x}"
+        lost = asyncio.Event()
+        self._keeper = asyncio.ensure_future(self._keep_alive(lease.lease_id, lost))
+        try:
+            await self.kv.put(key, value, if_absent=True, lease_id=lease.lease_id)
+            while True:
+                queue = sorted(await self.kv.range(self.prefix),
+                               key=lambda kv: kv.create_offset)
+                mine = next((kv for kv in queue if kv.key == key), None)
+                if mine is None:
+                    raise KvError(410, f"{key} is gone: the lease expired while waiting", {})
+                ahead = [kv for kv in queue if kv.create_offset < mine.create_offset]
+                if not ahead:
+                    self.held = Held(key, mine.create_offset, lease.lease_id, lost)
+                    return self.held
+                await self._wait_deleted(ahead[-1], mine.offset)
+        except BaseException:
+            await self._leave(lease.lease_id)
+            raise
+
+    async def _wait_deleted(self, before: KeyValue, from_offset: int) -> None:
+        """Until the key just ahead in the queue is deleted (released, or its lease expired)."""
+        async for event in self.kv.watch(key=before.key, from_offset=from_offset):
+            if event.type in ("delete", "cancelled"):
+                return
+
+    async def _keep_alive(self, lease_id: int, lost: asyncio.Event) -> None:
+        interval = self.ttl_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.kv.keep_alive(lease_id)
+            except KvError as exc:
+                if exc.status == 404:
+                    log.warning("lease %d expired: %s is no longer held", lease_id, self.prefix)
+                    lost.set()
+                    return
+            except Exception as exc:  # a node down: try again, the TTL leaves room for it
+                log.info("keep-alive of lease %d failed: %s", lease_id, exc)
+
+    async def _leave(self, lease_id: int) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+        with contextlib.suppress(KvError):
+            await self.kv.revoke_lease(lease_id)  # deletes the key: the next waiter goes
+        self.held = None
+
+    async def leave(self) -> None:
+        if self.held is not None:
+            await self._leave(self.held.lease_id)
+
+
+class Lock(_Queue):
+    """``async with kv.lock(name, ttl_ms=...) as held:`` (see the module doc)."""
+
+    def __init__(self, kv: AsyncKvClient, name: str, *, ttl_ms: int = 10_000) -> None:
+        super().__init__(kv, name, ttl_ms)
+
+    async def acquire(self) -> Held:
+        return await self.join("locked")
+
+    async def release(self) -> None:
+        await self.leave()
+
+    async def __aenter__(self) -> Held:
+        return await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+
+class Election(_Queue):
+    """Leader election on ``name`` (see the module doc)."""
+
+    def __init__(self, kv: AsyncKvClient, name: str, *, ttl_ms: int = 10_000) -> None:
+        super().__init__(kv, name, ttl_ms)
+
+    async def campaign(self, value: Any) -> Held:
+        """Wait until this candidate leads; its value is what ``leader()`` tells others."""
+        return await self.join(value)
+
+    async def resign(self) -> None:
+        await self.leave()
+
+    async def leader(self) -> KeyValue | None:
+        queue = await self.kv.range(self.prefix)
+        return min(queue, key=lambda kv: kv.create_offset, default=None)
+
+    async def observe(self) -> AsyncIterator[KeyValue | None]:
+        """The leader now, then each time it changes."""
+        current = await self.leader()
+        yield current
+        start = current.offset if current is not None else 0
+        async for event in self.kv.watch(prefix=self.prefix, from_offset=start):
+            if event.type in ("put", "delete"):
+                now = await self.leader()
+                if (now is None) != (current is None) or (
+                        now is not None and current is not None and now.key != current.key):
+                    current = now
+                    yield current
