@@ -9,6 +9,7 @@ keeps committing through the faults and the interesting interleavings happen und
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from kraft_spark.raft.messages import AddVoterRequest, RemoveVoterRequest
 from kraft_spark.raft.state import Role
@@ -33,6 +34,7 @@ FAULT_KINDS = (
     "disk-loss",
     "reconfig",
     "isolate-leader",
+    "leader-churn",
 )
 
 
@@ -40,7 +42,11 @@ FAULT_KINDS = (
 # clean since pre-vote and the hearing of unlisted candidates, see the README). Keeping them
 # out of "all" keeps every older seed's trajectory. MEMBERSHIP_FAULTS (all but the log-damage
 # faults) is what the injected membership bugs are measured against.
-OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader"})
+OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader", "leader-churn"})
+# leader-churn (opt-in, a targeted schedule): nearly every new leader is cut off within a few
+# milliseconds of its election, before its first record reaches a majority, again and again:
+# the schedule of Raft's figure 8, where a leader may be tempted to count replicas of an older
+# epoch's records as committed. Its own random stream: the other faults' draws are unchanged.
 # isolate-leader (opt-in, for the store's read checks): the leader is cut off from every other
 # node, not from clients, for longer than an election takes, so for a while an old leader that
 # has not yet resigned (check-quorum) and a new one both answer clients: the moment a read that
@@ -81,6 +87,10 @@ class FaultInjector:
             self._schedule_next()
         if "crash" in kinds or "partition" in kinds:
             cluster.on_new_leader = self._maybe_strike_new_leader
+        self._churn_rng = random.Random(cluster.seed * 31 + 7)
+        if "leader-churn" in kinds:
+            strike = cluster.on_new_leader
+            cluster.on_new_leader = lambda node: self._churn(node, strike)
 
     def _schedule_next(self) -> None:
         gap = int(self.rng.expovariate(1.0 / self.mean_gap_us))
@@ -367,6 +377,38 @@ class FaultInjector:
         self.cluster.nodes[node_id].log.failing = None
         # Down until the supervisor's restart has had its chance.
         self.cluster.at(self.cluster.now + RESTART_AFTER_US + 1000, self.down.discard, node_id)
+
+    def _churn(self, node: SimNode, then: Callable[[SimNode], None] | None) -> None:
+        rng = self._churn_rng
+        if not self.healed and self.cluster.now < self.until_us and rng.random() < 0.8:
+            # Within a millisecond: before its first record reaches the other voters.
+            self.cluster.at(self.cluster.now + rng.randint(0, 1000), self._cut, node.node_id,
+                            rng.randint(1500, 4000))
+        elif then is not None:
+            then(node)
+
+    def _cut(self, node_id: int, for_ms: int) -> None:
+        """Cut ``node_id`` off from every other node for ``for_ms``; cuts add up, and each
+        heals only its own links."""
+        others = sorted(i for i in self.cluster.nodes if i != node_id)
+        pairs = {(min(node_id, o), max(node_id, o)) for o in others}
+        fresh = pairs - self.cluster.network.blocked
+        if not fresh:
+            return
+        self._note(f"cut n{node_id} off for {for_ms} ms")
+        self.cluster.network.blocked |= fresh
+        self.cluster.at(self.cluster.now + for_ms * 1000, self._uncut, frozenset(fresh))
+
+    def _uncut(self, pairs: frozenset[tuple[int, int]]) -> None:
+        self.cluster.network.blocked -= pairs
+
+    def _leader_churn(self) -> None:
+        """As a fault of its own: cut the leader off past an election (the old leader of
+        figure 8, holding records no other voter has), while the new leaders get cut at once."""
+        leader = self.cluster.current_leader()
+        check_quorum_ms = self.cluster.config.check_quorum_timeout_ms
+        if leader is not None:
+            self._cut(leader.node_id, check_quorum_ms + self._churn_rng.randint(200, 1500))
 
     def _isolate_leader(self) -> None:
         leader = self.cluster.current_leader()

@@ -44,6 +44,17 @@ def test_five_voters_with_observer_are_clean() -> None:
 
 
 @pytest.mark.sim
+def test_targeted_leader_churn_is_clean() -> None:
+    """The figure-8 schedule (leaders cut off at once, old ones elected again) on the real core:
+    every invariant holds and the quorum recovers after each seed's faults."""
+    result = _cli("--seeds", "0:100", "--voters", "3", "--faults", "all,leader-churn")
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " violations=0 " in summary, summary
+    assert int(summary.split("elections=")[1].split()[0]) > 100 * 3, summary
+
+
+@pytest.mark.sim
 def test_a_stale_leader_does_not_fail_a_producer() -> None:
     """Seed 5005617 (found by a 38,000-seed campaign): a leader paused, cut off, then fed
     stale duplicated Fetches keeps leading a few seconds in an old epoch; a producer whose
@@ -69,18 +80,27 @@ def test_different_seeds_differ() -> None:
     assert (a.events, a.commits) != (b.events, b.commits)
 
 
-# Two membership bugs need rarer schedules since pre-vote (KIP-996) made elections rarer:
-# first caught at seed 583 (concurrent-voter-changes, a high watermark held by 2 of 4 voters)
-# and 756 (uncaught-voter, no leader after the faults) in a search of 200:1000.
-BUG_SEEDS = {"concurrent-voter-changes": "500:600", "uncaught-voter": "700:800"}
+# concurrent-voter-changes needs a rarer schedule since pre-vote (KIP-996) made elections rarer:
+# first caught at seed 583 in a search of 200:1000 (a high watermark held by 2 of 4 voters).
+# A pinned window, the weak spot the simulator still has for membership bugs.
+BUG_SEEDS = {"concurrent-voter-changes": "500:600"}
+# commit-old-epoch (Raft's figure 8) needs a leader cut off with records no other voter has, a
+# new leader cut off at once, and the old one elected again: the targeted schedule
+# leader-churn makes that common (27 of seeds 0:100 with it alone, 11 with every fault; about
+# 1 in 300 seeds with every fault and no targeting).
+BUG_FAULTS = {"commit-old-epoch": "all,leader-churn"}
+# uncaught-voter is not in the simulator's list: adding a voter that has not caught up costs
+# availability while a minority is down, which no invariant after the faults heal sees (it was
+# found once in 800 seeds); tests/unit/test_membership.py checks the rule on the core itself.
+SIM_BUGS = sorted(set(BUGS) - {"uncaught-voter"})
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("bug", sorted(BUGS))
+@pytest.mark.parametrize("bug", SIM_BUGS)
 def test_injected_bug_is_caught_within_200_seeds(bug: str) -> None:
     # KIP-853's bugs need nodes to add: observers the reconfig fault turns into voters.
     faults = ["--faults", MEMBERSHIP_FAULTS, "--observers", "2"] if bug in MEMBERSHIP_BUGS \
-        else ["--faults", "all"]
+        else ["--faults", BUG_FAULTS.get(bug, "all")]
     result = _cli("--seeds", BUG_SEEDS.get(bug, "0:200"), *faults, "--inject-bug", bug)
     assert result.returncode == 1, f"{bug} was not caught:\n{result.stdout[-2000:]}"
     first = result.stdout.splitlines()[0]

@@ -222,3 +222,24 @@ def test_who_may_grant_votes_outside_the_set_in_force() -> None:
     leader.take_ready()  # nothing of it leaves the node: the removal stays uncommitted
     leader.observe_epoch(leader.epoch + 1, -1)
     assert not leader.is_voter and leader.may_grant_votes and leader.role is Role.UNATTACHED
+
+
+def test_an_observer_that_has_not_caught_up_is_not_added() -> None:
+    """KIP-853's catch-up rule, which the simulator's injected bug uncaught-voter breaks: an
+    observer that stopped fetching and fell behind is refused (REQUEST_TIMED_OUT: it did not
+    catch up in time), so a new voter can never leave the quorum waiting for it."""
+    from kraft_spark.sim.bugs import UncaughtVoter
+
+    for core_class, expected in ((RaftCore, ErrorCode.REQUEST_TIMED_OUT),
+                                 (UncaughtVoter, ErrorCode.NONE)):
+        net, _ = three_voters_and_observers(4)
+        observer = net.cores.pop(4)  # it stops fetching
+        leader = leader_of(net)
+        leader.__class__ = core_class  # the same state, the rule of the class under test
+        append(net, leader, 30)
+        net.pump(2500)  # 2.5 s without a fetch from it: longer than the fetch timeout
+        reply = add(net, leader, 4)
+        assert isinstance(reply, VoterChangeResponse) and reply.error == expected, (
+            core_class.__name__, reply)
+        assert (4 in leader.voters) == (expected == ErrorCode.NONE)
+        assert observer.log.end_offset() < leader.log.end_offset()
