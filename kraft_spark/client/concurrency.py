@@ -22,9 +22,29 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from kraft_spark.client.kv import AsyncKvClient, KeyValue, KvError
+from kraft_spark.client.kv_types import KeyValue, KvError, LeaseInfo, WatchEvent, WriteResult
+
+
+class KvLike(Protocol):
+    """What the recipes need of ``kraft_spark.client.kv.KvLike``."""
+
+    async def grant_lease(self, ttl_ms: int) -> LeaseInfo: ...
+
+    async def keep_alive(self, lease_id: int) -> LeaseInfo: ...
+
+    async def revoke_lease(self, lease_id: int) -> None: ...
+
+    async def put(self, key: str, value: Any, *, if_version: int | None = None,
+                  if_mod_offset: int | None = None, if_absent: bool = False,
+                  lease_id: int | None = None) -> WriteResult: ...
+
+    async def range(self, prefix: str = "", *, limit: int = 1000,
+                    consistency: Any = "linearizable") -> list[KeyValue]: ...
+
+    def watch(self, *, key: str | None = None, prefix: str | None = None,
+              from_offset: int | None = None) -> AsyncIterator[WatchEvent]: ...
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +67,7 @@ class Held:
 class _Queue:
     """One place in a queue of keys under ``prefix``, in creation order."""
 
-    def __init__(self, kv: AsyncKvClient, prefix: str, ttl_ms: int) -> None:
+    def __init__(self, kv: KvLike, prefix: str, ttl_ms: int) -> None:
         self.kv = kv
         self.prefix = prefix.rstrip("/") + "/"
         self.ttl_ms = ttl_ms
@@ -113,7 +133,7 @@ class _Queue:
 class Lock(_Queue):
     """``async with kv.lock(name, ttl_ms=...) as held:`` (see the module doc)."""
 
-    def __init__(self, kv: AsyncKvClient, name: str, *, ttl_ms: int = 10_000) -> None:
+    def __init__(self, kv: KvLike, name: str, *, ttl_ms: int = 10_000) -> None:
         super().__init__(kv, name, ttl_ms)
 
     async def acquire(self) -> Held:
@@ -132,7 +152,7 @@ class Lock(_Queue):
 class Election(_Queue):
     """Leader election on ``name`` (see the module doc)."""
 
-    def __init__(self, kv: AsyncKvClient, name: str, *, ttl_ms: int = 10_000) -> None:
+    def __init__(self, kv: KvLike, name: str, *, ttl_ms: int = 10_000) -> None:
         super().__init__(kv, name, ttl_ms)
 
     async def campaign(self, value: Any) -> Held:

@@ -21,71 +21,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 
-from kraft_spark.client.errors import ClientError
+from kraft_spark.client.kv_types import (
+    ConditionFailedError,
+    KeyValue,
+    KvError,
+    LeaseInfo,
+    WatchEvent,
+    WriteResult,
+    _lease,
+)
 
 Consistency = Literal["linearizable", "serializable"]
 
-
-class KvError(ClientError):
-    """An error answer: ``status`` and the server's message."""
-
-    def __init__(self, status: int, message: str, body: dict[str, Any]) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.body = body
-
-
-class ConditionFailedError(KvError):
-    """409: a condition did not hold; nothing was written. ``failed``: the keys with their
-    revision when judged (``{"key", "mod_offset", "version"}``)."""
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        return list(self.body.get("failed", []))
-
-
-@dataclass(frozen=True, slots=True)
-class KeyValue:
-    key: str
-    value: Any
-    create_offset: int
-    mod_offset: int
-    version: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class WriteResult:
-    base_offset: int
-    last_offset: int
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseInfo:
-    lease_id: int
-    ttl_ms: int
-    keys: tuple[str, ...] = ()
-
-
-def _lease(body: dict[str, Any]) -> LeaseInfo:
-    return LeaseInfo(body["lease_id"], body["ttl_ms"], tuple(body.get("keys", ())))
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """``type``: put, delete, progress (``offset``: everything below it was seen) or cancelled
-    (the server ended the stream; ``value`` holds its reason)."""
-
-    type: str
-    offset: int
-    key: str | None = None
-    value: Any = None
+__all__ = ["AsyncKvClient", "ConditionFailedError", "KeyValue", "KvClient", "KvError",
+           "LeaseInfo", "WatchEvent", "WriteResult"]
 
 
 def write_body(records: list[tuple[str, Any]], conditions: list[dict[str, Any]] | None,
