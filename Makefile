@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint sim-long bench clean
+.PHONY: run test test-fast lint sim-long bench docs clean
 
 $(STAMP): pyproject.toml setup.py kraft_spark/log/_fastcodec.c
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -41,8 +41,14 @@ bench: $(STAMP)
 	# The store API (reads by key, compare-and-set, watches) against etcd's.
 	$(VENV)/bin/kraft-spark bench store
 
+# The documentation site (docs/, mkdocs.yml) into site/: the reference pages generated from the
+# code first, then a strict build (a broken link, a missing page or any warning fails).
+docs: $(STAMP)
+	$(VENV)/bin/python docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 sim-long: $(STAMP)
 	$(VENV)/bin/kraft-spark sim --seeds 0:2000 --voters 5 --observers 1 --faults all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -1,4 +1,4 @@
-"""The HTTP sidecar (SPEC §12): FastAPI in front of a :class:`QuorumBackend`.
+"""The HTTP sidecar (docs/reference/http-api.md): FastAPI in front of a :class:`QuorumBackend`.
 
 Routes::
 

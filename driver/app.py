@@ -1,5 +1,5 @@
 """The Spark application: voters in a barrier stage, an observer that materializes into Delta,
-and the HTTP sidecar (SPEC §10–12).
+and the HTTP sidecar (docs/concepts/architecture.md, docs/concepts/delta-tables.md).
 
 Run it with ``kraft-spark run`` (the project's launcher) or ``spark-submit driver/app.py``.
 
@@ -7,7 +7,7 @@ Threads of the driver process:
 
 * **supervisor**: runs the barrier job ``parallelize(range(V), V).barrier().mapPartitions``
   (one voter per task) and relaunches it with backoff whenever it fails (one failed barrier task
-  aborts the whole job: SPEC §10), counting restarts;
+  aborts the whole job, Spark's barrier rule), counting restarts;
 * **control**: a TCP channel the voter tasks dial; each says hello (where it runs) and is told
   ``stop`` at shutdown; a dropped channel makes voters stop, so no voter outlives the driver;
 * **observer**: a ``RaftNode`` that is not a voter (id 3000), on its own event loop, following

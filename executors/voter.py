@@ -1,4 +1,4 @@
-"""One Raft voter per barrier task (SPEC §10).
+"""One Raft voter per barrier task (docs/concepts/architecture.md, the Spark application).
 
 ``voter_task(settings)`` returns the function given to
 ``sc.parallelize(range(V), V).barrier().mapPartitions(...)``. Each task:
@@ -16,7 +16,7 @@
 5. stops gracefully (a leader resigns with EndQuorumEpoch, the log is flushed, the lock
    released) and returns one JSON row describing where it ran.
 
-Spark kills a cancelled task with SIGKILL and no notice (SPEC §10): that is a crash, and the
+Spark kills a cancelled task with SIGKILL and no notice: that is a crash, and the
 log's recovery handles it.
 """
 

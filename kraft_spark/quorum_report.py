@@ -1,5 +1,5 @@
 """DescribeQuorum as ``kafka-metadata-quorum.sh`` shows it: the status summary and the replication
-table (SPEC §7). Pure functions shared by the command line and the HTTP sidecar.
+table (docs/concepts/protocol.md). Pure functions shared by the command line and the HTTP sidecar.
 
 Conventions, as in Kafka's ``MetadataQuorumCommand``:
 

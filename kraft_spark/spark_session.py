@@ -13,7 +13,7 @@
   directory named by ``KRAFT_SPARK_CONF_DIR``): Delta's SQL extension and catalog, dynamic
   allocation off, few shuffle partitions, UTC session time zone, WARN logging;
 - ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` set to this interpreter, so Python workers and
-  executors run the project's environment (SPEC §10).
+  executors run the project's environment (the voters run in them).
 
 Precedence, lowest first: the built-in Delta settings below, ``spark-defaults.conf``, the
 arguments of ``build_spark``, ``extra_conf``.
@@ -190,8 +190,8 @@ def build_spark(
     """Start (or return) the SparkSession with Delta enabled; see the module docstring.
 
     ``master`` defaults to ``local[5]``: three voters plus slots for the driver's Delta writes
-    (SPEC §10 asks for at least V + 1). ``warehouse_dir`` defaults to ``KRAFT_SPARK_WAREHOUSE``
-    or ``./data/warehouse``.
+    (at least V + 1 slots: one per voter, one spare). ``warehouse_dir`` defaults to
+    ``KRAFT_SPARK_WAREHOUSE`` or ``./data/warehouse``.
     """
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession

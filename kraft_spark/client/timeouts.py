@@ -1,4 +1,5 @@
-"""The client's timeouts, derived from the quorum's own settings (SPEC §8 names).
+"""The client's timeouts, derived from the quorum's own settings (Kafka's names:
+docs/operations/configuration.md).
 
 A client in front of a quorum whose settings it knows (the HTTP sidecar of ``kraft-spark
 local`` and of the Spark application, a node forwarding HTTP appends) waits as the quorum

@@ -6,7 +6,7 @@ voter changes, as Kafka 4.x's ``kafka-metadata-quorum.sh`` makes them.
   ``metadata.log.dir`` whose ``meta.properties`` holds its ``directory.id``). The node must be
   running as an observer and caught up: the leader refuses it otherwise (REQUEST_TIMED_OUT).
 * ``remove-controller --controller-id N --controller-directory-id ID``.
-* ``reassign --voters 1,2,3,4@host:port,...`` (the source documents' quorum reassignment): one
+* ``reassign --voters 1,2,3,4@host:port,...`` (quorum reassignment, docs/operations/voters.md): one
   change at a time towards the target, additions first, reporting each step; a node to add must
   be running as an observer (its directory id comes from the leader's DescribeQuorum) and is
   given with its listener.

@@ -1,4 +1,4 @@
-"""Delta materialization of the committed log (SPEC §11).
+"""Delta materialization of the committed log (docs/concepts/delta-tables.md).
 
 ``DeltaMaterializer`` writes committed batches into the ``records``, ``snapshot`` and
 ``quorum_events`` tables exactly once; ``snapshot`` and ``history_of_key`` read them back.

@@ -1,4 +1,5 @@
-"""Exactly-once materialization of the committed Raft log into Delta tables (SPEC §11).
+"""Exactly-once materialization of the committed Raft log into Delta tables
+(docs/concepts/delta-tables.md).
 
 ``DeltaMaterializer.write(batches, high_watermark)`` turns committed batches into rows of the
 three tables (see tables.py) and commits each table once per call, in the order

@@ -10,7 +10,7 @@ measured on the application at one connection, materialization took the voters' 
 from 1,043 to 913 appends/s (median of 4 windows each, 2026-11-26). delta-rs commits the same
 actions from Python.
 
-What stays the same as the JVM path (SPEC section 11): the Parquet file is written by
+What stays the same as the JVM path (docs/concepts/delta-tables.md): the Parquet file is written by
 ``direct_append.write_parquet`` (the same schema, statistics, and fsync before the commit);
 the commit carries the ``txn`` action (``txnAppId = app_id``, ``txnVersion = last offset``) and
 the ``userMetadata`` JSON of ``CommitMetadata`` in its commitInfo; the caller checks the

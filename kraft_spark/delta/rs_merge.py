@@ -7,7 +7,8 @@ reach ``snapshot`` 15.4 s after they were acknowledged. delta-rs runs the same M
 driver process (Rust, no JVM), and the table stays a Delta table any reader opens: the same
 protocol (reader 1 / writer 2; no deletion vectors, no column mapping), the same schema.
 
-The exactly-once rules of SPEC section 11 hold as for the Spark MERGE: the commit carries the
+The exactly-once rules (docs/concepts/delta-tables.md) hold as for the Spark MERGE: the commit
+carries the
 transaction ``txnAppId = app_id`` / ``txnVersion = last offset`` (a ``txn`` action, which
 ``txn_version_from_log`` reads to resume) and the ``userMetadata`` JSON of ``CommitMetadata``
 (in commitInfo, where ``materializer_commits`` and time travel by offset find it); and the

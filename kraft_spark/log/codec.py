@@ -1,6 +1,6 @@
 """Kafka v2 record batches (magic 2): the bytes of every segment and of every Fetch payload.
 
-Layout (big-endian, SPEC §3)::
+Layout (big-endian, Kafka's; docs/concepts/protocol.md, on-disk formats)::
 
     0  baseOffset int64          27 baseTimestamp int64
     8  batchLength int32         35 maxTimestamp int64

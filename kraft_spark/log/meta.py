@@ -10,7 +10,8 @@ Kafka's layout (Java properties)::
     version=1
 
 ``directory.id`` identifies this copy of the disk: a node that comes back with a new one lost its
-log (SPEC §10) and must catch up before it votes. It is a random UUID in Kafka's text form
+log (docs/concepts/protocol.md) and must catch up before it votes. It is a random UUID in
+Kafka's text form
 (URL-safe base64 without padding).
 """
 

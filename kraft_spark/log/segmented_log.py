@@ -622,7 +622,7 @@ class SegmentedLog:
         return read_quorum_state(self.log_dir, self._fs)
 
     def write_quorum_state(self, state: Mapping[str, Any]) -> None:
-        """Atomic and durable when it returns (SPEC §2: persisted before dependent messages)."""
+        """Atomic and durable when it returns (persisted before any message depending on it)."""
         self._check_usable()
         write_quorum_state(self.log_dir, state, self._fs)
 

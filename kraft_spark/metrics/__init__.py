@@ -1,4 +1,4 @@
-"""Metrics on prometheus-client (SPEC §9).
+"""Metrics on prometheus-client (every family: docs/operations/metrics.md).
 
 * :mod:`.registry`: a process's :class:`Registry` (gauges, counters, sensors, scrape-time
   collectors) and its exposition, text 0.0.4 or OpenMetrics.

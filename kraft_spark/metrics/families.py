@@ -1,5 +1,5 @@
-"""The application's own metric families (SPEC §9), prefixed ``kraft_spark_``: the driver's
-materialization and Delta metrics, and the HTTP front end's request metrics."""
+"""The application's own metric families (docs/operations/metrics.md), prefixed ``kraft_spark_``:
+the driver's materialization and Delta metrics, and the HTTP front end's request metrics."""
 
 from __future__ import annotations
 

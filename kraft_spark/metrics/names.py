@@ -1,5 +1,6 @@
-"""Metric names (SPEC §9): Kafka's ``raft-metrics`` group as ``kafka_raft_<name>``, the
-application's own metrics as ``kraft_spark_<name>``, dashes as underscores."""
+"""Metric names (docs/operations/metrics.md): Kafka's ``raft-metrics`` group as
+``kafka_raft_<name>``, the application's own metrics as ``kraft_spark_<name>``, dashes as
+underscores."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A node's configuration: a Java-style properties file with Kafka's names (SPEC §8).
+"""A node's configuration: a Java-style properties file with Kafka's names (every key:
+docs/operations/configuration.md).
 
 Recognised keys (anything else under ``controller.quorum.`` or ``kraft.`` is an error,
 except the Spark application's ``kraft.*`` keys of ``kraft_spark.config_keys``; Kafka's other
@@ -45,7 +46,7 @@ names are ignored):
   the lower half of its CPUs, otherwise on the upper half (``net.cpu_placement``; for voters
   that share one machine, as ``kraft-spark local`` runs them);
 * ``node.disk.lost``: ``true`` when the directory was wiped after this voter may have voted
-  (SPEC §10); it then catches up before voting.
+  (docs/concepts/protocol.md, a voter that lost its disk); it then catches up before voting.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""A node's metrics (SPEC §9, Kafka's ``raft-metrics`` names), read by a prometheus-client
-collector at scrape time; text format 0.0.4, or OpenMetrics when the scraper asks for it.
+"""A node's metrics (docs/operations/metrics.md: Kafka's ``raft-metrics`` names), read by a
+prometheus-client collector at scrape time; text format 0.0.4, or OpenMetrics when the scraper
+asks for it.
 
 ``GET /metrics`` on the optional ``metrics.port``: a minimal HTTP/1.0 responder on the node's
 own event loop, so a scrape sees the state between two core steps, never in the middle of one.

@@ -1,4 +1,5 @@
-"""Counters a node keeps for its metrics (SPEC §9); rendered by ``kraft_spark.net.metrics``."""
+"""Counters a node keeps for its metrics (docs/operations/metrics.md); rendered by
+``kraft_spark.net.metrics``."""
 
 from __future__ import annotations
 

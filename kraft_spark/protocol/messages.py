@@ -195,7 +195,8 @@ FETCH_REQUEST = MessageSchema(
         )),
         F("RackId", "string", "11+", default=""),
         # kraft-spark's own tagged field (Kafka skips unknown tags): a voter that lost its disk
-        # and is catching up as an observer (SPEC §10), like KIP-853's ReplicaDirectoryId.
+        # and is catching up as an observer (docs/concepts/protocol.md), like KIP-853's
+        # ReplicaDirectoryId.
         F("KraftSparkReplicaDirectoryId", "uuid", "12+", tag=10001, tagged_versions="12+",
           default=NIL_UUID),
         F("KraftSparkCatchingUp", "bool", "12+", tag=10000, tagged_versions="12+",

@@ -141,10 +141,10 @@ class CoreState:
         """Granting is not campaigning: with dynamic voters (KIP-853) a node outside the set in
         force at it (its own removal not committed yet, or its addition not fetched yet) may
         still be a voter of the set a candidate counts with, and must answer as one; it never
-        campaigns. A node catching up after disk loss grants nothing (SPEC §10), and neither
-        does one whose id is in the set under another directory id: it is a new disk of that
-        id, and the vote the old disk may have cast in this epoch is forgotten (Kafka's Vote v1
-        names the voter's directory for the same reason)."""
+        campaigns. A node catching up after disk loss grants nothing (its rule: docs/concepts/
+        protocol.md), and neither does one whose id is in the set under another directory id:
+        it is a new disk of that id, and the vote the old disk may have cast in this epoch is
+        forgotten (Kafka's Vote v1 names the voter's directory for the same reason)."""
         if self.pending_catch_up:
             return False
         if self.is_voter:

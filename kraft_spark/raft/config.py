@@ -1,4 +1,4 @@
-"""Quorum configuration with Kafka's names and defaults (SPEC §8)."""
+"""Quorum configuration with Kafka's names and defaults (docs/operations/configuration.md)."""
 
 from __future__ import annotations
 

@@ -10,18 +10,20 @@ class holds the node's state and drives it from five kinds of input, each taking
   never be answered (its connection failed), and whether the peer's host *refused* it;
 * ``on_log_flushed(now)``: the shell made the log durable.
 
-One deliberate deviation from SPEC §5 / KIP-595 lives behind ``on_request_failed``: when a
-voting follower's Fetch is refused (the kernel on the leader's host answered that nothing
-listens on the leader's port: the process is gone), it does not sit out ``fetch.timeout.ms``
-but campaigns after a random delay in [0, ``election.timeout.ms`` / 2] drawn from the injected
-RNG (``FollowerMixin.maybe_hasten_election``); and a candidate counts a refused Vote request as
+One deliberate deviation from KIP-595 (docs/concepts/protocol.md, deviations) lives behind
+``on_request_failed``: when a voting follower's Fetch is refused (the kernel on the leader's
+host answered that nothing listens on the leader's port: the process is gone), it does not
+sit out ``fetch.timeout.ms`` but campaigns after a random delay in
+[0, ``election.timeout.ms`` / 2] drawn from the injected RNG
+(``FollowerMixin.maybe_hasten_election``); and a candidate counts a refused Vote request as
 rejected (``ElectionMixin.on_vote_refused``). Both only move timers, which safety never relies
 on; a timeout, a reset or a slow leader never counts as a refusal.
 
-The graceful handoff (SPEC §5) does not depend on message order either: a follower's successor
-turn from EndQuorumEpoch is not pushed back by Fetch responses the leader sent before resigning
-(``leader_resigned``), survives learning of the successor's newer epoch from any message
-(``observe_epoch``), and still applies when the first successor's Vote overtakes the
+The graceful handoff (docs/concepts/protocol.md) does not depend on message order either: a
+follower's successor turn from EndQuorumEpoch is not pushed back by Fetch responses the leader
+sent before resigning (``leader_resigned``), survives learning of the successor's newer epoch
+from any message (``observe_epoch``), and still applies when the first successor's Vote
+overtakes the
 EndQuorumEpoch (``_maybe_late_succession``).
 
 After each input the shell calls ``take_ready()`` and carries out the Ready in the order its
@@ -100,7 +102,8 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         local_endpoints: tuple[Endpoint, ...] = (),
     ) -> None:
         """``persisted`` is the quorum-state read at start-up (None when absent). ``disk_lost``
-        tells that this voter's directory was wiped after it may have voted (SPEC §10).
+        tells that this voter's directory was wiped after it may have voted (the disk-loss
+        rule: docs/concepts/protocol.md).
         ``snapshots``: the node's snapshot store (KIP-630); its newest snapshot must not end
         past the log's end (the shell restarts the log at it first). ``voter_set``: the
         static voters with their endpoints (else ``voters``, ids only); ``directory_id``: this
@@ -258,7 +261,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             self._maybe_send_fetch()
 
     def resign(self, now_ms: int) -> None:
-        """Graceful shutdown: a leader hands over with EndQuorumEpoch (SPEC §5)."""
+        """Graceful shutdown: a leader hands over with EndQuorumEpoch (to its named successors)."""
         self.now = max(self.now, now_ms)
         if self.role is Role.LEADER:
             self.become_resigned(graceful=True)

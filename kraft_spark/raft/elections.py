@@ -134,7 +134,7 @@ class ElectionMixin(CoreState):
     # ------------------------------------------------------------------ voter
 
     def handle_vote_request(self, token: object, req: VoteRequest) -> None:
-        """SPEC §5 order: cluster id, epoch, one vote per epoch, known voter, up-to-date log.
+        """In order: cluster id, epoch, one vote per epoch, known voter, up-to-date log.
         The grant is persisted (Ready.persist) before the reply leaves the node.
 
         A candidate that is not in our voter set and whose log is behind ours is refused

@@ -22,11 +22,11 @@ class FollowerMixin(CoreState):
     # ------------------------------------------------------------------ safety rules (hooks)
 
     def _rule_fetch_waits_for_flush(self) -> bool:
-        """SPEC §3: a Fetch reports the end offset only once the log is fsync'd to it."""
+        """The fsync rule: a Fetch reports the end offset only once the log is fsync'd to it."""
         return True
 
     def _rule_apply_diverging(self, diverging: OffsetAndEpoch) -> None:
-        """Truncate everything at or after the divergence point (SPEC §6)."""
+        """Truncate everything at or after the divergence point (docs/concepts/protocol.md)."""
         offset = truncation_offset(self.log, diverging)
         if offset < self.log.end_offset():
             self.log.truncate_to(offset)
@@ -78,8 +78,8 @@ class FollowerMixin(CoreState):
         self.fetch_in_flight = self.send(target, "fetch", request, timeout)
 
     def _maybe_finish_catch_up(self) -> None:
-        """SPEC §10: a voter that lost its disk votes again only once it holds what a leader
-        committed *without it*: our Fetches do not count toward the high watermark while we
+        """The disk-loss rule: a voter that lost its disk votes again only once it holds what a
+        leader committed *without it*: our Fetches do not count toward the high watermark while we
         catch up, so a high watermark that moved past the start of the leader's epoch while we
         watched was put there by a majority of the other voters (a zombie leader cannot)."""
         hw = self.leader_hw_seen
@@ -102,10 +102,11 @@ class FollowerMixin(CoreState):
         listens on its port, so the leader process is gone (a crash or kill -9; a slow, paused
         or partitioned leader never causes a refusal, only timeouts, which do not count).
 
-        **Deviation from SPEC §5** (and KIP-595), which waits ``fetch.timeout.ms`` without a
-        successful Fetch: a voter following that leader in that epoch moves its fetch deadline
-        up to now + a random delay in [0, election.timeout.ms / 2] (drawn from the injected RNG
-        once per leader, so the followers that all noticed at once rarely campaign together).
+        **Deviation from KIP-595** (docs/concepts/protocol.md), which waits
+        ``fetch.timeout.ms`` without a successful Fetch: a voter following that leader in that
+        epoch moves its fetch deadline up to now + a random delay in
+        [0, election.timeout.ms / 2] (drawn from the injected RNG once per leader, so the
+        followers that all noticed at once rarely campaign together).
         Safety never depends on timers, only liveness does: the vote rules still decide who
         leads. Ignored unless we are a voting Follower of ``refused.dest`` in the epoch the
         Fetch was sent in, and when the deadline is already sooner."""

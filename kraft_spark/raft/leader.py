@@ -267,7 +267,7 @@ class LeaderMixin(CoreState):
     # ------------------------------------------------------------------ high watermark
 
     def maybe_advance_high_watermark(self) -> None:
-        """SPEC §6: the majority's flushed offset, only past our epoch start, never backwards."""
+        """The majority's flushed offset, only past our epoch start, never backwards."""
         ls = self.leader_state
         if ls is None:
             return

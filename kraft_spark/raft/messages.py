@@ -117,9 +117,9 @@ class FetchRequest:
     last_fetched_epoch: int
     max_wait_ms: int
     max_bytes: int
-    # A voter that lost its disk and is catching up (SPEC §10): the leader serves it like an
-    # observer, so its offsets never count toward the high watermark or check-quorum. On the
-    # wire this rides as a tagged field, like KIP-853's ReplicaDirectoryId.
+    # A voter that lost its disk and is catching up (docs/concepts/protocol.md): the leader
+    # serves it like an observer, so its offsets never count toward the high watermark or
+    # check-quorum. On the wire this rides as a tagged field, like KIP-853's ReplicaDirectoryId.
     catching_up: bool = False
     # KIP-853: the directory.id of the fetching replica's meta.properties (NIL: unknown).
     directory_id: uuid.UUID = NIL_DIRECTORY
@@ -215,7 +215,7 @@ class DescribeQuorumResponse:
     latest_snapshot: OffsetAndEpoch | None = None
     # KIP-853 (DescribeQuorum v2's Nodes): the endpoints of the voters in force.
     endpoints: tuple[tuple[int, tuple[Endpoint, ...]], ...] = ()
-    # The voter set a reassignment in progress moves to (the source documents' TargetVoters;
+    # The voter set a reassignment in progress moves to (TargetVoters, docs/operations/voters.md;
     # a kraft-spark tagged field): empty when none is.
     target_voters: tuple[int, ...] = ()
 

@@ -18,7 +18,8 @@ UNKNOWN = -1
 @dataclass(slots=True)
 class ReplicaProgress:
     """One replica as seen by the leader. Invariant: ``end_offset`` is the FetchOffset of the
-    replica's latest valid Fetch in this epoch, which the replica had fsync'd (SPEC §3)."""
+    replica's latest valid Fetch in this epoch, which the replica had fsync'd (the fsync rule:
+    docs/concepts/protocol.md)."""
 
     replica_id: int
     end_offset: int = UNKNOWN
@@ -33,7 +34,7 @@ class ReplicaProgress:
     directory_id: uuid.UUID = NIL_DIRECTORY
 
     def on_fetch(self, now_ms: int, fetch_offset: int, leader_end: int) -> None:
-        """SPEC §7, in order: caught up now; or caught up to where the leader was at the
+        """KIP-836's rule, in order: caught up now; or caught up to where the leader was at the
         previous fetch; then remember this fetch."""
         if fetch_offset >= leader_end:
             self.last_caught_up_ts = max(self.last_caught_up_ts, now_ms)

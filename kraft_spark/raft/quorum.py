@@ -13,7 +13,7 @@ def majority(n_voters: int) -> int:
 def majority_offset(offsets: Iterable[int]) -> int:
     """The largest offset that a majority of the given voter offsets has reached.
 
-    SPEC §6: sort descending, take index ⌊n/2⌋. With n = 3 that is the 2nd largest, with n = 5
+    Sort descending, take index ⌊n/2⌋. With n = 3 that is the 2nd largest, with n = 5
     the 3rd: exactly ``majority(n)`` voters are at or beyond it.
     """
     ordered = sorted(offsets, reverse=True)

@@ -9,9 +9,9 @@ from kraft_spark.raft.snapshot_log import SnapshotAwareLog
 def diverging_epoch(
     log: RaftLog, fetch_offset: int, last_fetched_epoch: int
 ) -> OffsetAndEpoch | None:
-    """Leader side (SPEC §6): ``None`` when (FetchOffset, LastFetchedEpoch) is consistent with
-    the leader's log, else the DivergingEpoch to send: the largest epoch ≤ LastFetchedEpoch the
-    leader has, with that epoch's end offset on the leader.
+    """Leader side (docs/concepts/protocol.md): ``None`` when (FetchOffset, LastFetchedEpoch) is
+    consistent with the leader's log, else the DivergingEpoch to send: the largest epoch ≤
+    LastFetchedEpoch the leader has, with that epoch's end offset on the leader.
 
     Consistent means FetchOffset lies within epoch LastFetchedEpoch's offsets on the leader or is
     the start of the next epoch. An empty follower (0, 0) is always consistent.

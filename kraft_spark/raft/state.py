@@ -1,4 +1,4 @@
-"""Roles of a node and the transitions allowed between them (SPEC §2).
+"""Roles of a node and the transitions allowed between them (docs/concepts/protocol.md).
 
 A voter is in exactly one role per epoch::
 
@@ -13,12 +13,12 @@ A voter is in exactly one role per epoch::
     Leader(e)                 --higher epoch-----------------> Unattached / Follower
     Follower(e, l)            --fetch timeout----------------> Candidate(e+1)
                                 (brought forward to a short random delay when l's host refuses
-                                connections: RaftCore.on_request_failed, a deviation from §5)
+                                connections: RaftCore.on_request_failed, a deviation from KIP-595)
     Follower(e, l)            --higher epoch-----------------> Unattached / Follower
     Resigned(e)               --election timer---------------> Candidate(e+1)
     Resigned(e)               --higher epoch-----------------> Unattached / Follower
 
-Observers (and voters that lost their disk and have not caught up yet, SPEC §10) never vote and
+Observers (and voters that lost their disk and have not caught up yet) never vote and
 never campaign: they are Unattached or Follower only. Their fetch timeout moves them from
 Follower to Unattached, where they try another voter::
 
@@ -91,7 +91,8 @@ class PersistedState:
 
     Invariant: written durably before any message that depends on it leaves the node. ``epoch``
     never decreases on a node (disk loss aside). ``pending_catch_up`` is our extension: the node
-    lost its disk and must not vote or campaign until it has caught up from a leader (SPEC §10).
+    lost its disk and must not vote or campaign until it has caught up from a leader
+    (docs/concepts/protocol.md, a voter that lost its disk).
     """
 
     epoch: int

@@ -1,4 +1,5 @@
-"""Election rules: the vote-granting decision and the randomized timers (SPEC §5).
+"""Election rules: the vote-granting decision and the randomized timers (docs/concepts/
+protocol.md, elections).
 
 Randomness always comes from the ``random.Random`` the caller passes in (seeded by the shell or
 the simulator), never from the global RNG.
@@ -35,8 +36,9 @@ def decide_vote(
     leader_known: bool,
     log_ok: bool,
 ) -> VoteDecision:
-    """Rules 3–5 of SPEC §5 for a request in our (equal) epoch; the cluster id and epoch were
-    checked by the caller, in that order, before this."""
+    """The vote rules after the cluster id and epoch (one vote per epoch, no leader known, a
+    known voter, an up-to-date log; docs/concepts/protocol.md) for a request in our (equal)
+    epoch; the cluster id and epoch were checked by the caller, in that order, before this."""
     if not may_vote:
         return VoteDecision(False, "this node may not vote (observer or catching up)")
     if voted_id != NO_LEADER:
@@ -69,11 +71,12 @@ def fetch_timeout_jitter_ms(rng: random.Random, max_jitter_ms: int) -> int:
     uniform in [0, max_jitter_ms] (default: election timeout / 2), drawn once per leader and
     epoch; nothing, and no draw, when ``max_jitter_ms`` is 0.
 
-    **Deviation from SPEC §5** (and KIP-595, where the fetch timeout alone starts an
-    election): followers fetch in lockstep, so when a leader freezes or its answers are cut off
-    every follower's fetch deadline expires within a millisecond of the others'. They all
-    campaigned in the same epoch, split the vote and then waited out a failed-election backoff:
-    a SIGSTOP'd leader was replaced after 3.8-4.05 s on Kafka's defaults, the split vote costing
+    **Deviation from KIP-595** (docs/concepts/protocol.md; there the fetch timeout alone
+    starts an election): followers fetch in lockstep, so when a leader freezes or its answers
+    are cut off every follower's fetch deadline expires within a millisecond of the others'.
+    They all campaigned in the same epoch, split the vote and then waited out a
+    failed-election backoff: a SIGSTOP'd leader was replaced after 3.8-4.05 s on Kafka's
+    defaults, the split vote costing
     1.75 s of it. With the jitter the first follower's vote request usually reaches the others
     before their own deadline (the Raft paper's randomized election timeout). Liveness only:
     the vote rules still decide who leads."""

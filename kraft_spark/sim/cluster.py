@@ -511,7 +511,7 @@ class Cluster:
         return {i: self.nodes[i].log for i in self.voter_ids}
 
     def catching_up_voters(self) -> set[int]:
-        """Voters that lost their disk and have not caught up yet (SPEC §10). A node's
+        """Voters that lost their disk and have not caught up yet (the disk-loss rule). A node's
         ``wiped`` mark is cleared here once its core says it caught up."""
         catching_up = set()
         for i in self.voter_ids:

@@ -1,4 +1,5 @@
-"""The invariants of SPEC §13, checked incrementally after every simulated event.
+"""The invariants (docs/reference/simulator.md), checked incrementally after every simulated
+event.
 
 The checker keeps the *committed log*: the batches below the largest high watermark any leader
 has announced. Every other check is phrased against it, so each costs a few comparisons per
@@ -228,7 +229,7 @@ class Checker:
     def check_majority(self, logs: dict[int, MemoryLog], excused: int,
                        leader_voters: tuple[int, ...] | None = None) -> None:
         """A majority of voters durably hold the committed log; ``excused`` voters lost their
-        disk and are still catching up (SPEC §10), and so count as holding it.
+        disk and are still catching up (the disk-loss rule), and so count as holding it.
 
         KIP-853: the voters are those of the committed log, or those in force at the current
         leader (``leader_voters``, its newest VotersRecord, committed or not): a leader commits
@@ -254,7 +255,7 @@ class Checker:
         could collect a majority of votes. A voter W grants V only if V's (last epoch, end) is
         at least W's own; here W is judged by its durable log (what it would have after a crash,
         the most permissive case) and V by the best log it can campaign with. Voters that lost
-        their disk and have not caught up neither vote nor campaign (SPEC §10).
+        their disk and have not caught up neither vote nor campaign (the disk-loss rule).
         """
         if not self.committed_end:
             return

@@ -66,7 +66,7 @@ Commands (node ids are integers; ``ID`` may also be written ``node=ID``):
     outbox is lost, the last persisted quorum-state is kept. Messages to it are dropped.
 ``restart ID [disk-lost=true]``
     Start a new core on what survived; with ``disk-lost=true`` on an empty log and no
-    quorum-state, telling the core its disk was lost (SPEC §10).
+    quorum-state, telling the core its disk was lost (docs/concepts/protocol.md).
 ``partition A,B|C[|D...]``
     Replace the partition: nodes of different groups cannot talk (unlisted nodes talk to all).
     A message is dropped when delivered if its two ends are partitioned now or were when it was

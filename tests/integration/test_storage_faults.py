@@ -142,7 +142,7 @@ def test_a_flipped_byte_in_a_sealed_segment_is_cut_away_and_fetched_again(
             quorum.restart_node(victim)
             log_path = tmp_path / "logs" / f"node-{victim}.log"
             wait_for_log(log_path, "is cut at offset", 30)
-            # Commits made without it let it vote again (SPEC §10).
+            # Commits made without it let it vote again (the disk-loss rule).
             append_batches(client, acked, 40, 10)
             wait_for_log(log_path, "caught up after disk loss: voting again", 30)
             hw = wait_replicated(client, 3, timeout_s=30)
@@ -175,7 +175,7 @@ def test_the_scrub_finds_bit_rot_on_a_running_follower_which_heals_itself(
             log_path = tmp_path / "logs" / f"node-{victim}.log"
             text = wait_for_log(log_path, "is cut at offset", 60)
             assert "log scrub:" in text and "CRC mismatch" in text
-            # Commits made without it let it vote again (SPEC §10).
+            # Commits made without it let it vote again (the disk-loss rule).
             append_batches(client, acked, 30, 10)
             wait_for_log(log_path, "caught up after disk loss: voting again", 30)
             hw = wait_replicated(client, 3, timeout_s=30)

@@ -1,4 +1,4 @@
-"""The Delta materializer against a real Spark + Delta (SPEC §11).
+"""The Delta materializer against a real Spark + Delta (docs/concepts/delta-tables.md).
 
 The tables must equal the input log and its replay; every commit is idempotent; a crash between
 the three tables' commits neither duplicates nor skips a row on restart; time travel by Raft

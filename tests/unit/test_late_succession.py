@@ -1,5 +1,6 @@
 """Graceful handoff when the first successor's Vote overtakes the resigning leader's
-EndQuorumEpoch (SPEC §5): a voter that rejected that Vote (its log is ahead) still campaigns at
+EndQuorumEpoch (docs/concepts/protocol.md): a voter that rejected that Vote (its log is ahead)
+still campaigns at
 its successor time, not after a whole election timeout."""
 
 from __future__ import annotations

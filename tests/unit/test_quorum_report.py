@@ -1,4 +1,4 @@
-"""The DescribeQuorum report (SPEC §7): expectations computed by hand."""
+"""The DescribeQuorum report (docs/concepts/protocol.md): expectations computed by hand."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ T = 1_700_000_000_000
 
 
 def spec_quorum() -> QuorumInfo:
-    """The replication example of SPEC §7: leader 0, follower 1, observer 3000."""
+    """A replication example: leader 0, follower 1, observer 3000."""
     return QuorumInfo(
         cluster_id="abc",
         leader_id=0,

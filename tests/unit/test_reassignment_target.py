@@ -1,4 +1,5 @@
-"""The source documents' reassignment: each step of ``metadata-quorum reassign`` names the
+"""Quorum reassignment (docs/operations/voters.md): each step of ``metadata-quorum reassign``
+names the
 voter set it moves to, and the leader's DescribeQuorum shows that target until the set in
 force is it (real cores; the CLI drives the steps in tests/integration/test_dynamic_quorum.py)."""
 
