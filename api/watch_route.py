@@ -194,8 +194,9 @@ def watch_router(hub_provider: Callable[[], WatchSource | None],
         hub = hub_provider()
         if hub is None:
             raise ApiError(
-                503, "this endpoint does not serve watches (only a node's own HTTP API does, "
-                "kraft.http.listener): watch through a node")
+                503, "this endpoint holds no copy of the store's state, so it serves no watches "
+                "(a node's own HTTP API and the Spark application's endpoint do): watch "
+                "through one of those")
         if (key is None) == (prefix is None):
             raise ApiError(
                 422, "give exactly one of the query parameters key (one key) and prefix (the "

@@ -439,14 +439,14 @@ class Application(VoterMembershipMixin):
                 if bootstrap_if_needed(self._observer, self._observer_loop, materializer,
                                        resume, progress):
                     resume = materializer.resume_offset(tables)
-                fut: Future[tuple[list[Any], int, dict[int, Any]]] = (
+                fut: Future[tuple[list[Any], int, dict[int, Any], dict[int, Any]]] = (
                     asyncio.run_coroutine_threadsafe(
                         read_committed(self._observer, resume, cfg.materialize_max_records),
                         self._observer_loop))
-                batches, hw, failed_txns = fut.result(60)
+                batches, hw, failed_txns, deleted = fut.result(60)
                 if batches:
                     hw_cover = max(b.next_offset for b in batches)
-                    materializer.write(batches, max(hw, hw_cover), tables, failed_txns)
+                    materializer.write(batches, max(hw, hw_cover), tables, failed_txns, deleted)
                     stats = materializer.last_commit_stats
                     if stats is not None:
                         log.info("materialized %s up to %d (hw %d): rows %s, seconds %s",

@@ -19,11 +19,12 @@ log = logging.getLogger(__name__)
 
 
 async def read_committed(node: RaftNode, start: int, limit_records: int
-                         ) -> tuple[list[Any], int, dict[int, Any]]:
+                         ) -> tuple[list[Any], int, dict[int, Any], dict[int, Any]]:
     """Committed batches from ``start`` (up to ``limit_records`` offsets), the high watermark,
     and the failed conditional writes among them: the observer's state has applied everything
     up to where this reads (its keeper applies at each high-watermark move, on this loop), so
-    its judgement of each conditional write is known. Runs on the observer's loop."""
+    its judgement of each conditional write is known, and the keys its lease revocations and
+    expiries deleted. Runs on the observer's loop."""
     state = node.keeper.state
     hw = min(node.high_watermark, state.applied_offset)
     out: list[Any] = []
@@ -41,7 +42,8 @@ async def read_committed(node: RaftNode, start: int, limit_records: int
         if not progress_made:
             break
     failed = {o: f for o, f in state.failed_txns.items() if start <= o < offset}
-    return out, hw, failed
+    deleted = {o: k for o, k in state.leases.deleted.items() if start <= o < offset}
+    return out, hw, failed, deleted
 
 
 class ObserverStore:

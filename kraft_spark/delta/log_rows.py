@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,10 @@ from kraft_spark.raft.voter_set import directory_text
 from kraft_spark.state.machine import FailedTxn
 from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER
 
+# The header the Delta ``records`` table adds (not the log) to a lease revocation or expiry:
+# the keys it deleted, as a JSON list.
+LEASE_DELETED_HEADER = "kraft.lease.deleted"
+
 
 @dataclass(slots=True)
 class Rows:
@@ -31,13 +36,17 @@ def _text(data: bytes | None) -> str | None:
 
 
 def rows_from(batches: Sequence[Batch], start: int,
-              failed_txns: Mapping[int, FailedTxn] | None = None) -> Rows:
+              failed_txns: Mapping[int, FailedTxn] | None = None,
+              lease_deleted: Mapping[int, Sequence[bytes]] | None = None) -> Rows:
     """Rows of every table for the records at offsets >= ``start``.
 
     ``failed_txns``: the conditional writes among them that failed (the state machine's
     judgement, ``KeyValueState.failed_txns``, first offset -> size): their ``records`` rows
     carry the header ``kraft.txn.outcome: failed`` and they change nothing in ``snapshot``.
-    Without it, a batch holding a conditional write raises ValueError rather than guess."""
+    Without it, a batch holding a conditional write raises ValueError rather than guess.
+    ``lease_deleted``: the keys each lease revocation or expiry deleted (by its offset): its
+    ``records`` row lists them in the header ``kraft.lease.deleted`` (a JSON list) and they
+    leave ``snapshot``."""
     rows = Rows(records=[], events=[], latest={})
     for batch in batches:
         if batch.next_offset <= start:
@@ -86,6 +95,12 @@ def rows_from(batches: Sequence[Batch], start: int,
                     failed_until = offset + failure.size
             if offset < failed_until:
                 headers[OUTCOME_HEADER] = "failed"
+            deleted = lease_deleted.get(offset, ()) if lease_deleted and key is None else ()
+            if deleted:
+                names = [_text(k) or "" for k in deleted]
+                headers[LEASE_DELETED_HEADER] = json.dumps(names, separators=(",", ":"))
+                for name in names:
+                    rows.latest[name] = (name, None, offset, batch.epoch, record.timestamp_ms)
             rows.records.append((offset, batch.epoch, record.timestamp_ms, key, value, headers))
             if key is not None and offset >= failed_until:
                 rows.latest[key] = (key, value, offset, batch.epoch, record.timestamp_ms)

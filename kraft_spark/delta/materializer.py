@@ -243,10 +243,12 @@ class DeltaMaterializer:
         high_watermark: int,
         tables: Collection[str] = TABLES,
         failed_txns: Mapping[int, FailedTxn] | None = None,
+        lease_deleted: Mapping[int, Sequence[bytes]] | None = None,
     ) -> int:
         """Materialize committed ``batches`` (all below ``high_watermark``) into ``tables``
         (default all three); return the new resume offset of the three tables (the minimum).
-        ``failed_txns``: the state machine's failed conditional writes among them
+        ``failed_txns``: the state machine's failed conditional writes among them, and
+        ``lease_deleted`` the keys its lease revocations and expiries deleted
         (``log_rows.rows_from``).
 
         Writing ``records`` on its own, often, and the other tables less often (from another
@@ -276,7 +278,7 @@ class DeltaMaterializer:
         end = batches[-1].next_offset
         if end <= resume:
             return min(offsets.values())  # everything already materialized
-        rows = rows_from(batches, resume, failed_txns)
+        rows = rows_from(batches, resume, failed_txns, lease_deleted)
         counts: dict[str, int] = {}
         seconds: dict[str, float] = {}
         try:

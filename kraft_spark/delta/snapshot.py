@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from kraft_spark.delta.log_rows import LEASE_DELETED_HEADER
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
     RECORDS,
@@ -14,6 +15,7 @@ from kraft_spark.delta.tables import (
     next_offset,
     table_path,
 )
+from kraft_spark.store.txn import OUTCOME_HEADER
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,12 +80,23 @@ def snapshot(
         base = spark.read.format("delta").option("versionAsOf", version).load(snapshot_path)
     if last == as_of_offset:
         return base
+    rows = (
+        spark.read.format("delta").load(records_path)
+        .where((F.col("offset") > last) & (F.col("offset") <= as_of_offset))
+        # A failed conditional write changed nothing (kraft_spark.store.txn).
+        .where(F.col("headers").getItem(OUTCOME_HEADER).isNull())
+    )
+    # A lease revocation or expiry deleted the keys its row lists (kraft.lease.deleted).
+    lease_deletes = (
+        rows.where(F.col("headers").getItem(LEASE_DELETED_HEADER).isNotNull())
+        .select(F.explode(F.from_json(F.col("headers").getItem(LEASE_DELETED_HEADER),
+                                      "array<string>")).alias("key"),
+                F.lit(None).cast("string").alias("value"), "offset", "epoch", "timestamp")
+    )
     changes = (
-        spark.read.format("delta")
-        .load(records_path)
-        .where(
-            (F.col("offset") > last) & (F.col("offset") <= as_of_offset) & F.col("key").isNotNull()
-        )
+        rows.where(F.col("key").isNotNull())
+        .select(*SNAPSHOT_SCHEMA.fieldNames())
+        .unionByName(lease_deletes)
         .withColumn(
             "_rank", F.row_number().over(Window.partitionBy("key").orderBy(F.desc("offset")))
         )
@@ -92,6 +105,7 @@ def snapshot(
     )
     kept = base.join(changes.select("key"), on="key", how="left_anti")
     return kept.unionByName(changes.where(F.col("value").isNotNull()))
+
 
 
 def history_of_key(spark: SparkSession, warehouse: str | os.PathLike[str], key: str) -> DataFrame:

@@ -257,3 +257,17 @@ def test_leases_survive_a_snapshot_exactly(ops: list[tuple[str, int, bytes, int]
     assert {i: x.keys for i, x in resumed.leases.leases.items()} == {
         i: x.keys for i, x in full.leases.leases.items()}
     assert resumed.txns_in_window() == full.txns_in_window()
+
+
+def test_delta_rows_delete_the_keys_of_an_expired_lease() -> None:
+    from kraft_spark.delta.log_rows import LEASE_DELETED_HEADER, rows_from
+
+    state = KeyValueState()
+    batches = [Batch(0, 1, (_lease_op("grant", 3, ttl_ms=1000), _leased(b"svc/a", b"1", 3),
+                            Record(b"other", b"x", 5)))]
+    state.apply(batches[0])
+    batches.append(Batch(3, 1, (_lease_op("expire", 3, after=0),)))
+    state.apply(batches[1])
+    rows = rows_from(batches, 0, state.failed_txns, state.leases.deleted)
+    assert rows.records[3][5][LEASE_DELETED_HEADER] == '["svc/a"]'
+    assert {k: v[1] for k, v in rows.latest.items()} == {"svc/a": None, "other": "x"}

@@ -1,0 +1,76 @@
+"""The store's writes in the Delta tables: a failed conditional write is marked in `records`
+and changes nothing in `snapshot`; a lease's expiry deletes its keys from `snapshot`; time
+travel to any offset equals the state machine's replay (real Spark and Delta)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kraft_spark.delta import DeltaMaterializer, snapshot
+from kraft_spark.delta.log_rows import LEASE_DELETED_HEADER
+from kraft_spark.raft.records import Batch, Record
+from kraft_spark.state.machine import KeyValueState
+from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, encode_op
+from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER, Condition, encode_header
+
+from .test_materializer import as_state, read_records, read_snapshot
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+T0 = 1_700_000_000_000
+
+
+def _r(key: str | None, value: str | None, *headers: tuple[str, bytes]) -> Record:
+    return Record(None if key is None else key.encode(),
+                  None if value is None else value.encode(), T0, tuple(headers))
+
+
+def _log() -> list[Batch]:
+    """Offsets: 0-1 plain; 2 a cas that holds; 3 one that fails; 4 grant; 5 a leased key;
+    6 plain; 7 expiry of the lease; 8 plain."""
+    cas = lambda version: (TXN_HEADER, encode_header(1, [Condition(b"a", version=version)]))  # noqa: E731
+    parts = [
+        [_r("a", '"1"'), _r("b", '"1"')],
+        [_r("a", '"2"', cas(1))],
+        [_r("a", '"3"', cas(1))],
+        [_r(None, None, (LEASE_OP_HEADER, encode_op("grant", 9, ttl_ms=1000)))],
+        [_r("svc", '"up"', (LEASE_HEADER, b"9"))],
+        [_r("c", '"1"')],
+        [_r(None, None, (LEASE_OP_HEADER, encode_op("expire", 9, after=4)))],
+        [_r("d", '"1"')],
+    ]
+    batches, offset = [], 0
+    for records in parts:
+        batches.append(Batch(offset, 1, tuple(records)))
+        offset += len(records)
+    return batches
+
+
+def _replay(batches: list[Batch], upto: int) -> dict[str, Any]:
+    state = KeyValueState()
+    state.apply_all(b for b in batches if b.base_offset <= upto)
+    return {k.decode(): (e.value.decode(), e.offset) for k, e in state.items()}
+
+
+def test_failed_writes_and_lease_expiries_in_the_tables(spark: Any, tmp_path: Path) -> None:
+    batches = _log()
+    state = KeyValueState()
+    state.apply_all(batches)
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    # Two calls: time travel inside the second replays `records` rows on the first's version.
+    materializer.write(batches[:2], 2, failed_txns=state.failed_txns,
+                       lease_deleted=state.leases.deleted)
+    materializer.write(batches[2:], 9, failed_txns=state.failed_txns,
+                       lease_deleted=state.leases.deleted)
+    rows = {r[0]: r for r in read_records(spark, tmp_path)}
+    assert rows[3][5].get(OUTCOME_HEADER) == "failed" and rows[2][5].get(OUTCOME_HEADER) is None
+    assert rows[7][5][LEASE_DELETED_HEADER] == '["svc"]'
+    final = {k: (v[0], v[1]) for k, v in read_snapshot(spark, tmp_path).items()}
+    assert final == _replay(batches, 9)
+    assert "svc" not in final and final["a"] == ('"2"', 2)
+    for as_of in range(2, 9):
+        travelled = {k: (v[0], v[1]) for k, v in as_state(
+            snapshot(spark, tmp_path, as_of_offset=as_of)).items()}
+        assert travelled == _replay(batches, as_of), as_of
