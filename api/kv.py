@@ -2,9 +2,11 @@
 
 Linearizable by default (the read index: the answer reflects every write acknowledged before
 the read began); ``?consistency=serializable`` answers from this node's applied state at once and
-says how far behind the node knows it is. Every answer names the offset it reflects, in the body
-(``offset``) and in the ``X-Kraft-Offset`` header: the state holds every committed write below
-it. A key's revision is etcd's: ``create_offset`` (the write that created it), ``mod_offset`` (its
+says how far behind the node knows it is: ``X-Kraft-Known-Committed`` is the highest commit
+offset it has heard of (the answer may miss the writes from ``X-Kraft-Offset`` up to it, and
+whatever the leader committed since this node last heard from it). Every answer names the
+offset it reflects, in the body (``offset``) and in the ``X-Kraft-Offset`` header: the state
+holds every committed write below it. A key's revision is etcd's: ``create_offset`` (the write that created it), ``mod_offset`` (its
 last write) and ``version`` (writes since it was created).
 
 Ranges are in byte order of the keys (UTF-8), ``limit`` per page; ``next_page_token`` (opaque)
@@ -30,6 +32,8 @@ from kraft_spark.state.machine import Entry
 from kraft_spark.store.service import MAX_RANGE_LIMIT, KvRead, KvStore, ReadTimeoutError
 
 OFFSET_HEADER: Final = "X-Kraft-Offset"
+# The highest commit offset the answering node knows of (serializable reads may lag it).
+COMMITTED_HEADER: Final = "X-Kraft-Known-Committed"
 READ_TIMEOUT_S: Final = 5.0
 Consistency = Literal["linearizable", "serializable"]
 
@@ -113,7 +117,8 @@ def kv_router(store_provider: Callable[[], KvStore | None],
         raw = key.encode("utf-8", errors="surrogateescape")
         result = await read(store().get(raw, linearizable=consistency == "linearizable",
                                         timeout_s=READ_TIMEOUT_S))
-        headers = {OFFSET_HEADER: str(result.offset)}
+        headers = {OFFSET_HEADER: str(result.offset),
+                   COMMITTED_HEADER: str(result.known_committed)}
         if not result.entries:
             raise ApiError(404, f"key {key!r} not found (as of offset {result.offset})",
                            headers, extra={"offset": result.offset})
@@ -139,6 +144,7 @@ def kv_router(store_provider: Callable[[], KvStore | None],
             prefix.encode("utf-8", errors="surrogateescape"), after=after, limit=limit,
             linearizable=consistency == "linearizable", timeout_s=READ_TIMEOUT_S))
         response.headers[OFFSET_HEADER] = str(result.offset)
+        response.headers[COMMITTED_HEADER] = str(result.known_committed)
         kvs = [key_value_out(k, e, result.offset) for k, e in result.entries]
         token = _page_token(result.entries[-1][0]) if result.more and result.entries else None
         return RangeOut(kvs=kvs, count=len(kvs), offset=result.offset, next_page_token=token)

@@ -71,6 +71,9 @@ class KvRead:
     offset: int
     entries: list[tuple[bytes, Entry]]
     more: bool = False
+    # The highest commit offset this node has heard of: a serializable answer may miss the
+    # writes between ``offset`` and it (and any the leader committed since it last heard).
+    known_committed: int = 0
 
 
 class WatchStream(Protocol):
@@ -112,6 +115,7 @@ class StoreNode(Protocol):
     """What the store needs of a ``RaftNode``."""
 
     cluster_id: str
+    high_watermark: int
 
     @property
     def is_leader(self) -> bool: ...
@@ -252,7 +256,8 @@ class NodeStore:
         # The answer reflects the state as applied now (at or past the read index).
         state = self._keeper.state
         entry = state.get(key)
-        return KvRead(state.applied_offset, [(key, entry)] if entry else [])
+        return KvRead(state.applied_offset, [(key, entry)] if entry else [],
+                      known_committed=max(self._node.high_watermark, state.applied_offset))
 
     async def range(self, prefix: bytes, *, after: bytes | None, limit: int,
                     linearizable: bool, timeout_s: float) -> KvRead:
@@ -262,7 +267,8 @@ class NodeStore:
         start = bisect.bisect_right(keys, after) if after is not None else 0
         page = keys[start:start + limit]
         entries = [(k, e) for k in page if (e := state.get(k)) is not None]
-        return KvRead(state.applied_offset, entries, start + limit < len(keys))
+        return KvRead(state.applied_offset, entries, start + limit < len(keys),
+                      max(self._node.high_watermark, state.applied_offset))
 
     # ------------------------------------------------------------------ writes, watches
 
