@@ -1,13 +1,14 @@
 """``GET /v1/kv/{key}`` and ``GET /v1/kv?prefix=``: the store's reads by key (``NodeStore``).
 
 Linearizable by default (the read index: the answer reflects every write acknowledged before
-the read began); ``?consistency=serializable`` answers from this node's applied state at once and
-says how far behind the node knows it is: ``X-Kraft-Known-Committed`` is the highest commit
+the read began); ``?consistency=serializable`` answers from this node's applied state at once
+and says how far behind the node knows it is: ``X-Kraft-Known-Committed`` is the highest commit
 offset it has heard of (the answer may miss the writes from ``X-Kraft-Offset`` up to it, and
 whatever the leader committed since this node last heard from it). Every answer names the
 offset it reflects, in the body (``offset``) and in the ``X-Kraft-Offset`` header: the state
-holds every committed write below it. A key's revision is etcd's: ``create_offset`` (the write that created it), ``mod_offset`` (its
-last write) and ``version`` (writes since it was created).
+holds every committed write below it. A key's revision is etcd's: ``create_offset`` (the write
+that created it), ``mod_offset`` (its last write) and ``version`` (writes since it was
+created).
 
 Ranges are in byte order of the keys (UTF-8), ``limit`` per page; ``next_page_token`` (opaque)
 continues after the last key of the page, each page a read of its own (like etcd's paginated
