@@ -129,8 +129,7 @@ async def start_node_http(
     backend = NodeBackend(node)
     urls = dict(http_urls or {})
     # The node is a RaftNode (its HTTP factory is called once its state is loaded).
-    store = NodeStore(cast(StoreNode, node), backend.forwarder,
-                      lambda records: backend.append(records, timeout_s=5.0))
+    store = NodeStore(cast(StoreNode, node), backend.forwarder)
     app = create_app(backend, token=token, http_urls=lambda: urls, store=lambda: store)
     config = uvicorn.Config(
         app,

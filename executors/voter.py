@@ -146,6 +146,7 @@ async def _serve(settings: VoterSettings, config: Any, hello: dict[str, Any]) ->
     command = asyncio.ensure_future(reader.readline())
     node: RaftNode | None = None
     from api.node_http import serve_node_http
+    from kraft_spark.store.lease_expiry import LeaseExpirer
 
     http = serve_node_http if config.http_listener is not None else None
     while True:
@@ -159,8 +160,10 @@ async def _serve(settings: VoterSettings, config: Any, hello: dict[str, Any]) ->
             node = None
         else:
             started = asyncio.get_running_loop().time()
+            expirer = LeaseExpirer(node).start()  # acts only while this voter leads
             closed = asyncio.ensure_future(node.wait_closed())
             await asyncio.wait({closed, command}, return_when=asyncio.FIRST_COMPLETED)
+            expirer.stop()
             if command.done():
                 closed.cancel()
                 break

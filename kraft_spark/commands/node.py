@@ -93,6 +93,7 @@ async def _serve(config: Any, lock_timeout_s: float) -> None:
     from kraft_spark.log.errors import LogError
     from kraft_spark.net.metrics_server import start_metrics_server
     from kraft_spark.net.node import RaftNode
+    from kraft_spark.store.lease_expiry import LeaseExpirer
 
     if config.bootstrap_servers and not config.voters:  # KIP-853: find the quorum first
         from kraft_spark.net.bootstrap_servers import discover_voters
@@ -100,6 +101,7 @@ async def _serve(config: Any, lock_timeout_s: float) -> None:
         config = await discover_voters(config)
     node = RaftNode(config, lock_timeout_s=lock_timeout_s, http=serve_node_http)
     await node.start()
+    expirer = LeaseExpirer(node).start()  # acts only while this node leads
     metrics = None
     if config.metrics_port is not None:
         metrics = await start_metrics_server(node, config.host, config.metrics_port)
@@ -111,6 +113,7 @@ async def _serve(config: Any, lock_timeout_s: float) -> None:
     stopper = asyncio.ensure_future(stop.wait())
     await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
     stopper.cancel()
+    expirer.stop()
     if metrics is not None:
         metrics.close()
     if waiter.done():

@@ -11,10 +11,19 @@ wall-clock jump expires nothing.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-from kraft_spark.store.leases import Lease
+from kraft_spark.net.node_tokens import LocalRequest
+from kraft_spark.net.state_keeper import StateKeeper
+from kraft_spark.raft.messages import ProduceRequest, Response
+from kraft_spark.raft.records import Record
+from kraft_spark.store.leases import LEASE_OP_HEADER, Lease, encode_op
+
+log = logging.getLogger(__name__)
 
 # An expiry not applied within this long (the append failed, leadership moved) is sent again.
 RESEND_AFTER_S = 2.0
@@ -62,3 +71,59 @@ class LeaseClock:
         if not self._leading or deadline is None:
             return None
         return max(0, int((deadline - self._now()) * 1000))
+
+
+class ExpiringNode(Protocol):
+    """What the expirer needs of a ``RaftNode``."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def keeper(self) -> StateKeeper: ...
+
+    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]: ...
+
+
+class LeaseExpirer:
+    """Runs a voter's ``LeaseClock`` on its loop: while the node leads, every ``TICK_S`` the
+    leases whose countdown ran out are expired by one append to its own core (only a leader
+    expires, so nothing is forwarded). Started for every voter (``kraft-spark node``, the
+    Spark application's executors), with or without an HTTP API."""
+
+    TICK_S = 0.1
+
+    def __init__(self, node: ExpiringNode, clock: LeaseClock | None = None) -> None:
+        self._node = node
+        self.clock = clock or LeaseClock()
+        self.expired = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> LeaseExpirer:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="lease-expiry")
+        return self
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.TICK_S)
+            node = self._node
+            try:
+                due = self.clock.tick(node.is_leader, node.keeper.state.leases.leases)
+            except AssertionError:  # the node stopped (no keeper any more)
+                return
+            if not due:
+                continue
+            now_ms = int(time.time() * 1000)
+            records = tuple(
+                Record(None, None, now_ms,
+                       ((LEASE_OP_HEADER, encode_op("expire", lease_id, after=after)),))
+                for lease_id, after in due)
+            try:
+                await node.submit_local(ProduceRequest(records, timeout_ms=5000))
+                self.expired += len(due)
+            except Exception as exc:  # leadership moved or the node stops: the clock resends
+                log.info("expiring leases %s: %s", [i for i, _ in due], exc)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

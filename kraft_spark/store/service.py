@@ -24,15 +24,13 @@ import asyncio
 import bisect
 import heapq
 import itertools
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from kraft_spark.client.client import AsyncQuorumClient
 from kraft_spark.client.errors import ClientError, NoLeaderError
 from kraft_spark.client.reads import read_index
-from kraft_spark.client.types import NewRecord
 from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.node_tokens import LocalRequest
 from kraft_spark.net.state_keeper import StateKeeper
@@ -41,8 +39,7 @@ from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResp
 from kraft_spark.raft.records import Batch
 from kraft_spark.state.machine import TXN_OUTCOME_WINDOW, Entry, FailedTxn
 from kraft_spark.state.snapshot_file import label
-from kraft_spark.store.lease_expiry import LeaseClock
-from kraft_spark.store.leases import LEASE_OP_HEADER, Lease, encode_op
+from kraft_spark.store.leases import Lease
 from kraft_spark.store.watch import (
     WatchEvent,
     WatchHub,
@@ -53,10 +50,6 @@ from kraft_spark.store.watch import (
 
 # At most this many keys per range page.
 MAX_RANGE_LIMIT = 10_000
-# How often the leader checks its lease countdowns (the precision of an expiry).
-LEASE_TICK_S = 0.1
-log = logging.getLogger(__name__)
-Append = Callable[[Sequence[NewRecord]], Awaitable[object]]
 
 
 class ReadTimeoutError(ClientError):
@@ -133,17 +126,12 @@ class StoreNode(Protocol):
 
 class NodeStore:
     """``KvStore`` of one node; create it on the node's loop after the node started.
-    ``forwarder``: the client that reaches the leader (read indexes of followers/observers);
-    ``append``: how this node appends (its HTTP backend's), for the expiries of leases it
-    decides while it leads (None: an observer, which never leads)."""
+    ``forwarder``: the client that reaches the leader (read indexes of followers/observers).
+    Leases are expired by the voters' ``lease_expiry.LeaseExpirer``, not here."""
 
-    def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient],
-                 append: Append | None = None) -> None:
+    def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient]) -> None:
         self._node = node
         self._forwarder = forwarder
-        self._append = append
-        self.lease_clock = LeaseClock()
-        self.leases_expired = 0
         keeper = node.keeper
         self._keeper = keeper
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -162,25 +150,6 @@ class NodeStore:
         node.add_commit_listener(self._on_commit)
         self.linearizable_reads = 0
         self.serializable_reads = 0
-        self._ticker = (asyncio.get_running_loop().create_task(self._tick_leases())
-                        if append is not None else None)
-
-    async def _tick_leases(self) -> None:
-        """While this node leads: expire the leases whose countdown ran out (lease_expiry)."""
-        assert self._append is not None
-        while True:
-            await asyncio.sleep(LEASE_TICK_S)
-            due = self.lease_clock.tick(self._node.is_leader, self._keeper.state.leases.leases)
-            if not due:
-                continue
-            records = [NewRecord(None, None, ((LEASE_OP_HEADER,
-                                               encode_op("expire", i, after=after)),))
-                       for i, after in due]
-            try:
-                await self._append(records)
-                self.leases_expired += len(due)
-            except Exception as exc:  # leadership moved, or no commit: the clock resends
-                log.info("expiring leases %s: %s", [i for i, _ in due], exc)
 
     # ------------------------------------------------------------------ applying
 
@@ -288,8 +257,6 @@ class NodeStore:
         return state.applied_offset, [state.leases.leases[i] for i in sorted(state.leases.leases)]
 
     def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
         self._hub.close()
         for _, _, future in self._waiters:
             if not future.done():

@@ -9,15 +9,31 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kraft_spark.client.concurrency import Election, Lock
 from kraft_spark.client.kv import AsyncKvClient, ConditionFailedError, KvError
 from kraft_spark.net.node import RaftNode
+from kraft_spark.store.lease_expiry import LeaseExpirer
 
 from .helpers import the_leader, wait_for
-from .test_node_http import http, http_nodes, run_nodes, url_of
+from .test_node_http import http, http_nodes, url_of
+from .test_node_http import run_nodes as run_plain_nodes
+
+
+async def run_nodes(nodes: list[RaftNode], body: Any) -> None:
+    """``run_nodes`` with every node's lease expirer running, as `kraft-spark node` runs it."""
+    async def with_expirers(started: list[RaftNode]) -> None:
+        expirers = [LeaseExpirer(n).start() for n in started]
+        try:
+            await body(started)
+        finally:
+            for expirer in expirers:
+                expirer.stop()
+
+    await run_plain_nodes(nodes, with_expirers)
 
 pytestmark = pytest.mark.timeout(120)
 
