@@ -35,6 +35,34 @@ def call(url: str, body: Any = None, headers: dict[str, str] | None = None) -> A
         return json.loads(response.read())
 
 
+def check_the_store_through_the_application(url: str) -> None:
+    """Reads by key, a conditional write and a lease through the driver's endpoint, whose
+    store is the driver's observer (driver/observer_store.py)."""
+    create = {"records": [{"key": "cfg", "value": 1}],
+              "conditions": [{"key": "cfg", "exists": False}]}
+    created = call(f"{url}/v1/records", create, AUTH)
+    got = call(f"{url}/v1/kv/cfg", headers=AUTH)  # linearizable: the observer's read index
+    assert (got["value"], got["version"], got["mod_offset"]) == (1, 1, created["base_offset"])
+    with pytest.raises(urllib.error.HTTPError) as conflict:
+        call(f"{url}/v1/records", create, AUTH)
+    assert conflict.value.code == 409
+    conflict.value.close()
+    lease = call(f"{url}/v1/leases", {"ttl_ms": 1000}, AUTH)
+    call(f"{url}/v1/records", {"records": [{"key": "svc", "value": "up"}],
+                               "lease_id": lease["lease_id"]}, AUTH)
+    assert call(f"{url}/v1/kv/svc?consistency=serializable", headers=AUTH)["value"] == "up"
+    deadline = time.monotonic() + 20  # no keep-alive: the leading voter expires it
+    while True:
+        try:
+            call(f"{url}/v1/kv/svc", headers=AUTH)
+        except urllib.error.HTTPError as gone:
+            gone.close()
+            assert gone.code == 404
+            break
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.2)
+
+
 def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
     tmp_path: Path, spark: Any
 ) -> None:
@@ -83,6 +111,7 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
         once = {"key": "once", "value": 1}
         first = call(f"{before['leaderHttpUrl']}/v1/records", once,
                      {**AUTH, "Idempotency-Key": "K1"})
+        check_the_store_through_the_application(app.url)
 
         for t in loaders:
             t.start()
