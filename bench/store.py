@@ -142,9 +142,10 @@ def read_points(kraft: KraftNodes, etcd: EtcdStore, seconds: float, log: Log
 
 
 async def _kraft_cas(client: httpx.AsyncClient, key: str, value: str) -> bool:
-    got = (await client.get(f"/v1/kv/{key}")).json()
+    answer = await client.get(f"/v1/kv/{key}")
+    version = answer.json()["version"] if answer.status_code == 200 else 0  # 404: absent
     body = {"records": [{"key": key, "value": value}],
-            "conditions": [{"key": key, "version": got["version"]}]}
+            "conditions": [{"key": key, "version": version}]}
     status = (await client.post("/v1/records", json=body)).status_code
     if status not in (200, 409):
         raise RuntimeError(f"kraft-spark cas answered {status}")
