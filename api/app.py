@@ -65,7 +65,8 @@ from api.fast_append import (
     DirectAppend,
     FastAppendMiddleware,
 )
-from api.kv import kv_router
+from api.kv import kv_router, no_kv_store_error
+from api.kv_front import FastKvRead
 from api.leases import leases_router
 from api.middleware import (
     BearerAuthMiddleware,
@@ -130,15 +131,23 @@ class _SidecarApp(FastAPI):
     stack."""
 
     front: ASGIApp | None = None
+    # GET /v1/kv/{key} the same way (api.kv_front).
+    front_reads: ASGIApp | None = None
     # Found by api.direct's protocol: appends answered without an ASGI task.
     direct_handler: DirectAppend | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        front = self.front
-        if (front is not None and scope["type"] == "http" and scope["method"] == "POST"
-                and route_path(scope) == "/v1/records"):
-            await front(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            front = self.front
+            if (front is not None and scope["method"] == "POST"
+                    and route_path(scope) == "/v1/records"):
+                await front(scope, receive, send)
+                return
+            reads = self.front_reads
+            if (reads is not None and scope["method"] == "GET"
+                    and route_path(scope).startswith("/v1/kv/")):
+                await reads(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -353,7 +362,18 @@ def create_app(
         return [ReplicationRowOut(**row) for row in replication_rows(await describe())]
 
     app.include_router(voters_router(current_backend, _ERRORS))
-    app.include_router(kv_router(store_of, _ERRORS))
+    kv_routes = kv_router(store_of, _ERRORS)
+    app.include_router(kv_routes)
+    if fast_append:  # the hottest read gets the same kind of front door (api.kv_front)
+        read_route = next(r for r in kv_routes.routes
+                          if getattr(r, "path", None) == "/v1/kv/{key:path}")
+        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+            await FastAPI.__call__(app, scope, receive, send)  # the route, past the front
+
+        reads: ASGIApp = FastKvRead(routed, store_of, read_route, no_kv_store_error)
+        if token is not None:
+            reads = BearerAuthMiddleware(reads, token=token, open_paths=open_paths)
+        app.front_reads = HttpMetricsMiddleware(reads, metrics=http_metrics)
     app.include_router(leases_router(current_backend, store_of, _ERRORS, commit_timeout_s))
 
     def hub() -> WatchSource | None:

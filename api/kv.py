@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
@@ -62,6 +63,21 @@ def key_value_out(key: bytes, entry: Entry, offset: int) -> KeyValueOut:
                        version=entry.version, offset=offset)
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+def key_value_json(key: bytes, entry: Entry, offset: int) -> bytes:
+    """``KeyValueOut`` as JSON bytes."""
+    value = decode_value(entry.value)
+    try:
+        text = _ENCODE(value)
+    except ValueError:  # a number JSON cannot carry (1e400 parses as inf): as text then
+        text = _ENCODE(entry.value.decode("utf-8", errors="replace"))
+    return (f'{{"key":{_ENCODE(key.decode("utf-8", errors="replace"))},"value":{text},'
+            f'"create_offset":{entry.create_offset},"mod_offset":{entry.offset},'
+            f'"version":{entry.version},"offset":{offset}}}').encode()
+
+
 def _page_token(key: bytes) -> str:
     return base64.urlsafe_b64encode(key).decode("ascii").rstrip("=")
 
@@ -72,6 +88,26 @@ def _after_key(token: str) -> bytes:
     except (binascii.Error, ValueError):
         raise ApiError(422, "invalid page_token: pass the next_page_token of the previous "
                             "page unchanged") from None
+
+
+def no_kv_store_error() -> ApiError:
+    return ApiError(503, "this endpoint holds no copy of the store's state (it is a "
+                         "forwarding sidecar): read from a node's HTTP API or the Spark "
+                         "application's", {"Retry-After": RETRY_AFTER_S})
+
+
+def read_error(exc: Exception) -> Exception:
+    """The HTTP answer to a read that failed (an ApiError), or ``exc`` itself."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, ReadTimeoutError):
+        return ApiError(504, str(exc))
+    if isinstance(exc, TimeoutError):
+        return ApiError(504, f"the read was not confirmed within {READ_TIMEOUT_S:g} s: retry "
+                             "(an election may be in progress)")
+    if isinstance(exc, ClientError):
+        return client_error(exc)
+    return exc
 
 
 def kv_router(store_provider: Callable[[], KvStore | None],
@@ -86,21 +122,14 @@ def kv_router(store_provider: Callable[[], KvStore | None],
     def store() -> KvStore:
         found = store_provider()
         if found is None:
-            raise ApiError(503, "this endpoint holds no copy of the store's state (it is a "
-                                "forwarding sidecar): read from a node's HTTP API or the Spark "
-                                "application's", {"Retry-After": RETRY_AFTER_S})
+            raise no_kv_store_error()
         return found
 
     async def read(call: Any) -> KvRead:
         try:
             result: KvRead = await call
-        except ReadTimeoutError as exc:
-            raise ApiError(504, str(exc)) from None
-        except TimeoutError:
-            raise ApiError(504, f"the read was not confirmed within {READ_TIMEOUT_S:g} s: retry "
-                                "(an election may be in progress)") from None
-        except ClientError as exc:
-            raise client_error(exc) from None
+        except Exception as exc:
+            raise read_error(exc) from None
         return result
 
     @router.get(
@@ -111,7 +140,6 @@ def kv_router(store_provider: Callable[[], KvStore | None],
         summary="The current value of a key, with its revision",
     )
     async def get_key(
-        response: Response,
         key: Annotated[str, Path(min_length=1, description="The key; may contain '/'.")],
         consistency: Annotated[Consistency, Query()] = "linearizable",
     ) -> Any:
@@ -123,9 +151,10 @@ def kv_router(store_provider: Callable[[], KvStore | None],
         if not result.entries:
             raise ApiError(404, f"key {key!r} not found (as of offset {result.offset})",
                            headers, extra={"offset": result.offset})
-        response.headers.update(headers)
         k, entry = result.entries[0]
-        return key_value_out(k, entry, result.offset)
+        # Encoded here, not validated again by a response model: the hottest read path.
+        return Response(key_value_json(k, entry, result.offset), headers=headers,
+                        media_type="application/json")
 
     @router.get(
         "/v1/kv",

@@ -40,6 +40,7 @@ from kraft_spark.raft.records import Batch
 from kraft_spark.state.machine import TXN_OUTCOME_WINDOW, Entry, FailedTxn
 from kraft_spark.state.snapshot_file import label
 from kraft_spark.store.leases import Lease
+from kraft_spark.store.read_batch import ReadIndexBatcher
 from kraft_spark.store.watch import (
     WatchEvent,
     WatchHub,
@@ -50,6 +51,8 @@ from kraft_spark.store.watch import (
 
 # At most this many keys per range page.
 MAX_RANGE_LIMIT = 10_000
+# A read-index request shared by a batch of reads gives up after this long.
+READ_INDEX_TIMEOUT_S = 5.0
 
 
 class ReadTimeoutError(ClientError):
@@ -132,6 +135,7 @@ class NodeStore:
     def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient]) -> None:
         self._node = node
         self._forwarder = forwarder
+        self._batcher = ReadIndexBatcher(self._read_index)
         keeper = node.keeper
         self._keeper = keeper
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -202,12 +206,12 @@ class NodeStore:
         if not linearizable:
             self.serializable_reads += 1
             return self._keeper.state.applied_offset
-        offset = await self._read_index(timeout_s)
+        offset = await self._batcher.read_index(timeout_s)
         await self.wait_applied(offset, timeout_s)
         self.linearizable_reads += 1
         return offset
 
-    async def _read_index(self, timeout_s: float) -> int:
+    async def _read_index(self, timeout_s: float = READ_INDEX_TIMEOUT_S) -> int:
         if self._node.is_leader:
             request = ReadIndexRequest(max(1, int(timeout_s * 1000)))
             response = await asyncio.wait_for(self._node.submit_local(request), timeout_s + 1)

@@ -771,7 +771,8 @@ def test_docs_and_openapi_describe_the_request_body(serve: Serve) -> None:
     schema = client.get("/openapi.json").json()
     body = schema["paths"]["/v1/records"]["post"]["requestBody"]["content"]["application/json"]
     refs = {option["$ref"] for option in body["schema"]["anyOf"]}
-    assert refs == {"#/components/schemas/RecordIn", "#/components/schemas/BatchIn"}
+    assert refs == {"#/components/schemas/RecordIn", "#/components/schemas/BatchIn",
+                    "#/components/schemas/ConditionalBatchIn"}
     assert set(schema["components"]["schemas"]["RecordIn"]["properties"]) == {
         "key", "value", "headers"
     }

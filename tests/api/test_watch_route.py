@@ -379,7 +379,7 @@ def test_an_app_without_watches_answers_503(serve: Any) -> None:
     async def body() -> None:
         async with get(served.port, {"key": "a"}) as stream:
             assert stream.status == 503
-            assert "does not serve watches" in stream.json()["error"]
+            assert "serves no watches" in stream.json()["error"]
 
     run(body())
 
