@@ -60,7 +60,7 @@ def test_failed_writes_and_lease_expiries_in_the_tables(spark: Any, tmp_path: Pa
     state.apply_all(batches)
     materializer = DeltaMaterializer(spark, str(tmp_path))
     # Two calls: time travel inside the second replays `records` rows on the first's version.
-    materializer.write(batches[:2], 2, failed_txns=state.failed_txns,
+    materializer.write(batches[:2], 3, failed_txns=state.failed_txns,
                        lease_deleted=state.leases.deleted)
     materializer.write(batches[2:], 9, failed_txns=state.failed_txns,
                        lease_deleted=state.leases.deleted)
