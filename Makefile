@@ -26,12 +26,13 @@ test: $(STAMP)
 	# The network and API tests again on uvloop, the loop every kraft-spark process runs on.
 	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop --durations=10 tests/net tests/api
 
-# The inner loop for pure code (core, simulator, protocol, storage, state, unit): no Spark, no
-# child processes. CI runs the full `make test`.
+# The inner loop for pure code (core, simulator scenarios, protocol, storage, state, unit): no
+# Spark, no node processes, none of the simulator's long seed campaigns (marked sim). CI runs
+# the full `make test`.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -m 'not slow' --durations=10 tests/protocol tests/log tests/state \
-		tests/unit tests/sim
+	$(VENV)/bin/pytest -m 'not slow and not sim' --durations=10 tests/protocol tests/log \
+		tests/state tests/unit tests/sim
 
 # kraft-spark against etcd and PySyncObj (installs etcd-server and wrk with apt-get if missing);
 # writes bench/results/compare-*.{md,json,png} and bench/results/latest.md.
