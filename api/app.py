@@ -65,7 +65,7 @@ from api.fast_append import (
     DirectAppend,
     FastAppendMiddleware,
 )
-from api.kv import kv_router, no_kv_store_error
+from api.kv import kv_router
 from api.kv_front import FastKvRead
 from api.leases import leases_router
 from api.middleware import (
@@ -370,7 +370,7 @@ def create_app(
         async def routed(scope: Scope, receive: Receive, send: Send) -> None:
             await FastAPI.__call__(app, scope, receive, send)  # the route, past the front
 
-        reads: ASGIApp = FastKvRead(routed, store_of, read_route, no_kv_store_error)
+        reads: ASGIApp = FastKvRead(routed, store_of, read_route)
         if token is not None:
             reads = BearerAuthMiddleware(reads, token=token, open_paths=open_paths)
         app.front_reads = HttpMetricsMiddleware(reads, metrics=http_metrics)

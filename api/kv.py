@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
@@ -28,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from api.appends import client_error
 from api.models import RETRY_AFTER_S, ApiError
-from api.values import decode_value
+from api.values import SERVE_JSON, decode_value, value_json
 from kraft_spark.client.errors import ClientError
 from kraft_spark.state.machine import Entry
 from kraft_spark.store.service import MAX_RANGE_LIMIT, KvRead, KvStore, ReadTimeoutError
@@ -63,19 +62,12 @@ def key_value_out(key: bytes, entry: Entry, offset: int) -> KeyValueOut:
                        version=entry.version, offset=offset)
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-
-
 def key_value_json(key: bytes, entry: Entry, offset: int) -> bytes:
     """``KeyValueOut`` as JSON bytes."""
-    value = decode_value(entry.value)
-    try:
-        text = _ENCODE(value)
-    except ValueError:  # a number JSON cannot carry (1e400 parses as inf): as text then
-        text = _ENCODE(entry.value.decode("utf-8", errors="replace"))
-    return (f'{{"key":{_ENCODE(key.decode("utf-8", errors="replace"))},"value":{text},'
-            f'"create_offset":{entry.create_offset},"mod_offset":{entry.offset},'
-            f'"version":{entry.version},"offset":{offset}}}').encode()
+    return (f'{{"key":{SERVE_JSON(key.decode("utf-8", errors="replace"))},'
+            f'"value":{value_json(entry.value)},"create_offset":{entry.create_offset},'
+            f'"mod_offset":{entry.offset},"version":{entry.version},"offset":{offset}}}'
+            ).encode()
 
 
 def _page_token(key: bytes) -> str:
@@ -108,6 +100,25 @@ def read_error(exc: Exception) -> Exception:
     if isinstance(exc, ClientError):
         return client_error(exc)
     return exc
+
+
+async def key_answer(store: KvStore | None, key: bytes, *, linearizable: bool
+                     ) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of ``GET /v1/kv/{key}``, for the route and its front door
+    (``api.kv_front``) alike; the ApiError to answer otherwise (503, 504, 404...)."""
+    if store is None:
+        raise no_kv_store_error()
+    try:
+        result = await store.get(key, linearizable=linearizable, timeout_s=READ_TIMEOUT_S)
+    except Exception as exc:
+        raise read_error(exc) from None
+    headers = {OFFSET_HEADER: str(result.offset), COMMITTED_HEADER: str(result.known_committed)}
+    if not result.entries:
+        text = key.decode("utf-8", errors="replace")
+        raise ApiError(404, f"key {text!r} not found (as of offset {result.offset})", headers,
+                       extra={"offset": result.offset})
+    # Encoded here, not validated again by a response model: the hottest read path.
+    return key_value_json(key, result.entries[0][1], result.offset), headers
 
 
 def kv_router(store_provider: Callable[[], KvStore | None],
@@ -143,18 +154,10 @@ def kv_router(store_provider: Callable[[], KvStore | None],
         key: Annotated[str, Path(min_length=1, description="The key; may contain '/'.")],
         consistency: Annotated[Consistency, Query()] = "linearizable",
     ) -> Any:
-        raw = key.encode("utf-8", errors="surrogateescape")
-        result = await read(store().get(raw, linearizable=consistency == "linearizable",
-                                        timeout_s=READ_TIMEOUT_S))
-        headers = {OFFSET_HEADER: str(result.offset),
-                   COMMITTED_HEADER: str(result.known_committed)}
-        if not result.entries:
-            raise ApiError(404, f"key {key!r} not found (as of offset {result.offset})",
-                           headers, extra={"offset": result.offset})
-        k, entry = result.entries[0]
-        # Encoded here, not validated again by a response model: the hottest read path.
-        return Response(key_value_json(k, entry, result.offset), headers=headers,
-                        media_type="application/json")
+        body, headers = await key_answer(
+            store_provider(), key.encode("utf-8", errors="surrogateescape"),
+            linearizable=consistency == "linearizable")
+        return Response(body, headers=headers, media_type="application/json")
 
     @router.get(
         "/v1/kv",

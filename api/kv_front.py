@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.kv import COMMITTED_HEADER, OFFSET_HEADER, READ_TIMEOUT_S, key_value_json, read_error
+from api.kv import key_answer
 from api.middleware import error_response, route_path, unexpected_error
 from api.models import ApiError
 from kraft_spark.store.service import KvStore
@@ -23,12 +23,10 @@ PREFIX = "/v1/kv/"
 
 
 class FastKvRead:
-    def __init__(self, app: ASGIApp, store: Callable[[], KvStore | None], route: Any,
-                 no_store: Callable[[], ApiError]) -> None:
+    def __init__(self, app: ASGIApp, store: Callable[[], KvStore | None], route: Any) -> None:
         self.app = app
         self.store = store
         self.route = route
-        self.no_store = no_store
 
     def _claims(self, scope: Scope) -> tuple[bytes, bool] | None:
         """(key, linearizable) of a request this answers, else None."""
@@ -52,24 +50,7 @@ class FastKvRead:
         scope["route"] = self.route
         key, linearizable = claimed
         try:
-            store = self.store()
-            if store is None:
-                raise self.no_store()
-            try:
-                result = await store.get(key, linearizable=linearizable,
-                                         timeout_s=READ_TIMEOUT_S)
-            except Exception as exc:
-                raise read_error(exc) from None
-            headers = [(OFFSET_HEADER.lower().encode(), str(result.offset).encode()),
-                       (COMMITTED_HEADER.lower().encode(),
-                        str(result.known_committed).encode())]
-            if not result.entries:
-                text = key.decode("utf-8", errors="replace")
-                raise ApiError(404, f"key {text!r} not found (as of offset {result.offset})",
-                               {OFFSET_HEADER: str(result.offset),
-                                COMMITTED_HEADER: str(result.known_committed)},
-                               extra={"offset": result.offset})
-            body = key_value_json(key, result.entries[0][1], result.offset)
+            body, headers = await key_answer(self.store(), key, linearizable=linearizable)
         except ApiError as exc:
             await error_response(exc.status, exc.message, exc.headers, exc.extra)(
                 scope, receive, send)
@@ -79,5 +60,6 @@ class FastKvRead:
             return
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-length", str(len(body)).encode()),
-            (b"content-type", b"application/json"), *headers]})
+            (b"content-type", b"application/json"),
+            *((name.lower().encode(), value.encode()) for name, value in headers.items())]})
         await send({"type": "http.response.body", "body": body})

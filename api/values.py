@@ -292,6 +292,21 @@ def decode_value(value: bytes | None) -> Any:
     return decoded
 
 
+# The API's JSON for what it serves: compact, UTF-8, no NaN or Infinity.
+SERVE_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+def value_json(value: bytes | None) -> str:
+    """A stored value as the JSON text the API serves (``decode_value``); a number JSON
+    cannot carry (1e400 parses as inf) is served as its text, like any value that is not
+    JSON."""
+    try:
+        return SERVE_JSON(decode_value(value))
+    except ValueError:
+        assert value is not None
+        return SERVE_JSON(value.decode("utf-8", errors="replace"))
+
+
 def record_out(record: CommittedRecord) -> RecordOut:
     return RecordOut(
         offset=record.offset,

@@ -23,7 +23,6 @@ exactly once::
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Callable
 from typing import Annotated, Any, Final
 
@@ -33,7 +32,7 @@ from pydantic import BaseModel, Field
 from starlette.types import Receive, Scope, Send
 
 from api.models import MAX_OFFSET, RETRY_AFTER_S, ApiError, ErrorResponse
-from api.values import decode_value
+from api.values import SERVE_JSON, value_json
 from kraft_spark.store.service import WatchSource, WatchStream
 from kraft_spark.store.watch import (
     BelowLogStart,
@@ -47,7 +46,6 @@ from kraft_spark.store.watch import (
 __all__ = ["EventStreamResponse", "encode_item", "watch_router"]
 
 STREAM_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 DESCRIPTION: Final = """\
 A [Server-Sent Events](https://html.spec.whatwg.org/multipage/server-sent-events.html) stream
@@ -116,20 +114,13 @@ def encode_item(item: WatchItem) -> bytes:
     """One SSE event (JSON keeps ``data`` on one line: it escapes CR and LF)."""
     if isinstance(item, WatchEvent):
         kind = "put" if item.value is not None else "delete"
-        data: dict[str, Any] = {"key": item.key.decode("utf-8", errors="replace"),
-                                "value": decode_value(item.value), "offset": item.offset,
-                                "type": kind}
-        try:
-            text = _JSON.encode(data)
-        except ValueError:  # a number JSON cannot carry (1e400 parses as inf): as text then
-            assert item.value is not None
-            data["value"] = item.value.decode("utf-8", errors="replace")
-            text = _JSON.encode(data)
+        text = (f'{{"key":{SERVE_JSON(item.key.decode("utf-8", errors="replace"))},'
+                f'"value":{value_json(item.value)},"offset":{item.offset},"type":"{kind}"}}')
         return f"event: {kind}\nid: {item.offset}\ndata: {text}\n\n".encode()
     if isinstance(item, Progress):
         return f'event: progress\ndata: {{"offset":{item.offset}}}\n\n'.encode()
     assert isinstance(item, Cancelled)
-    text = _JSON.encode({"reason": item.reason, "resume_offset": item.resume_offset})
+    text = SERVE_JSON({"reason": item.reason, "resume_offset": item.resume_offset})
     return f"event: cancelled\ndata: {text}\n\n".encode()
 
 
