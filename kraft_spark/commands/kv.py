@@ -7,9 +7,11 @@ string ``"hello"``. A failed condition exits 1 and names the keys with their cur
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -77,12 +79,29 @@ def register(subparsers: Any) -> None:
     watch.set_defaults(func=_watch)
 
 
-def _common(parser: Any) -> None:
+def endpoint_args(parser: Any) -> None:
+    """``--endpoint`` and ``--token``, as every store command (kv, lease, lock) takes them."""
     parser.add_argument("--endpoint", default=os.environ.get("KRAFT_SPARK_HTTP", DEFAULT_URL),
                         help="a node's HTTP API or the application's (default $KRAFT_SPARK_HTTP "
                         f"or {DEFAULT_URL})")
     parser.add_argument("--token", default=os.environ.get("KRAFT_SPARK_HTTP_TOKEN"),
                         help="bearer token (default $KRAFT_SPARK_HTTP_TOKEN)")
+
+
+@contextlib.contextmanager
+def http_errors(endpoint: str) -> Iterator[None]:
+    """An error answer or an unreachable endpoint as the command's one-line error (exit 1)."""
+    try:
+        yield
+    except KvError as exc:
+        raise CommandError(f"{endpoint}: {exc}", 1) from None
+    except httpx.HTTPError as exc:
+        raise CommandError(f"cannot reach {endpoint} ({exc}): is the quorum's HTTP API there? "
+                           "pass --endpoint URL", 1) from None
+
+
+def _common(parser: Any) -> None:
+    endpoint_args(parser)
     parser.add_argument("-w", "--write-out", choices=("simple", "json"), default="simple")
 
 
@@ -109,21 +128,18 @@ def _show(value: Any) -> str:
 
 
 def _run(args: Any, work: Any) -> int:
-    try:
-        with _client(args) as client:
-            result: int = work(client)
-            return result
-    except ConditionFailedError as exc:
-        failed = ", ".join(f"{f['key']} (mod_offset {f['mod_offset']}, version {f['version']})"
-                           for f in exc.failed)
-        if args.write_out == "json":
-            print(json.dumps(exc.body))
-        raise CommandError(f"conditions failed, nothing written: {failed}", 1) from None
-    except KvError as exc:
-        raise CommandError(f"{args.endpoint}: {exc}", 1) from None
-    except httpx.HTTPError as exc:
-        raise CommandError(f"cannot reach {args.endpoint} ({exc}): is the quorum's HTTP API "
-                           "there? pass --endpoint URL", 1) from None
+    with http_errors(args.endpoint):
+        try:
+            with _client(args) as client:
+                result: int = work(client)
+                return result
+        except ConditionFailedError as exc:  # before http_errors: it is a KvError too
+            failed = ", ".join(
+                f"{f['key']} (mod_offset {f['mod_offset']}, version {f['version']})"
+                for f in exc.failed)
+            if args.write_out == "json":
+                print(json.dumps(exc.body))
+            raise CommandError(f"conditions failed, nothing written: {failed}", 1) from None
 
 
 def _print_kv(args: Any, item: KeyValue) -> None:

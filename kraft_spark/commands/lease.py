@@ -11,40 +11,31 @@ import sys
 import time
 from typing import Any
 
-import httpx
-
 from kraft_spark.client.concurrency import Lock
-from kraft_spark.client.kv import AsyncKvClient, KvClient, KvError
-from kraft_spark.commands.kv import DEFAULT_URL
+from kraft_spark.client.kv import AsyncKvClient, KvClient
+from kraft_spark.commands.kv import endpoint_args, http_errors
 from kraft_spark.errors import CommandError
-
-
-def _common(parser: Any) -> None:
-    parser.add_argument("--endpoint", default=os.environ.get("KRAFT_SPARK_HTTP", DEFAULT_URL),
-                        help=f"a node's HTTP API (default $KRAFT_SPARK_HTTP or {DEFAULT_URL})")
-    parser.add_argument("--token", default=os.environ.get("KRAFT_SPARK_HTTP_TOKEN"),
-                        help="bearer token (default $KRAFT_SPARK_HTTP_TOKEN)")
 
 
 def register(subparsers: Any) -> None:
     lease = subparsers.add_parser("lease", help="grant, keep alive, revoke and list leases")
     actions = lease.add_subparsers(dest="action", metavar="ACTION", required=True)
     grant = actions.add_parser("grant", help="grant a lease; prints its id")
-    _common(grant)
+    endpoint_args(grant)
     grant.add_argument("ttl_ms", type=int, help="time to live in milliseconds")
     grant.set_defaults(func=_grant)
     keep = actions.add_parser("keep-alive", help="keep a lease alive (every TTL/3 until "
                               "interrupted, or once)")
-    _common(keep)
+    endpoint_args(keep)
     keep.add_argument("lease_id", type=int)
     keep.add_argument("--once", action="store_true")
     keep.set_defaults(func=_keep_alive)
     revoke = actions.add_parser("revoke", help="revoke a lease: its keys are deleted")
-    _common(revoke)
+    endpoint_args(revoke)
     revoke.add_argument("lease_id", type=int)
     revoke.set_defaults(func=_revoke)
     listing = actions.add_parser("list", help="the leases in force and their keys")
-    _common(listing)
+    endpoint_args(listing)
     listing.set_defaults(func=_list)
 
     lock = subparsers.add_parser(
@@ -52,7 +43,7 @@ def register(subparsers: Any) -> None:
         description="Waits for the lock NAME, runs COMMAND holding it (kept alive by a lease), "
         "releases it when COMMAND exits, and exits with its status. COMMAND gets "
         "KRAFT_SPARK_LOCK_KEY and KRAFT_SPARK_LOCK_TOKEN (the fencing token).")
-    _common(lock)
+    endpoint_args(lock)
     lock.add_argument("name")
     lock.add_argument("--ttl-ms", type=int, default=10_000)
     lock.add_argument("command", nargs="+", help="the command (after --)")
@@ -60,15 +51,9 @@ def register(subparsers: Any) -> None:
 
 
 def _call(args: Any, work: Any) -> int:
-    try:
-        with KvClient(args.endpoint, token=args.token) as client:
-            result: int = work(client)
-            return result
-    except KvError as exc:
-        raise CommandError(f"{args.endpoint}: {exc}", 1) from None
-    except httpx.HTTPError as exc:
-        raise CommandError(f"cannot reach {args.endpoint} ({exc}): pass --endpoint URL", 1) \
-            from None
+    with http_errors(args.endpoint), KvClient(args.endpoint, token=args.token) as client:
+        result: int = work(client)
+        return result
 
 
 def _grant(args: Any) -> int:
@@ -108,8 +93,8 @@ def _list(args: Any) -> int:
 
 
 def _lock(args: Any) -> int:
-    command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else \
-        args.command
+    # argparse drops the first "--" itself; one left here was given twice
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise CommandError("give the command to run after --, e.g. kraft-spark lock jobs -- "
                            "./compact.sh")
@@ -132,10 +117,5 @@ def _lock(args: Any) -> int:
             lost.cancel()
             return code
 
-    try:
+    with http_errors(args.endpoint):
         return asyncio.run(run())
-    except KvError as exc:
-        raise CommandError(f"{args.endpoint}: {exc}", 1) from None
-    except httpx.HTTPError as exc:
-        raise CommandError(f"cannot reach {args.endpoint} ({exc}): pass --endpoint URL", 1) \
-            from None
