@@ -63,6 +63,18 @@ def conditions_for(key: str, if_version: int | None, if_mod_offset: int | None,
     return out
 
 
+def _auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _range_params(prefix: str, limit: int, consistency: str, page_token: str | None
+                  ) -> dict[str, Any]:
+    params: dict[str, Any] = {"prefix": prefix, "limit": limit, "consistency": consistency}
+    if page_token:
+        params["page_token"] = page_token
+    return params
+
+
 def _checked(response: httpx.Response) -> dict[str, Any]:
     try:
         body = response.json()
@@ -117,8 +129,7 @@ class KvClient:
     """Blocking store client for one HTTP address."""
 
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 15.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(base_url=url, headers=_auth(token), timeout=timeout_s)
 
     def get(self, key: str, *, consistency: Consistency = "linearizable") -> KeyValue | None:
         response = self._http.get(f"/v1/kv/{key}", params={"consistency": consistency})
@@ -131,11 +142,8 @@ class KvClient:
         """Every key under ``prefix`` in key order, fetched ``limit`` at a time."""
         token: str | None = None
         while True:
-            params: dict[str, Any] = {"prefix": prefix, "limit": limit,
-                                      "consistency": consistency}
-            if token:
-                params["page_token"] = token
-            page = _checked(self._http.get("/v1/kv", params=params))
+            page = _checked(self._http.get(
+                "/v1/kv", params=_range_params(prefix, limit, consistency, token)))
             yield from (_key_value(kv) for kv in page["kvs"])
             token = page.get("next_page_token")
             if not token:
@@ -201,8 +209,7 @@ class AsyncKvClient:
     """asyncio store client for one HTTP address (same methods as ``KvClient``)."""
 
     def __init__(self, url: str, *, token: str | None = None, timeout_s: float = 15.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout_s)
+        self._http = httpx.AsyncClient(base_url=url, headers=_auth(token), timeout=timeout_s)
 
     async def get(self, key: str, *, consistency: Consistency = "linearizable"
                   ) -> KeyValue | None:
@@ -233,11 +240,8 @@ class AsyncKvClient:
         out: list[KeyValue] = []
         token: str | None = None
         while True:
-            params: dict[str, Any] = {"prefix": prefix, "limit": limit,
-                                      "consistency": consistency}
-            if token:
-                params["page_token"] = token
-            page = _checked(await self._http.get("/v1/kv", params=params))
+            page = _checked(await self._http.get(
+                "/v1/kv", params=_range_params(prefix, limit, consistency, token)))
             out += [_key_value(kv) for kv in page["kvs"]]
             token = page.get("next_page_token")
             if not token:
