@@ -98,8 +98,9 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
                  summary="Keep a lease alive for another TTL")
     async def keepalive(lease_id: LeaseId) -> LeaseOut:
         await operate("keepalive", lease_id)
-        _, leases = await store().leases(linearizable=False, timeout_s=commit_timeout_s)
-        ttl = next((x.ttl_ms for x in leases if x.lease_id == lease_id), 0)
+        _, leases = await store().leases(linearizable=False, timeout_s=commit_timeout_s,
+                                         only=lease_id)
+        ttl = leases[0].ttl_ms if leases else 0
         return LeaseOut(lease_id=lease_id, ttl_ms=ttl)
 
     @router.delete("/v1/leases/{lease_id}", response_model=LeaseOut, responses=answers,

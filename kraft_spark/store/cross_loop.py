@@ -65,10 +65,11 @@ class LoopStore:
         store, loop = self._target()
         return await self._on(loop, store.outcome(base_offset, end_offset, timeout_s))
 
-    async def leases(self, *, linearizable: bool, timeout_s: float
-                     ) -> tuple[int, list[Lease]]:
+    async def leases(self, *, linearizable: bool, timeout_s: float,
+                     only: int | None = None) -> tuple[int, list[Lease]]:
         store, loop = self._target()
-        return await self._on(loop, store.leases(linearizable=linearizable, timeout_s=timeout_s))
+        return await self._on(loop, store.leases(linearizable=linearizable, timeout_s=timeout_s,
+                                                 only=only))
 
     def watch_hub(self) -> LoopHub | None:
         found = self._store()

@@ -26,7 +26,7 @@ import heapq
 import itertools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from kraft_spark.client.client import AsyncQuorumClient
 from kraft_spark.client.errors import ClientError, NoLeaderError
@@ -100,13 +100,12 @@ class KvStore(Protocol):
     async def outcome(self, base_offset: int, end_offset: int,
                       timeout_s: float) -> FailedTxn | None: ...
 
-    async def leases(self, *, linearizable: bool, timeout_s: float
-                     ) -> tuple[int, list[Lease]]: ...
+    async def leases(self, *, linearizable: bool, timeout_s: float,
+                     only: int | None = None) -> tuple[int, list[Lease]]: ...
 
     def watch_hub(self) -> WatchSource | None: ...
 
 
-@runtime_checkable
 class StoreNode(Protocol):
     """What the store needs of a ``RaftNode``."""
 
@@ -253,12 +252,16 @@ class NodeStore:
     def watch_hub(self) -> WatchHub | None:
         return self._hub
 
-    async def leases(self, *, linearizable: bool, timeout_s: float
-                     ) -> tuple[int, list[Lease]]:
-        """The leases in force (offset the answer reflects, leases by id)."""
+    async def leases(self, *, linearizable: bool, timeout_s: float,
+                     only: int | None = None) -> tuple[int, list[Lease]]:
+        """The leases in force (offset the answer reflects, leases by id); ``only``: just
+        that lease, if it is in force (no walk over every lease)."""
         await self.read_offset(linearizable=linearizable, timeout_s=timeout_s)
         state = self._keeper.state
-        return state.applied_offset, [state.leases.leases[i] for i in sorted(state.leases.leases)]
+        leases = state.leases.leases
+        if only is not None:
+            return state.applied_offset, [leases[only]] if only in leases else []
+        return state.applied_offset, [leases[i] for i in sorted(leases)]
 
     def close(self) -> None:
         self._hub.close()
