@@ -51,6 +51,17 @@ class Net:
                     self.cores[src].handle_response(self.now, nid, rid, message)
 
 
+def elect(net: Net, rounds: int = 50) -> RaftCore:
+    """Let election timeouts pass and pump until one core leads; that core."""
+    net.now += 5000
+    for _ in range(rounds):
+        net.pump(100)
+        leaders = [c for c in net.cores.values() if c.role is Role.LEADER]
+        if leaders:
+            return leaders[0]
+    raise AssertionError(f"no leader after {rounds} rounds")
+
+
 def grant_pre_votes(core: RaftCore, now: int) -> None:
     """Answer every pre-vote a Prospective ``core`` has out with a grant (KIP-996), so that it
     becomes a Candidate: for tests about what happens once an election runs."""

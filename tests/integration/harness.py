@@ -69,6 +69,10 @@ class LocalQuorum:
     restarted: list[subprocess.Popen[bytes]] = field(default_factory=list)
     http: bool = False
     http_url: str = ""
+    # --node-http-base-port: node i serves the HTTP API itself at http_urls[i] (a node started
+    # again by restart_node keeps its port, which is in its properties file).
+    node_http: bool = False
+    http_urls: list[str] = field(default_factory=list)
     # ``--set`` overrides; the fast test timings unless a test wants Kafka's defaults ({}).
     settings: dict[str, str] = field(default_factory=lambda: dict(FAST_SETTINGS))
 
@@ -80,13 +84,22 @@ class LocalQuorum:
             cmd += ["--set", f"{key}={value}"]
         if self.http:
             cmd += ["--http-port", "0"]
+        if self.node_http:
+            http_base = consecutive_free_ports(self.voters)
+            while abs(http_base - base) < self.voters:
+                http_base = consecutive_free_ports(self.voters)
+            cmd += ["--node-http-base-port", str(http_base)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                      start_new_session=True)
         assert self.proc.stdout is not None
         for _ in range(self.voters):
             line = self.proc.stdout.readline()
             assert line, f"kraft-spark local exited early ({self.proc.poll()})"
-            self.nodes.append(json.loads(line))
+            node = json.loads(line)
+            self.nodes.append(node)
+            if self.node_http:
+                assert "error" not in node, node
+                self.http_urls.append(str(node["http"]))
         if self.http:
             self.http_url = json.loads(self.proc.stdout.readline())["http"]
 

@@ -12,8 +12,6 @@ import os
 import random
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kraft_spark.lincheck.checker import History
-from tests.integration.harness import LocalQuorum, consecutive_free_ports
+from tests.integration.harness import LocalQuorum
 
 REQUEST_TIMEOUT_S = 2.5
 # After a failed request a client waits this long: an election answers every write 503 (an
@@ -33,31 +31,9 @@ BACKOFF_S = 0.3
 @dataclass
 class KvQuorum(LocalQuorum):
     """``kraft-spark local --node-http-base-port``: node i serves the HTTP API itself at
-    ``http_urls[i]`` (a node started again by ``restart_node`` keeps its port, which is in its
-    properties file)."""
+    ``http_urls[i]`` (``LocalQuorum.node_http``)."""
 
-    http_urls: list[str] = field(default_factory=list)
-
-    def start(self) -> None:
-        base = consecutive_free_ports(self.voters)
-        http_base = consecutive_free_ports(self.voters)
-        while abs(http_base - base) < self.voters:
-            http_base = consecutive_free_ports(self.voters)
-        cmd = [sys.executable, "-m", "kraft_spark", "local", "--voters", str(self.voters),
-               "--data-dir", str(self.data_dir), "--base-port", str(base),
-               "--node-http-base-port", str(http_base)]
-        for key, value in self.settings.items():
-            cmd += ["--set", f"{key}={value}"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        assert self.proc.stdout is not None
-        for _ in range(self.voters):
-            line = self.proc.stdout.readline()
-            assert line, f"kraft-spark local exited early ({self.proc.poll()})"
-            node = json.loads(line)
-            assert "error" not in node, node
-            self.nodes.append(node)
-            self.http_urls.append(str(node["http"]))
+    node_http: bool = True
 
     def alive(self, node_id: int) -> bool:
         pid = self.pid(node_id)

@@ -12,9 +12,8 @@ from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import FetchRequest, ProduceRequest
 from kraft_spark.raft.records import Record
-from kraft_spark.raft.state import Role
 from kraft_spark.sim.memlog import MemoryLog
-from tests.core_net import Net
+from tests.core_net import Net, elect
 
 
 def _fetches_while_appending(interval_ms: int) -> tuple[int, int, int]:
@@ -26,12 +25,7 @@ def _fetches_while_appending(interval_ms: int) -> tuple[int, int, int]:
         net.cores[node] = RaftCore(node_id=node, cluster_id="pace", voters=(1, 2),
                                    log=MemoryLog(), config=config, rng=random.Random(node),
                                    now_ms=net.now)
-    net.now += 5000
-    for _ in range(50):
-        net.pump(100)
-        if any(c.role is Role.LEADER for c in net.cores.values()):
-            break
-    leader = next(c for c in net.cores.values() if c.role is Role.LEADER)
+    leader = elect(net)
     voter = 2 if leader.node_id == 1 else 1
     counts = {5: 0, voter: 0}
     handle = leader.handle_request

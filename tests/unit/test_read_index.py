@@ -17,9 +17,8 @@ from kraft_spark.raft.messages import (
 )
 from kraft_spark.raft.read_index import ReadIndexTracker
 from kraft_spark.raft.records import Record
-from kraft_spark.raft.state import Role
 from kraft_spark.sim.memlog import MemoryLog
-from tests.core_net import Net
+from tests.core_net import Net, elect
 
 VOTERS = (1, 2, 3)
 
@@ -30,12 +29,7 @@ def _cluster() -> tuple[Net, RaftCore]:
         net.cores[node] = RaftCore(node_id=node, cluster_id="reads", voters=VOTERS,
                                    log=MemoryLog(), config=QuorumConfig(),
                                    rng=random.Random(node), now_ms=net.now)
-    net.now += 5000
-    for _ in range(50):
-        net.pump(100)
-        if any(c.role is Role.LEADER for c in net.cores.values()):
-            break
-    leader = next(c for c in net.cores.values() if c.role is Role.LEADER)
+    leader = elect(net)
     net.pump(100)  # the LeaderChange record commits
     return net, leader
 
@@ -84,12 +78,7 @@ def test_a_deposed_leader_never_answers_a_read() -> None:
     still believing it leads for a while, must not confirm a read (it would miss the write)."""
     net, old = _cluster()
     cut = net.cores.pop(old.node_id)
-    net.now += 5000
-    for _ in range(50):
-        net.pump(100)
-        if any(c.role is Role.LEADER for c in net.cores.values()):
-            break
-    new = next(c for c in net.cores.values() if c.role is Role.LEADER)
+    new = elect(net)
     net.pump(100)
     assert _append(net, new, ("w", 1), b"new").error == ErrorCode.NONE
     # The old leader alone, asked for a read: however long it waits, no majority confirms it.
