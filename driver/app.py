@@ -1,7 +1,9 @@
 """The Spark application: voters in a barrier stage, an observer that materializes into Delta,
 and the HTTP sidecar (docs/concepts/architecture.md, docs/concepts/delta-tables.md).
 
-Run it with ``kraft-spark run`` (the project's launcher) or ``spark-submit driver/app.py``.
+Run it with ``kraft-spark run`` (the project's launcher) or, from the repository's root,
+``spark-submit --properties-file conf/spark-defaults.conf driver/app.py`` (the file names the
+Delta jars; ``kraft_spark/spark_submit.py`` for what differs under spark-submit).
 
 Threads of the driver process:
 
@@ -37,7 +39,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -52,7 +53,7 @@ from driver.cpu_priority import lower_process_threads, lower_this_thread
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.observer_store import ObserverStore, read_committed
-from driver.placement import load_hosts, save_hosts, voter_stage
+from driver.placement import driver_host, is_local_master, load_hosts, save_hosts, voter_stage
 from driver.sql_server import choose_port, connect_conf, register_tables
 from driver.table_upkeep import (
     FULL_CYCLE_MAX_SHARE,
@@ -61,7 +62,7 @@ from driver.table_upkeep import (
     full_cycle_wait,
 )
 from driver.warehouse_open import open_warehouse
-from kraft_spark import aio
+from kraft_spark import aio, app_endpoint
 from kraft_spark.metrics import AppMetrics, Registry
 from kraft_spark.sql_endpoint import publish, url_of, withdraw
 from kraft_spark.stop_signals import StopSignals
@@ -101,6 +102,7 @@ class Application(VoterMembershipMixin):
         self._hw_event = threading.Event()
         self._sidecar: Any = None
         self._job_done = threading.Event()
+        self._supervisor: threading.Thread | None = None  # stop() waits for it once started
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
         self._delta_ready = threading.Event()
         self._reconcile_lock = threading.Lock()
@@ -124,13 +126,16 @@ class Application(VoterMembershipMixin):
 
     def start(self) -> None:
         from kraft_spark.spark_session import build_spark
+        from kraft_spark.spark_submit import choose_master, submitted_conf, under_spark_submit
 
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)  # a first start: ./data does not exist yet
         # Room for growing to 5 voters live (resize) plus the Delta jobs; task slots are
-        # threads of the one local JVM, not cores.
-        master = cfg.master or f"local[{max(cfg.voters, 5) + 2}]"
-        progress(f"starting Spark ({master}) with Delta; first start resolves Delta's jars")
+        # threads of the one local JVM, not cores. Under spark-submit, its --master.
+        master = choose_master(cfg.master, submitted_conf(), cfg.voters)
+        progress(f"starting Spark ({master}) with Delta; " + (
+            "in the JVM spark-submit started" if under_spark_submit()
+            else "first start resolves Delta's jars"))
         self.sql_port = choose_port(cfg.sql_host, cfg.sql_port)
         self.spark = build_spark(
             "kraft-spark", master=master, warehouse_dir=_catalog_dir(cfg),
@@ -147,10 +152,12 @@ class Application(VoterMembershipMixin):
         self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id,
                                         on_commit=self._on_table_commit)
         threading.Thread(target=self._warm_up_delta, name="delta-warm-up", daemon=True).start()
-        self.control = ControlChannel(_driver_host(master, self.spark))
+        self.control = ControlChannel(driver_host(master, self.spark))
         threading.Thread(target=self._observer_loop.run_forever, name="observer-loop",
                          daemon=True).start()
-        threading.Thread(target=self._supervise, name="supervisor", daemon=True).start()
+        self._supervisor = threading.Thread(target=self._supervise, name="supervisor",
+                                            daemon=True)
+        self._supervisor.start()
         voters = self.control.wait_generation(0, cfg.voters, 300)
         if not voters:
             raise RuntimeError("the voters did not start within 300 s; see the Spark log")
@@ -203,7 +210,7 @@ class Application(VoterMembershipMixin):
                 control_host=self.control.host,
                 control_port=self.control.port, generation=self.generation,
                 base_port=cfg.voter_base_port,
-                bind_host="127.0.0.1" if _is_local(self.spark) else "",
+                bind_host="127.0.0.1" if is_local_master(self.spark) else "",
                 quorum_properties=cfg.quorum_properties,
                 inline_flush_max_ms=cfg.inline_flush_max_ms,
                 log_preallocate=cfg.log_preallocate,
@@ -212,14 +219,14 @@ class Application(VoterMembershipMixin):
                 http_base_port=cfg.voter_http_base_port, http_token=cfg.http_token,
                 http_max_connections=cfg.http_max_connections,
                 http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
-                cpu_affinity=voter_affinity(cfg, local_master=_is_local(self.spark)),
+                cpu_affinity=voter_affinity(cfg, local_master=is_local_master(self.spark)),
             )
             sc = self.spark.sparkContext
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
             started = time.monotonic()
             try:
                 count = self.target_voters
-                hosts = {} if _is_local(self.spark) else load_hosts(cfg.data_dir)
+                hosts = {} if is_local_master(self.spark) else load_hosts(cfg.data_dir)
                 rows = voter_stage(sc, count, hosts, voter_task(settings)).collect()
                 for row in rows:
                     log.info("voter finished: %s", row)
@@ -483,12 +490,14 @@ class Application(VoterMembershipMixin):
     # ---------------------------------------------------------------- shutdown
 
     def stop(self) -> None:
-        progress("stopping: voters resign and stop, then the last commits are materialized")
+        progress("stopping: voters resign and stop, then the last commits are materialized"
+                 if self._supervisor is not None else "stopping (nothing was started)")
         self.stopping.set()
         self._catch_up_observer()
         if self.control is not None:
             self.control.stop_voters()
-        self._job_done.wait(60)
+        if self._supervisor is not None:  # a start that failed before it has no job to wait for
+            self._job_done.wait(60)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and any(
             t.name in ("materializer", "materializer-full") and t.is_alive()
@@ -507,6 +516,7 @@ class Application(VoterMembershipMixin):
             self.control.close()
         withdraw(self.config.data_dir)
         if self.spark is not None:
+            app_endpoint.withdraw(self.config.warehouse, self.spark)
             self.spark.stop()
         progress("stopped")
 
@@ -519,25 +529,6 @@ def _catalog_dir(cfg: AppConfig) -> str:
 
     return os.path.join(cfg.data_dir, "spark-warehouse") if is_uri(cfg.warehouse) else (
         cfg.warehouse)
-
-
-def _is_local(spark: Any) -> bool:
-    return str(spark.sparkContext.master).startswith("local[") or str(
-        spark.sparkContext.master) == "local"
-
-
-def _driver_host(master: str, spark: Any = None) -> str:
-    """Where voter tasks reach the driver: loopback in local mode, else the address Spark's
-    executors reach it by (spark.driver.host), else this host's name."""
-    if master.startswith("local"):
-        return "127.0.0.1"
-    host = spark.sparkContext.getConf().get("spark.driver.host") if spark is not None else None
-    if host:
-        return str(host)
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 # ------------------------------------------------------------------------------ entry point
@@ -558,6 +549,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # After start: SparkContext installs its own SIGINT handler (cancel jobs, raise
     # KeyboardInterrupt), which would skip the graceful stop.
     stop.install()
+    from kraft_spark.spark_submit import forward_jvm_signals
+
+    forward_jvm_signals()  # under spark-submit: its JVM's SIGINT/SIGTERM come here
     assert app._sidecar is not None
     summary = {
         "http": f"http://{cfg.http_host}:{app._sidecar.port}",
@@ -571,6 +565,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         **({"sql": url_of(cfg.sql_host, app.sql_port)} if app.sql_port else {}),
     }
     print(json.dumps(summary), flush=True)
+    # For clients that cannot know where the driver runs (--deploy-mode cluster): --warehouse.
+    app_endpoint.publish(cfg.warehouse, app.spark, {**summary, "http": app_endpoint.advertised_url(
+        cfg.http_host, app._sidecar.port, driver_host(str(app.spark.sparkContext.master),
+                                                      app.spark))})
     progress(f"running: HTTP API at {summary['http']}, Delta tables under {cfg.warehouse}; "
              "Ctrl-C to stop")
     while not stop.wait(1.0) and app.fatal is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from typing import Any
 
 from kraft_spark.log.checkpoints import atomic_write
@@ -79,3 +80,23 @@ def voter_stage(sc: Any, count: int, hosts: dict[int, str], task: Any) -> Any:
 
     requests = TaskResourceRequests().cpus(1).resource(VOTER_RESOURCE, 1)
     return stage.withResources(ResourceProfileBuilder().require(requests).build)
+
+
+def is_local_master(spark: Any) -> bool:
+    """Whether every executor is this driver's own JVM (``local`` / ``local[N]``)."""
+    return str(spark.sparkContext.master).startswith("local[") or str(
+        spark.sparkContext.master) == "local"
+
+
+def driver_host(master: str, spark: Any = None) -> str:
+    """Where voter tasks reach the driver: loopback in local mode, else the address Spark's
+    executors reach it by (spark.driver.host), else this host's name."""
+    if master.startswith("local"):
+        return "127.0.0.1"
+    host = spark.sparkContext.getConf().get("spark.driver.host") if spark is not None else None
+    if host:
+        return str(host)
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"

@@ -21,6 +21,7 @@ __all__ = ["CommandError", "build_parser", "main"]
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = [
     "kraft_spark.commands.run",
+    "kraft_spark.commands.pack_env",
     "kraft_spark.commands.resize",
     "kraft_spark.commands.local",
     "kraft_spark.commands.node",
@@ -56,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from kraft_spark.app_endpoint import resolve_args
+
+        resolve_args(args)  # --warehouse URI: the address the running application recorded
         code: int = args.func(args)
     except CommandError as exc:
         print(f"kraft-spark {args.command}: {exc}", file=sys.stderr)

@@ -15,8 +15,18 @@
 - ``PYSPARK_PYTHON`` / ``spark.pyspark.python`` set to this interpreter, so Python workers and
   executors run the project's environment (the voters run in them).
 
-Precedence, lowest first: the built-in Delta settings below, ``spark-defaults.conf``, the
+Precedence, lowest first: the built-in Delta settings below, ``spark-defaults.conf``, what
+spark-submit was given (under ``spark-submit driver/app.py``: ``kraft_spark.spark_submit``), the
 arguments of ``build_spark``, ``extra_conf``.
+
+``conf/spark-defaults.conf`` is also the properties file of ``spark-submit --properties-file
+conf/spark-defaults.conf driver/app.py``, so it names the Delta jars itself
+(``spark.jars.packages``, kept equal to the installed delta-spark's by
+tests/unit/test_spark_submit.py) and the driver's log4j2 file relative to the repository's root.
+``build_spark`` computes both itself instead (the jars from the installed pip package or
+``KRAFT_SPARK_DELTA_VERSION``; log4j2 by absolute path, so any working directory works).
+Under spark-submit the JVM is already running: without the Delta jars ``build_spark`` fails at
+once with the command that works, before any SparkContext is made.
 
 A SparkContext is a process-wide singleton: when one is already running, ``build_spark`` returns
 a session on it and settings that only apply at JVM start (jars, master, driver options) are
@@ -58,6 +68,8 @@ _DELTA_CONF = {
 }
 
 _PROPERTY_LINE = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)")
+_LOG4J_OPTION = re.compile(r"\s*-Dlog4j2\.configurationFile=\S+")
+_JAVA_OPTIONS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
 
 
 class SparkSetupError(RuntimeError):
@@ -140,18 +152,53 @@ def _add_java_option(conf: dict[str, str], key: str, option: str) -> None:
         conf[key] = f"{existing} {option}".strip()
 
 
+def defaults_file() -> Path:
+    """``spark-defaults.conf`` of the conf directory: also spark-submit's ``--properties-file``."""
+    return conf_dir() / "spark-defaults.conf"
+
+
+def _file_defaults(path: Path) -> dict[str, str]:
+    """The file's settings as build_spark uses them: without its Delta coordinate (computed from
+    the installed pip package instead, so KRAFT_SPARK_DELTA_VERSION still applies) and without
+    its log4j2 option (a path relative to the repository's root, for spark-submit run there;
+    build_spark names the file by absolute path below)."""
+    props = read_properties(path)
+    packages = [p.strip() for p in props.get("spark.jars.packages", "").split(",")
+                if p.strip() and not p.strip().startswith(f"{DELTA_GROUP}:delta-spark")]
+    if packages:
+        props["spark.jars.packages"] = ",".join(packages)
+    else:
+        props.pop("spark.jars.packages", None)
+    for key in _JAVA_OPTIONS:
+        if key in props:
+            props[key] = _LOG4J_OPTION.sub("", props[key]).strip()
+            if not props[key]:
+                del props[key]
+    return props
+
+
 def spark_conf(
     app_name: str,
     master: str = "local[5]",
     warehouse_dir: str | os.PathLike[str] | None = None,
     extra_conf: Mapping[str, str] | None = None,
+    submitted: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The full configuration build_spark starts Spark with (exposed for tests and tools)."""
+    """The full configuration build_spark starts Spark with (exposed for tests and tools).
+
+    ``submitted``: what spark-submit was given, when it started the JVM (``spark_submit``).
+    Its Python for the executors (``spark.pyspark.python``, or the ``PYSPARK_PYTHON`` it was
+    run with, e.g. ``./environment/bin/python`` of an ``--archives`` environment) then wins
+    over this interpreter."""
     directory = conf_dir()
     conf: dict[str, str] = dict(_DELTA_CONF)
-    defaults_file = directory / "spark-defaults.conf"
-    if defaults_file.is_file():
-        conf.update(read_properties(defaults_file))
+    if defaults_file().is_file():
+        conf.update(_file_defaults(defaults_file()))
+    conf["spark.pyspark.python"] = sys.executable
+    if submitted:
+        conf.update(submitted)
+        python = submitted.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+        conf["spark.pyspark.python"] = python or sys.executable
     if warehouse_dir is None:
         warehouse_dir = os.environ.get(WAREHOUSE_ENV, "data/warehouse")
     conf.update(
@@ -159,7 +206,6 @@ def spark_conf(
             "spark.app.name": app_name,
             "spark.master": master,
             "spark.sql.warehouse.dir": str(Path(warehouse_dir).expanduser().resolve()),
-            "spark.pyspark.python": sys.executable,
         }
     )
     ivy_override = os.environ.get(IVY_DIR_ENV)
@@ -196,7 +242,13 @@ def build_spark(
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
-    conf = spark_conf(app_name, master, warehouse_dir, extra_conf)
+    from kraft_spark import spark_submit
+
+    submitted = spark_submit.submitted_conf()
+    if spark_submit.under_spark_submit() and not spark_submit.delta_on_classpath():
+        raise SparkSetupError(spark_submit.missing_delta_message(
+            defaults_file(), delta_maven_coordinate(), sys.argv, submitted))
+    conf = spark_conf(app_name, master, warehouse_dir, extra_conf, submitted)
     os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
 
     builder = SparkSession.builder

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from kraft_spark.app_endpoint import warehouse_arg
 from kraft_spark.client.kv import (
     ConditionFailedError,
     Consistency,
@@ -86,6 +87,7 @@ def endpoint_args(parser: Any) -> None:
                         f"or {DEFAULT_URL})")
     parser.add_argument("--token", default=os.environ.get("KRAFT_SPARK_HTTP_TOKEN"),
                         help="bearer token (default $KRAFT_SPARK_HTTP_TOKEN)")
+    warehouse_arg(parser, "--endpoint")
 
 
 @contextlib.contextmanager
