@@ -35,12 +35,16 @@ test-fast: $(STAMP)
 		tests/state tests/unit tests/sim
 
 # kraft-spark against etcd and PySyncObj (installs etcd-server and wrk with apt-get if missing);
-# writes bench/results/compare-*.{md,json,png} and bench/results/latest.md.
+# writes bench/results/compare-*.{md,json,png} and bench/results/latest.md, then store-* and
+# leases-*.{md,json}.
 bench: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e '.[dev,bench]'
 	$(VENV)/bin/kraft-spark bench compare
 	# The store API (reads by key, compare-and-set, watches) against etcd's.
 	$(VENV)/bin/kraft-spark bench store
+	# Leases and locks against etcd's: 10,000 leases kept alive by 1,000 clients, and lock
+	# throughput under contention (installs etcd-client for etcdctl if missing).
+	$(VENV)/bin/kraft-spark bench leases
 
 # The documentation site (docs/, mkdocs.yml) into site/: the reference pages generated from the
 # code first, then a strict build (a broken link, a missing page or any warning fails).

@@ -94,6 +94,54 @@ def register(subparsers: Any) -> None:
     store.add_argument("--out", default="bench/results", help="results directory")
     store.set_defaults(func=_bench_store)
 
+    leases = bench_subparsers(subparsers).add_parser(
+        "leases", help="leases and locks against etcd's: 10,000 leases kept alive by 1,000 "
+        "clients (keep-alives/s, latency, leader CPU, leases lost), lock throughput under "
+        "contention with each system's CLI and in-process clients (installs etcd if missing)",
+    )
+    leases.add_argument("--leases", type=int, default=10_000, help="default 10,000")
+    leases.add_argument("--clients", type=int, default=1000, help="default 1,000")
+    leases.add_argument("--ttl", type=int, default=10,  # etcd grants whole seconds
+                        help="lease TTL in s (default 10)")
+    leases.add_argument("--seconds", type=float, default=20.0,
+                        help="keep-alive window per system (default 20)")
+    leases.add_argument("--lock-seconds", type=float, default=10.0,
+                        help="per lock point (default 10)")
+    leases.add_argument("--contenders", default="1,8,32",
+                        help="comma list of lock contender counts (default 1,8,32)")
+    leases.add_argument("--quick", action="store_true",
+                        help="a short smoke run (1,000 leases, 100 clients, 10 s, locks 3 s at "
+                             "1 and 8 contenders), not the issue's figures")
+    leases.add_argument("--base-port", type=int, default=20100,
+                        help="ports base-port .. base-port+25 are used (default 20100)")
+    leases.add_argument("--out", default="bench/results", help="results directory")
+    leases.set_defaults(func=_bench_leases)
+
+
+def _bench_leases(args: argparse.Namespace) -> int:
+    from bench.leases import main
+
+    if args.quick:
+        args.leases, args.clients, args.seconds = 1000, 100, 10.0
+        args.lock_seconds, args.contenders = 3.0, "1,8"
+    try:
+        contenders = [int(c) for c in args.contenders.split(",") if c.strip()]
+    except ValueError:
+        raise CommandError(f"--contenders must be a comma list of integers, got "
+                           f"{args.contenders!r}") from None
+    if args.leases < 1 or args.clients < 1 or args.clients > args.leases:
+        raise CommandError("--leases and --clients must be at least 1, and no more clients "
+                           "than leases")
+    if args.ttl < 3:  # etcd's smallest TTL with its default timings is 1.5 s; 3 s keeps TTL/3 ≥ 1 s
+        raise CommandError(f"--ttl must be at least 3 s, not {args.ttl}")
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return main(leases=args.leases, clients=args.clients, ttl_s=args.ttl, seconds=args.seconds,
+                lock_seconds=args.lock_seconds, contenders=contenders or [1],
+                base_port=args.base_port, out_dir=args.out, log=say)
+
 
 def _bench_store(args: argparse.Namespace) -> int:
     from bench.store import main

@@ -1,6 +1,7 @@
 """What the comparison bench needs beyond the project, installed by the bench itself.
 
 * etcd 3.4 and wrk: Debian's ``etcd-server`` and ``wrk`` packages (``apt-get``, as root);
+  ``etcdctl`` (the lease bench's locks): ``etcd-client``;
 * PySyncObj and matplotlib: the project's ``bench`` extra (``pip install -e '.[bench]'``),
   installed into the running interpreter's environment.
 """
@@ -26,11 +27,12 @@ def missing_modules() -> list[str]:
     return [m for m in PYTHON_PACKAGES if importlib.util.find_spec(m) is None]
 
 
-def ensure_tools(log: Callable[[str], None]) -> None:
-    """Install whatever is missing; raise with the manual fix when that is not possible."""
-    binaries = missing_binaries()
+def ensure_binaries(packages_by_binary: dict[str, str], log: Callable[[str], None]) -> None:
+    """Install the Debian packages of the binaries that are not on PATH (as root, with
+    apt-get); raise with the manual fix when that is not possible."""
+    binaries = [b for b in packages_by_binary if shutil.which(b) is None]
     if binaries:
-        packages = [DEBIAN_PACKAGES[b] for b in binaries]
+        packages = sorted({packages_by_binary[b] for b in binaries})
         if shutil.which("apt-get") is None or os.geteuid() != 0:
             raise RuntimeError(
                 f"{', '.join(binaries)} not found; install them with: "
@@ -38,6 +40,11 @@ def ensure_tools(log: Callable[[str], None]) -> None:
         log(f"installing {' '.join(packages)} with apt-get ...")
         subprocess.run(["apt-get", "install", "-y", "-q", *packages], check=True,
                        stdout=subprocess.DEVNULL)
+
+
+def ensure_tools(log: Callable[[str], None]) -> None:
+    """Install whatever is missing; raise with the manual fix when that is not possible."""
+    ensure_binaries(DEBIAN_PACKAGES, log)
     modules = missing_modules()
     if modules:
         specs = [PYTHON_PACKAGES[m] for m in modules]
