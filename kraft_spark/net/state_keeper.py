@@ -160,6 +160,9 @@ class StateKeeper:
 
     def on_snapshot_installed(self, snapshot_id: OffsetAndEpoch) -> None:
         content = self.store.load(snapshot_id)
+        # The log starts at the installed snapshot now: older snapshots describe nothing the
+        # log still holds (Kafka's truncateToLatestSnapshot forgets them too).
+        self.store.delete_before(snapshot_id)
         self.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch, content.producers,
                         content.voters, failed_txns=content.failed_txns,
                            leases=content.leases)

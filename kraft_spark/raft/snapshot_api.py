@@ -51,6 +51,10 @@ class SnapshotStore(Protocol):
 
     def earliest_id(self) -> OffsetAndEpoch | None: ...
 
+    def ids(self) -> list[OffsetAndEpoch]:
+        """Every snapshot held, oldest first."""
+        ...
+
     def size(self, snapshot_id: OffsetAndEpoch) -> int | None:
         """Bytes of the snapshot, None if the store does not hold it."""
         ...
@@ -77,6 +81,9 @@ class NoSnapshots:
 
     def earliest_id(self) -> OffsetAndEpoch | None:
         return None
+
+    def ids(self) -> list[OffsetAndEpoch]:
+        return []
 
     def size(self, snapshot_id: OffsetAndEpoch) -> int | None:
         return None

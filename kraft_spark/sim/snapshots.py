@@ -116,6 +116,7 @@ class SimSnapshots:
     def on_installed(self, node_id: int, snapshot_id: OffsetAndEpoch, log: MemoryLog) -> None:
         log.set_start_epoch(snapshot_id.epoch)
         ns = self.of(node_id)
+        ns.store.delete_before(snapshot_id)  # as StateKeeper does: the log starts here now
         content = ns.store.load(snapshot_id)
         ns.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch,
                       content.producers, content.voters, failed_txns=content.failed_txns,
