@@ -11,6 +11,7 @@ from kraft_spark.raft.core import RaftCore
 from kraft_spark.sim.bugs import BUGS, STORE_BUGS
 from kraft_spark.sim.disk_faults import DISK_BUGS
 from kraft_spark.sim.faults import parse_faults
+from kraft_spark.sim.lease_expiry import LEASE_BUGS
 from kraft_spark.sim.runner import measure_failover, run_seed, summarize
 from kraft_spark.sim.snapshots import SHELL_BUGS
 from kraft_spark.sim.store_clients import STORE_SHELL_BUGS
@@ -41,10 +42,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace", action="store_true", help="print every event")
     parser.add_argument(
         "--inject-bug", choices=sorted([*BUGS, *SHELL_BUGS, *DISK_BUGS, *STORE_BUGS,
-                                        *STORE_SHELL_BUGS]),
+                                        *STORE_SHELL_BUGS, *LEASE_BUGS]),
         help="run a deliberately broken core (or shell: " + ", ".join([*SHELL_BUGS, *DISK_BUGS])
         + "; store bugs, with --store-clients: " + ", ".join([*STORE_BUGS, *STORE_SHELL_BUGS])
-        + ")",
+        + "; lease bugs, with --lease-clients: " + ", ".join(LEASE_BUGS) + ")",
+    )
+    parser.add_argument(
+        "--lease-clients", type=int, default=0, metavar="N",
+        help="N clients also contend for a lock on leases (grant, keep alive, revoke, or "
+        "freeze past the TTL) while the leaders expire leases by skewed clocks; checked: "
+        "no two holders overlap, fencing tokens rise, no kept-alive key expires",
     )
     parser.add_argument(
         "--store-clients", type=int, default=0, metavar="N",
@@ -121,6 +128,15 @@ def _run(args: argparse.Namespace) -> int:
     if (bug in STORE_BUGS or store_bug) and not args.store_clients:
         raise CommandError(f"--inject-bug {bug} is caught by the store clients' histories: "
                            "add --store-clients 5")
+    lease_bug = bug if bug in LEASE_BUGS else None
+    if not 0 <= args.lease_clients <= MAX_STORE_CLIENTS:
+        raise CommandError(f"--lease-clients must be from 0 to {MAX_STORE_CLIENTS}")
+    if lease_bug and not args.lease_clients:
+        raise CommandError(f"--inject-bug {bug} is caught by the lease holders' checker: "
+                           "add --lease-clients 4")
+    if args.lease_clients and args.no_snapshots:
+        raise CommandError("--lease-clients reads the nodes' state machines: drop "
+                           "--no-snapshots")
     if args.store_clients:
         from kraft_spark.lincheck import go_available
 
@@ -135,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
     echo = print if args.trace else None
     started = time.monotonic()
     events = commits = elections = 0
-    taken = installed = advanced = changes = store_ops = 0
+    taken = installed = advanced = changes = store_ops = holds = holder_reads = 0
     for n, seed in enumerate(seeds, 1):
         result = run_seed(
             seed,
@@ -150,6 +166,8 @@ def _run(args: argparse.Namespace) -> int:
             shell_bug=shell_bug,
             store_clients=args.store_clients,
             store_bug=store_bug,
+            lease_clients=args.lease_clients,
+            lease_bug=lease_bug,
         )
         if result.snapshots is not None:
             taken += result.snapshots.taken
@@ -158,6 +176,8 @@ def _run(args: argparse.Namespace) -> int:
         events += result.events
         changes += result.voter_changes
         store_ops += sum(op["return_ns"] is not None for op in result.history)
+        holds += result.lease_holds
+        holder_reads += result.lease_reads
         commits += result.commits
         elections += result.elections
         if result.violation is not None:
@@ -173,6 +193,7 @@ def _run(args: argparse.Namespace) -> int:
                 + (" --log segmented" if args.log == "segmented" else "")
                 + (" --no-snapshots" if args.no_snapshots else "")
                 + (f" --store-clients {args.store_clients}" if args.store_clients else "")
+                + (f" --lease-clients {args.lease_clients}" if args.lease_clients else "")
                 + " --trace"
             )
             print(f"seeds={n} events={events} commits={commits} elections={elections} violations=1")
@@ -186,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
            f" snapshots={taken} installed={installed} log-starts-advanced={advanced}")
         + (f" voter-changes={changes}" if "reconfig" in faults else "")
         + (f" store-ops-checked={store_ops}" if args.store_clients else "")
+        + (f" lock-holds={holds} holder-reads={holder_reads}" if args.lease_clients else "")
     )
     return 0
 

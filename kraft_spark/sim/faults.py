@@ -72,15 +72,28 @@ def parse_faults(text: str) -> frozenset[str]:
     return kinds
 
 
+def swarm_draw(rng: random.Random, kinds: frozenset[str]) -> tuple[frozenset[str], int]:
+    """Swarm testing (as FoundationDB's simulation does): this seed keeps each fault kind with
+    probability one half and fires them at one of three paces, so some seeds are calm enough
+    for a rare interleaving to happen and others are storms."""
+    kept = frozenset(k for k in sorted(kinds) if rng.random() < 0.5)
+    return kept, rng.choice((700_000, 1_500_000, 3_000_000))
+
+
 class FaultInjector:
     def __init__(
-        self, cluster: Cluster, kinds: frozenset[str], until_us: int, mean_gap_us: int = 700_000
+        self, cluster: Cluster, kinds: frozenset[str], until_us: int, mean_gap_us: int = 700_000,
+        swarm: bool = False,
     ) -> None:
         self.cluster = cluster
-        self.kinds = sorted(kinds)
         self.until_us = until_us
         self.mean_gap_us = mean_gap_us
         self.rng = random.Random(cluster.rng.random())
+        if swarm:
+            kinds, self.mean_gap_us = swarm_draw(random.Random(cluster.seed * 7 + 3), kinds)
+            self._note(f"swarm: {','.join(sorted(kinds)) or 'no fault kinds'} every "
+                       f"{self.mean_gap_us // 1000} ms on average")
+        self.kinds = sorted(kinds)
         self.down: set[int] = set()  # crashed or paused nodes
         self.healed = False
         if self.kinds:
@@ -398,6 +411,19 @@ class FaultInjector:
         self._note(f"cut n{node_id} off for {for_ms} ms")
         self.cluster.network.blocked |= fresh
         self.cluster.at(self.cluster.now + for_ms * 1000, self._uncut, frozenset(fresh))
+
+    def cut_voter(self, for_ms: int, leader: bool) -> None:
+        """Cut the current leader (or a random other voter) off from every other node, not
+        from clients, for ``for_ms`` (the lease schedule of ``kraft_spark.sim.lease_expiry``)."""
+        if self.healed or self.cluster.now >= self.until_us:
+            return
+        current = self.cluster.current_leader()
+        if leader:
+            if current is not None:
+                self._cut(current.node_id, for_ms)
+            return
+        others = [i for i in self.cluster.voter_ids if current is None or i != current.node_id]
+        self._cut(self.rng.choice(others), for_ms)
 
     def _uncut(self, pairs: frozenset[tuple[int, int]]) -> None:
         self.cluster.network.blocked -= pairs

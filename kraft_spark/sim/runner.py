@@ -15,6 +15,9 @@ from kraft_spark.sim.cluster import Cluster, SimNode
 from kraft_spark.sim.disklog import DiskLog
 from kraft_spark.sim.faults import FaultInjector
 from kraft_spark.sim.invariants import InvariantViolation
+from kraft_spark.sim.lease_clients import LEASE_CLIENT_OFFSET, LeaseClients, expirer_id
+from kraft_spark.sim.lease_clients import TTL_MS as LEASE_TTL_MS
+from kraft_spark.sim.lease_expiry import SimLeaseExpiry, schedule_leader_cuts
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.snapshots import SnapshotStats
 from kraft_spark.sim.store_clients import StoreClients
@@ -46,6 +49,9 @@ class SeedResult:
     voter_changes: int = 0
     # The store clients' operations (sim/store_clients.py), for a linearizability checker.
     history: list[dict[str, Any]] = field(default_factory=list)
+    # The lease holders' real holds and holder reads (sim/lease_clients.py), all checked.
+    lease_holds: int = 0
+    lease_reads: int = 0
 
 
 def run_seed(
@@ -62,17 +68,24 @@ def run_seed(
     shell_bug: str | None = None,
     store_clients: int = 0,
     store_bug: str | None = None,
+    lease_clients: int = 0,
+    lease_bug: str | None = None,
 ) -> SeedResult:
     """``store_clients``: that many clients also read and compare-and-set keys, recording the
     history ``SeedResult.history`` (own random stream: the rest of the run is as without
-    them only when 0); ``store_bug``: one of ``store_clients.STORE_SHELL_BUGS``."""
+    them only when 0); ``store_bug``: one of ``store_clients.STORE_SHELL_BUGS``.
+    ``lease_clients``: that many clients contend for a lock on leases, the leaders expire
+    leases (``sim.lease_expiry``), and the lock checker runs at the end; ``lease_bug``: one
+    of ``lease_expiry.LEASE_BUGS``."""
     trace = Trace(keep=40, echo=echo)
     cluster = Cluster(
         seed,
         voters=voters,
         observers=observers,
         clients=CLIENTS,
-        config=sim_config(),
+        # Lease runs fetch in pieces of 64 KiB, so a voter catches up in a round trip or two and
+        # the lock holders meet the faults, not the one-byte catch-up of the other runs.
+        config=QuorumConfig(fetch_max_bytes=65536) if lease_clients else sim_config(),
         core_class=core_class,
         trace=trace,
         log_factory=DiskLog.fresh if segmented_log else MemoryLog,
@@ -81,10 +94,19 @@ def run_seed(
         directories="reconfig" in faults,
     )
     fault_end = int(duration_s * 1_000_000)
-    injector = FaultInjector(cluster, faults, until_us=fault_end)
+    # Lease runs draw their fault kinds per seed (swarm testing): a lock holder needs calm
+    # stretches for a bug to meet a live lease.
+    injector = FaultInjector(cluster, faults, until_us=fault_end, swarm=bool(lease_clients))
     store = (StoreClients(cluster, store_clients, random.Random(seed * 7919 + 17), store_bug)
              if store_clients else None)
-    cluster.store_clients = store
+    leases = (LeaseClients(cluster, lease_clients, random.Random(seed * 104729 + 29))
+              if lease_clients else None)
+    if leases is not None:
+        lease_rng = random.Random(seed * 15485863 + 7)
+        SimLeaseExpiry(cluster, lease_rng, {n: expirer_id(n) for n in cluster.nodes}, lease_bug)
+        if faults:
+            schedule_leader_cuts(cluster, injector, lease_rng, LEASE_TTL_MS, fault_end)
+    cluster.store_clients = _ClientRouter(store, leases)
     try:
         cluster.run_until(fault_end)
         injector.heal()
@@ -97,9 +119,13 @@ def run_seed(
             )
 
         cluster.run_until(healed_at + LIVENESS_BOUND_MS * 1000, stop=live)
-        if store is not None:  # let the operations after the heal finish
+        if store is not None or leases is not None:  # let operations after the heal finish
             cluster.run_until(cluster.now + STORE_SETTLE_US)
+        if store is not None:
             check_linearizable(seed, _history(store))
+        if leases is not None:
+            leases.stop()
+            leases.check()
         if not live():
             raise InvariantViolation(
                 "liveness",
@@ -110,12 +136,30 @@ def run_seed(
         return SeedResult(
             seed, cluster.events, cluster.checker.commits, cluster.elections, violation,
             trace.recent(), _snapshot_stats(cluster), cluster.voter_changes_committed(),
-            _history(store),
+            _history(store), *(leases.summary if leases is not None else (0, 0)),
         )  # fmt: skip
     return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections,
                       snapshots=_snapshot_stats(cluster),
                       voter_changes=cluster.voter_changes_committed(),
-                      history=_history(store))
+                      history=_history(store),
+                      lease_holds=leases.summary[0] if leases is not None else 0,
+                      lease_reads=leases.summary[1] if leases is not None else 0)
+
+
+class _ClientRouter:
+    """Answers to the store clients' id space: the store clients', then the lease holders'
+    (and the expirers', which the lease clients drop) from ``LEASE_CLIENT_OFFSET``."""
+
+    def __init__(self, store: StoreClients | None, leases: LeaseClients | None) -> None:
+        self.store = store
+        self.leases = leases
+
+    def receive(self, index: int, payload: Any) -> None:
+        if index >= LEASE_CLIENT_OFFSET:
+            if self.leases is not None:
+                self.leases.receive(index - LEASE_CLIENT_OFFSET, payload)
+        elif self.store is not None:
+            self.store.receive(index, payload)
 
 
 def check_linearizable(seed: int, history: list[dict[str, Any]]) -> None:

@@ -73,6 +73,14 @@ class LeaseClock:
         return max(0, int((deadline - self._now()) * 1000))
 
 
+def expire_records(due: list[tuple[int, int]], now_ms: int) -> tuple[Record, ...]:
+    """The ``expire`` records of ``LeaseClock.tick``'s answer, each naming the keep-alive its
+    countdown ran from (the state machine voids it if a later one landed first)."""
+    return tuple(Record(None, None, now_ms,
+                        ((LEASE_OP_HEADER, encode_op("expire", lease_id, after=after)),))
+                 for lease_id, after in due)
+
+
 class ExpiringNode(Protocol):
     """What the expirer needs of a ``RaftNode``."""
 
@@ -113,11 +121,7 @@ class LeaseExpirer:
                 return
             if not due:
                 continue
-            now_ms = int(time.time() * 1000)
-            records = tuple(
-                Record(None, None, now_ms,
-                       ((LEASE_OP_HEADER, encode_op("expire", lease_id, after=after)),))
-                for lease_id, after in due)
+            records = expire_records(due, int(time.time() * 1000))
             try:
                 await node.submit_local(ProduceRequest(records, timeout_ms=5000))
                 self.expired += len(due)
