@@ -18,6 +18,8 @@ import os
 import socket
 from typing import Any
 
+from kraft_spark.delta.lease_views import register_lease_views
+
 PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 DEFAULT_PORT = 15002
 
@@ -48,8 +50,10 @@ def connect_conf(host: str, port: int) -> dict[str, str]:
 
 
 def register_tables(spark: Any, warehouse: str) -> None:
-    """Name the three Delta tables in the context's catalog (shared by every session, Spark
-    Connect clients' included), so ``spark.table("records")`` works from any client."""
+    """Name the three Delta tables (and the lease views over them) in the context's catalog
+    (shared by every session, Spark Connect clients' included), so ``spark.table("records")``
+    works from any client."""
     for table in ("records", "snapshot", "quorum_events"):
         location = os.path.join(warehouse, table).replace("'", "\\'")
         spark.sql(f"CREATE TABLE IF NOT EXISTS {table} USING delta LOCATION '{location}'")
+    register_lease_views(spark, temporary=False)  # leases, snapshot_leases

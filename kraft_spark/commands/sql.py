@@ -71,6 +71,9 @@ def _sql(args: argparse.Namespace) -> int:
                 raise CommandError(
                     f"{path} is not a readable Delta table ({str(exc).splitlines()[0]})"
                 ) from exc
+        from kraft_spark.delta.lease_views import register_lease_views
+
+        register_lease_views(spark, temporary=True)  # leases, snapshot_leases
         if cluster_id is not None:
             from kraft_spark.delta import MaterializerError, snapshot
 

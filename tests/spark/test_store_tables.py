@@ -74,3 +74,35 @@ def test_failed_writes_and_lease_expiries_in_the_tables(spark: Any, tmp_path: Pa
         travelled = {k: (v[0], v[1]) for k, v in as_state(
             snapshot(spark, tmp_path, as_of_offset=as_of)).items()}
         assert travelled == _replay(batches, as_of), as_of
+
+
+def test_lease_views_answer_who_is_alive_and_each_keys_lease(spark: Any, tmp_path: Path) -> None:
+    """``leases`` and ``snapshot_leases`` (kraft_spark.delta.lease_views) over the tables:
+    lease 9 expired with its key; lease 10, kept alive, holds ``w``; a keep-alive of the
+    expired lease (failed) changes nothing."""
+    from kraft_spark.delta.lease_views import register_lease_views
+
+    batches = _log()
+    op = lambda *a, **k: _r(None, None, (LEASE_OP_HEADER, encode_op(*a, **k)))  # noqa: E731
+    for offset, record in enumerate([op("grant", 10, ttl_ms=5000), _r("w", '"1"',
+                                     (LEASE_HEADER, b"10")), op("keepalive", 10),
+                                     op("keepalive", 9)], start=9):
+        batches.append(Batch(offset, 1, (record,)))
+    state = KeyValueState()
+    state.apply_all(batches)
+    assert state.txn_failure(12) is not None  # the keep-alive of the expired lease
+    DeltaMaterializer(spark, str(tmp_path)).write(
+        batches, 13, failed_txns=state.failed_txns, lease_deleted=state.leases.deleted)
+    for table in ("records", "snapshot"):
+        spark.read.format("delta").load(str(tmp_path / table)).createOrReplaceTempView(table)
+    register_lease_views(spark, temporary=True)
+    leases = {r["lease_id"]: r for r in spark.sql("SELECT * FROM leases").collect()}
+    assert sorted(leases) == [9, 10]
+    gone, alive = leases[9], leases[10]
+    assert (gone.ttl_ms, gone.granted_offset, gone.ended_offset, gone.ended_by, gone.alive,
+            list(gone.keys)) == (1000, 4, 7, "expire", False, [])
+    assert (alive.ttl_ms, alive.granted_offset, alive.ended_offset, alive.alive,
+            list(alive.keys)) == (5000, 9, None, True, ["w"])
+    keyed = {r["key"]: r["lease_id"] for r in spark.sql(
+        "SELECT key, lease_id FROM snapshot_leases").collect()}
+    assert keyed == {"a": None, "b": None, "c": None, "d": None, "w": 10}
