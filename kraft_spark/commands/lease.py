@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
     endpoint_args(lock)
     lock.add_argument("name")
     lock.add_argument("--ttl-ms", type=int, default=10_000)
-    lock.add_argument("command", nargs="+", help="the command (after --)")
+    lock.add_argument("argv", nargs="+", metavar="command", help="the command (after --)")
     lock.set_defaults(func=_lock)
 
 
@@ -94,7 +94,7 @@ def _list(args: Any) -> int:
 
 def _lock(args: Any) -> int:
     # argparse drops the first "--" itself; one left here was given twice
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise CommandError("give the command to run after --, e.g. kraft-spark lock jobs -- "
                            "./compact.sh")
