@@ -27,7 +27,7 @@ from kraft_spark.raft.records import (
     control_type_of,
     decode_leader_change,
 )
-from tests.net.helpers import free_ports
+from tests.net.helpers import free_ports, free_run
 
 # Quicker than Kafka's defaults so each scenario takes seconds, not tens of seconds.
 FAST_SETTINGS = {
@@ -39,23 +39,8 @@ FETCH_TIMEOUT_S = 1.0
 
 
 def consecutive_free_ports(n: int) -> int:
-    for _ in range(100):
-        base = free_ports(1)[0]
-        if base + n > 65000:
-            continue
-        socks: list[socket.socket] = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)  # closed below even when its bind fails
-                s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        return base
-    raise RuntimeError("no run of free ports")
+    """The first of ``n`` consecutive free ports (``tests.net.helpers.free_run``)."""
+    return free_run(n)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import subprocess
 from collections.abc import Awaitable, Callable
@@ -19,16 +20,49 @@ FAST = QuorumConfig(fetch_timeout_ms=600, election_timeout_ms=300, request_timeo
                     fetch_max_wait_ms=200)
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+# Test servers' ports come from just below the kernel's ephemeral range. A port picked by
+# binding to 0 lies inside it, and between that check and the server's bind an outgoing
+# connection (another node's, a client's) could be given it as its local port: a server then
+# failed with "address already in use" (test_storage_faults, once in a full run). Below the
+# range no connection is ever given one. Ports are drawn at random (as binding to 0 gives them)
+# and never handed out twice in a session.
+_POOL_END = _ephemeral_low()
+_POOL_START = max(1024, _POOL_END - 12_000)
+_handed_out: set[int] = set()
+
+
+def free_run(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports nothing listens on."""
+    for _ in range(1000):
+        base = random.randrange(_POOL_START, _POOL_END - n)
+        run = range(base, base + n)
+        if _handed_out.intersection(run) or not all(_bindable(p) for p in run):
+            continue
+        _handed_out.update(run)
+        return base
+    raise RuntimeError(f"no {n} consecutive free ports in {_POOL_START}..{_POOL_END - 1}")
+
+
 def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """``n`` loopback ports nothing listens on."""
+    return [free_run(1) for _ in range(n)]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False  # in use, or lingering
+    return True
 
 
 def make_nodes(
