@@ -3,11 +3,23 @@ it) and what it needs of the store's (``kraft_spark.sim.store_clients``)."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 # Store clients' indexes in the cluster's client-id space start here (ids -(BASE + 1 + i)).
 STORE_CLIENT_BASE = 1000
+
+
+def retry_target(rng: random.Random, voters: Sequence[int], target: int,
+                 leader_id: int) -> tuple[int, int]:
+    """Where a client sends an attempt that was answered with an error, and after how many
+    microseconds: at once to the leader the answer names, unless it names none or the node just
+    asked; otherwise to a random voter after a pause. Every simulated client retries so."""
+    if leader_id >= 0 and leader_id != target:
+        return leader_id, 1_000
+    return rng.choice(voters), 50_000
 
 
 class StoreClientsReceiver(Protocol):

@@ -30,7 +30,12 @@ from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.raft.voter_set import NIL_DIRECTORY
-from kraft_spark.sim.append_client import STORE_CLIENT_BASE, SimClient, StoreClientsReceiver
+from kraft_spark.sim.append_client import (
+    STORE_CLIENT_BASE,
+    SimClient,
+    StoreClientsReceiver,
+    retry_target,
+)
 from kraft_spark.sim.disk_faults import DISK_BUGS, RESTART_AFTER_US
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
@@ -573,12 +578,8 @@ class Cluster:
                 "acknowledged-exactly-once",
                 f"leader lost producer {client.producer_id}'s sequence before {client.seq}",
             )
-        if message.leader_id >= 0 and message.leader_id != client.target:
-            client.target = message.leader_id
-            delay = 1000
-        else:
-            client.target = self.rng.choice(self.voter_ids)
-            delay = 50_000
+        client.target, delay = retry_target(self.rng, self.voter_ids, client.target,
+                                            message.leader_id)
         self.at(self.now + delay, self._client_send, client)
 
 

@@ -30,7 +30,7 @@ from kraft_spark.raft.messages import (
     ReadIndexResponse,
 )
 from kraft_spark.raft.records import Record
-from kraft_spark.sim.append_client import STORE_CLIENT_BASE
+from kraft_spark.sim.append_client import STORE_CLIENT_BASE, retry_target
 from kraft_spark.sim.lease_check import Hold, HolderRead, check_holds
 from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, encode_op
 from kraft_spark.store.txn import TXN_HEADER, Condition, encode_header
@@ -254,11 +254,8 @@ class LeaseClients:
         channel.request_id = 0
         error = getattr(message, "error", ErrorCode.NONE)
         if error != ErrorCode.NONE:
-            leader = message.leader_id
-            if leader >= 0 and leader != channel.target:
-                channel.target, delay = leader, 1_000
-            else:
-                channel.target, delay = self.rng.choice(self.cluster.voter_ids), 50_000
+            channel.target, delay = retry_target(self.rng, self.cluster.voter_ids,
+                                                 channel.target, message.leader_id)
             self.cluster.at(self.cluster.now + delay, self._attempt, client, channel, op)
         elif isinstance(message, ReadIndexResponse):
             channel.home = channel.target  # the node that answered tells the outcome

@@ -38,7 +38,7 @@ from kraft_spark.raft.messages import (
     ReadIndexResponse,
 )
 from kraft_spark.raft.records import Record
-from kraft_spark.sim.append_client import STORE_CLIENT_BASE
+from kraft_spark.sim.append_client import STORE_CLIENT_BASE, retry_target
 from kraft_spark.store.txn import TXN_HEADER, Condition, encode_header
 
 if TYPE_CHECKING:
@@ -200,10 +200,8 @@ class StoreClients:
             self._on_produced(client, message)
 
     def _retry_elsewhere(self, client: SimStoreClient, leader_id: int) -> None:
-        if leader_id >= 0 and leader_id != client.target:
-            client.target, delay = leader_id, 1_000
-        else:
-            client.target, delay = self.rng.choice(self.cluster.voter_ids), 50_000
+        client.target, delay = retry_target(self.rng, self.cluster.voter_ids, client.target,
+                                            leader_id)
         self.cluster.at(self.cluster.now + delay, self._attempt, client, client.op)
 
     def _on_read_index(self, client: SimStoreClient, message: ReadIndexResponse) -> None:
