@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from bench.lease_stats import KeepAliveTally, keepalive_row, report
 from bench.proc_cpu import CpuSample
 from bench.raw_http import HttpConnection, HttpConnectionError
+from bench.report import save_results
 
 Log = Callable[[str], None]
 
@@ -378,12 +379,7 @@ def main(*, leases: int, clients: int, ttl_s: float, seconds: float, lock_second
                   lock_seconds=lock_seconds, contenders=contenders, base_port=base_port,
                   log=log)
     results["meta"]["wall_s"] = round(time.monotonic() - began, 1)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     text = report(results)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"leases-{stamp}.json"), "w", encoding="utf-8") as fh:
-        json.dump(results, fh, indent=1)
-    with open(os.path.join(out_dir, f"leases-{stamp}.md"), "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+    save_results(out_dir, "leases", results, text)
     print(text)
     return 0

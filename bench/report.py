@@ -7,6 +7,9 @@ failover figures where measured) and ``visibility`` (the Spark application's Del
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from typing import Any
 
 from bench.disk_stalls import INTERVAL_MS, STALL_MS
@@ -17,6 +20,16 @@ WORKLOADS = tuple(workload.label for workload in PLAN)
 APP_LEADER_HTTP = "kraft-spark app, HTTP in the leader"
 APP_HTTP = "kraft-spark app, driver's HTTP endpoint"
 APP_ROWS = (APP_LEADER_HTTP, APP_HTTP)
+
+
+def save_results(out_dir: str, name: str, results: dict[str, Any], text: str) -> None:
+    """Write a run's ``<name>-<UTC stamp>.json`` and ``.md`` into ``out_dir``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}-{stamp}.json"), "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=1)
+    with open(os.path.join(out_dir, f"{name}-{stamp}.md"), "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
 
 
 def _fmt(value: Any, digits: int = 0) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from bench.report import save_results
 from bench.systems import EtcdCluster, http_json, wait_for
 from bench.wrk import HttpWorkload, WrkResult, run_wrk
 
@@ -319,12 +320,7 @@ def report(results: dict[str, Any]) -> str:
 
 def main(seconds: float, watchers: int, base_port: int, out_dir: str, log: Log) -> int:
     results = run(seconds, watchers, base_port, log)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     text = report(results)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"store-{stamp}.json"), "w", encoding="utf-8") as fh:
-        json.dump(results, fh, indent=1)
-    with open(os.path.join(out_dir, f"store-{stamp}.md"), "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+    save_results(out_dir, "store", results, text)
     print(text)
     return 0
