@@ -107,6 +107,7 @@ from kraft_spark.client.errors import (
 from kraft_spark.client.types import (
     QuorumInfo,
 )
+from kraft_spark.http_auth import Credentials
 from kraft_spark.metrics import HttpMetrics, Registry
 from kraft_spark.quorum_report import replication_rows, status_summary
 from kraft_spark.store.service import KvStore, WatchSource
@@ -158,7 +159,8 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in (
         (400, "Invalid JSON"),
-        (401, "Missing or wrong bearer token"),
+        (401, "Missing or unknown bearer token"),
+        (403, "The token's scope does not cover the call (read < write < admin)"),
         (404, "No such key or lease"),
         (413, "Body or record too large"),
         (410, "Offset below the log start (deleted by retention; see the snapshot)"),
@@ -175,7 +177,7 @@ def create_app(
     backend: QuorumBackend | None = None,
     *,
     backend_factory: Callable[[], QuorumBackend] | None = None,
-    token: str | None = None,
+    credentials: Credentials | None = None,
     max_body_bytes: int = 1_048_576,
     max_record_bytes: int = 1_000_000,
     max_records: int = MAX_RECORDS_PER_REQUEST,
@@ -286,11 +288,8 @@ def create_app(
 
     # ---- middleware: metrics (outermost) → auth → routes
     # (add_middleware puts each new one outside the ones added before it)
-    open_paths = frozenset({"/healthz"})
-    if token is not None:
-        if not token:
-            raise ValueError("token must be non-empty (or None for no authentication)")
-        app.add_middleware(BearerAuthMiddleware, token=token, open_paths=open_paths)
+    if credentials is not None:
+        app.add_middleware(BearerAuthMiddleware, credentials=credentials)
     app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics)
     # ---- the front door for appends: the same metrics → auth, then the fast path
     if fast_append:
@@ -299,10 +298,10 @@ def create_app(
             and "POST" in getattr(r, "methods", ())
         )
         front: ASGIApp = FastAppendMiddleware(app, endpoint=endpoint, route=append_route)
-        if token is not None:
-            front = BearerAuthMiddleware(front, token=token, open_paths=open_paths)
+        if credentials is not None:
+            front = BearerAuthMiddleware(front, credentials)
         app.front = HttpMetricsMiddleware(front, metrics=http_metrics)
-        app.direct_handler = DirectAppend(endpoint, token)
+        app.direct_handler = DirectAppend(endpoint, credentials)
 
     # ---- the other routes
     @app.get(
@@ -371,8 +370,8 @@ def create_app(
             await FastAPI.__call__(app, scope, receive, send)  # the route, past the front
 
         reads: ASGIApp = FastKvRead(routed, store_of, read_route)
-        if token is not None:
-            reads = BearerAuthMiddleware(reads, token=token, open_paths=open_paths)
+        if credentials is not None:
+            reads = BearerAuthMiddleware(reads, credentials)
         app.front_reads = HttpMetricsMiddleware(reads, metrics=http_metrics)
     app.include_router(leases_router(current_backend, store_of, _ERRORS, commit_timeout_s))
 
@@ -432,7 +431,7 @@ def create_app(
                 "required": True,
                 "content": {"application/json": {"schema": body}},
             }
-            if token is not None:
+            if credentials is not None:
                 components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
                 schema["security"] = [{"bearer": []}]
             app.openapi_schema = schema

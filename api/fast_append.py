@@ -5,7 +5,6 @@ route (tests/api compare them)."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
@@ -51,6 +50,8 @@ from kraft_spark.client.types import (
     AppendResult,
     NewRecord,
 )
+from kraft_spark.http_auth import Credentials, bearer_token
+from kraft_spark.http_auth import Scope as AuthScope
 from kraft_spark.metrics import HttpMetrics
 from kraft_spark.store.service import KvStore
 from kraft_spark.store.txn import Condition
@@ -256,9 +257,9 @@ class DirectAppend:
     gives the same answers as before. Once started, the append's outcome is answered here with
     the app's own messages (``Appender.unkeyed_failure``)."""
 
-    def __init__(self, endpoint: AppendEndpoint, token: str | None) -> None:
+    def __init__(self, endpoint: AppendEndpoint, credentials: Credentials | None) -> None:
         self.endpoint = endpoint
-        self.token = token.encode("utf-8") if token is not None else None
+        self.credentials = credentials
         self.max_body = min(MAX_DIRECT_BODY, endpoint.max_body_bytes)
         self.answered = 0  # requests answered here, not by the app (tests, diagnostics)
 
@@ -279,11 +280,10 @@ class DirectAppend:
             return False
         if content_type is not None and not is_json_content_type(content_type.decode("latin-1")):
             return False
-        if self.token is not None:
-            scheme, _, credentials = (authorization or b"").partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credentials.strip(), self.token
-            ):
+        if self.credentials is not None:  # a write credential, else the app answers 401/403
+            token = bearer_token(authorization)
+            identity = self.credentials.identify(token) if token is not None else None
+            if identity is None or identity.scope < AuthScope.WRITE:
                 return False
         return True
 

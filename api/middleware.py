@@ -1,9 +1,9 @@
 """The HTTP API's ASGI middlewares: request metrics per route and status, and bearer-token
-authentication (constant-time comparison; /healthz stays open)."""
+authentication with scopes (``kraft_spark.http_auth``: constant-time comparison; /healthz and
+/readyz stay open)."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 import time
 from typing import Any
@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kraft_spark.http_auth import Credentials, bearer_token, required_scope
 from kraft_spark.metrics import HttpMetrics
 
 log = logging.getLogger("api.app")
@@ -50,38 +51,53 @@ class HttpMetricsMiddleware:
 
 
 class BearerAuthMiddleware:
-    """Requires ``Authorization: Bearer <token>`` on every path but the open ones."""
+    """Requires ``Authorization: Bearer <token>`` of a credential whose scope covers the call
+    (``kraft_spark.http_auth.required_scope``) on every path but the open ones: 401 without a
+    known token, 403 with a token of too small a scope. Answers name what to send, never a
+    token."""
 
-    def __init__(self, app: ASGIApp, token: str, open_paths: frozenset[str]) -> None:
+    def __init__(self, app: ASGIApp, credentials: Credentials) -> None:
         self.app = app
-        self.token = token.encode("utf-8")
-        self.open_paths = open_paths
+        self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if route_path(scope) in self.open_paths:
+        needed = required_scope(str(scope.get("method", "GET")), route_path(scope))
+        if needed is None:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization")
         if header is None:
             response = error_response(
                 401,
-                "missing Authorization header: send 'Authorization: Bearer <token>' with the "
-                "sidecar's token",
+                "missing Authorization header: send 'Authorization: Bearer <token>' with a "
+                f"token of scope {needed.label} or above from the server's HTTP credentials "
+                "(a generated set is in <data-dir>/http-credentials)",
                 {"WWW-Authenticate": 'Bearer realm="kraft-spark"'},
             )
             await response(scope, receive, send)
             return
-        scheme, _, credentials = header.partition(" ")
-        given = credentials.strip().encode("latin-1")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given, self.token):
+        token = bearer_token(header.encode("latin-1"))
+        identity = self.credentials.identify(token) if token is not None else None
+        if identity is None:
             response = error_response(
                 401,
-                "the Authorization header does not carry the sidecar's token: send "
-                "'Authorization: Bearer <token>' with the token the sidecar was started with",
+                "the Authorization header does not carry a token this server knows: send "
+                "'Authorization: Bearer <token>' with a token from its HTTP credentials",
                 {"WWW-Authenticate": 'Bearer realm="kraft-spark", error="invalid_token"'},
+            )
+            await response(scope, receive, send)
+            return
+        if identity.scope < needed:
+            response = error_response(
+                403,
+                f"the credential {identity.name!r} has scope {identity.scope.label}; "
+                f"{scope.get('method')} {route_path(scope)} needs scope {needed.label}: use a "
+                f"{needed.label} credential",
+                {"WWW-Authenticate": 'Bearer realm="kraft-spark", error="insufficient_scope", '
+                                     f'scope="{needed.label}"'},
             )
             await response(scope, receive, send)
             return

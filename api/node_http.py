@@ -25,6 +25,7 @@ from api.app import create_app
 from api.limits import HttpLimits, uvicorn_options
 from api.server import EagerAcceptServer
 from api.server import bind_tcp as bind_listener
+from kraft_spark.http_auth import Credentials
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.node_backend import NodeBackend
 from kraft_spark.net.node_tokens import LocalNode
@@ -118,7 +119,7 @@ class NodeHttpServer:
 
 
 async def start_node_http(
-    node: LocalNode, host: str, port: int, *, token: str | None = None,
+    node: LocalNode, host: str, port: int, *, credentials: Credentials | None = None,
     limits: HttpLimits | None = None, http_urls: dict[int, str] | None = None,
 ) -> NodeHttpServer:
     """Serve ``api.app`` for ``node`` on ``host:port`` (0: any free port) on the running loop;
@@ -130,7 +131,7 @@ async def start_node_http(
     urls = dict(http_urls or {})
     # The node is a RaftNode (its HTTP factory is called once its state is loaded).
     store = NodeStore(cast(StoreNode, node), backend.forwarder)
-    app = create_app(backend, token=token, http_urls=lambda: urls, store=lambda: store)
+    app = create_app(backend, credentials=credentials, http_urls=lambda: urls, store=lambda: store)
     config = uvicorn.Config(
         app,
         host=host,
@@ -161,8 +162,8 @@ async def serve_node_http(node: LocalNode, config: NodeConfig) -> NodeHttpServer
     assert config.http_listener is not None
     host, port = config.http_listener
     limits = HttpLimits(config.http_max_connections, config.http_header_timeout_ms / 1000)
-    return await start_node_http(node, host, port, token=config.http_token, limits=limits,
-                                 http_urls=config.http_urls)
+    return await start_node_http(node, host, port, credentials=config.http_credentials,
+                                 limits=limits, http_urls=config.http_urls)
 
 
 __all__ = [

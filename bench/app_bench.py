@@ -11,6 +11,9 @@ Measures, in one run:
 * **the driver's CPU** during the steady load: the driver's Python process (observer, HTTP
   endpoint, materializer, delta-rs MERGEs) and its whole process tree (plus the Spark JVM with
   its executors and the voters), in cores (CPU seconds per second), from ``/proc``.
+
+The appends carry the write token of the credentials file the application names in its summary
+line (``bench.credentials``), as its users' clients do.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ import time
 import urllib.request
 from typing import Any
 
+from bench.credentials import Tokens, bearer
 from bench.floor import percentile
+from bench.processes import stop_group
 
 
-def _post(url: str, body: Any) -> dict[str, Any]:
+def _post(url: str, body: Any, token: str) -> dict[str, Any]:
     req = urllib.request.Request(f"{url}/v1/records", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"}, method="POST")
+                                 {"Content-Type": "application/json", **bearer(token)},
+                                 method="POST")
     with urllib.request.urlopen(req, timeout=30) as resp:
         out: dict[str, Any] = json.loads(resp.read())
         return out
@@ -68,9 +74,18 @@ def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict
                                     stdout=subprocess.PIPE, stderr=stderr, text=True,
                                     start_new_session=True)
         assert proc.stdout is not None
-        info = json.loads(proc.stdout.readline())
-        url = info["http"]
-        first = _post(url, {"key": "first", "value": 0})
+        try:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError("kraft-spark run exited before it printed its endpoints "
+                                   "(KRAFT_SPARK_BENCH_LOG=<file> keeps its log)")
+            info = json.loads(line)
+            url = info["http"]
+            token = Tokens.printed(info, "kraft-spark run").write
+            first = _post(url, {"key": "first", "value": 0}, token)
+        except BaseException:
+            stop_group(proc, 180)  # no application left running behind a failed start
+            raise
         first_commit_s = time.time() - launched
         log(f"launch -> first commit: {first_commit_s:.1f} s (offset {first['base_offset']})")
         acks: list[tuple[int, float]] = []
@@ -81,7 +96,7 @@ def run_app_bench(seconds: float, rate: float, http_port: int, log: Any) -> dict
             interval = 1.0 / rate
             next_at = time.monotonic()
             while not stop.is_set():
-                result = _post(url, {"key": f"k{i % 100}", "value": i})
+                result = _post(url, {"key": f"k{i % 100}", "value": i}, token)
                 acks.append((result["base_offset"], time.time()))
                 i += 1
                 next_at += interval

@@ -60,6 +60,9 @@ SYSTEMS = ("kraft-http", "kraft-leader-http", "kraft-native", "etcd", "etcd-plac
 # places its voters (EtcdCluster.place_like_kraft), so that no lead rests on placement alone.
 ETCD_PLACED = "etcd HTTP, placed like kraft-spark"
 Log = Callable[[str], None]
+HTTP_AUTH = ("kraft-spark's HTTP requests carry a bearer token (write scope) of the credentials "
+             "file it created, checked on every request, as its HTTP API requires by default; "
+             "etcd and PySyncObj run without authentication, as packaged.")
 
 
 def machine() -> str:
@@ -211,6 +214,7 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
             "machine": machine(), "command": command, "versions": tool_versions(),
             "seconds": seconds, "warmup_s": warmup_s, "rounds": rounds,
+            "http_auth": HTTP_AUTH,
         },
         "systems": [],
     }

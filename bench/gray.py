@@ -41,6 +41,7 @@ from bench.processes import stop_group
 from kraft_spark.client import NewRecord, QuorumClient
 from kraft_spark.client.errors import ClientError
 from kraft_spark.client.types import QuorumInfo
+from kraft_spark.http_auth import Scope, token_in
 
 WRITERS = 4
 RESUME_TIMEOUT_S = 30.0
@@ -104,8 +105,9 @@ class NativeAppender(Appender):
 class HttpAppender(Appender):
     """``POST /v1/records`` on one keep-alive connection per writer thread."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
         parts = urlsplit(url)
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port
         self._local = threading.local()
         self._conns: list[http.client.HTTPConnection] = []
@@ -118,7 +120,8 @@ class HttpAppender(Appender):
             self._conns.append(conn)
         body = json.dumps({"key": key, "value": "x" * 100}).encode()
         try:
-            conn.request("POST", "/v1/records", body, {"Content-Type": "application/json"})
+            conn.request("POST", "/v1/records", body,
+                         {"Content-Type": "application/json", **self._auth})
             response = conn.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException):
@@ -194,7 +197,9 @@ class LocalSystem:
             stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         self.nodes = [json.loads(self.proc.stdout.readline()) for _ in range(3)]
-        self.http_url: str = json.loads(self.proc.stdout.readline())["http"]
+        sidecar = json.loads(self.proc.stdout.readline())
+        self.http_url: str = sidecar["http"]
+        self.token = token_in(sidecar["credentials"], Scope.WRITE)
         self.bootstrap = [str(n["endpoint"]) for n in self.nodes]
         self._restarted: list[subprocess.Popen[bytes]] = []
 
@@ -239,7 +244,9 @@ class AppSystem:
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the application did not start; see {data_dir}/app.log")
-        self.http_url: str = json.loads(line)["http"]
+        summary = json.loads(line)
+        self.http_url: str = summary["http"]
+        self.token = token_in(summary["credentials"], Scope.WRITE)
         self.bootstrap = [f"127.0.0.1:{base_port + i}" for i in range(3)]
 
     def port(self, node_id: int) -> int:
@@ -408,7 +415,7 @@ def run_gray(faults: list[str], app: bool, hold_s: float, base_port: int,
             writers = ([Writers("native", NativeAppender(system.bootstrap))]
                        if system.name == "local" else [])
             writers.append(Writers("sidecar" if system.name == "local" else "app",
-                                   HttpAppender(system.http_url)))
+                                   HttpAppender(system.http_url, system.token)))
             rows: list[dict[str, Any]] = []
             try:
                 time.sleep(2.0)  # the load runs before the first fault

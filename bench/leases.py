@@ -17,6 +17,11 @@ every node's HTTP API, and etcd 3.4 (Debian's package) with its JSON gRPC gatewa
   leases are then revoked, so that their expiry does not load the next system's window.
 * **Locks under contention** (:mod:`bench.locks`): 1, 8 and 32 contenders acquiring and
   releasing one lock, with each system's command line and with in-process clients.
+
+kraft-spark's clients send the tokens of the credentials file ``kraft-spark local`` keeps
+(``bench.credentials``): the keep-alive clients and the lock contenders a write token (leases
+need write), the check that lists the leases a read token. etcd runs without authentication, as
+packaged.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from bench.credentials import bearer
 from bench.lease_stats import KeepAliveTally, keepalive_row, report
 from bench.proc_cpu import CpuSample
 from bench.raw_http import HttpConnection, HttpConnectionError
@@ -58,6 +64,10 @@ class LeaseSystem(Protocol):
     def member_pids(self) -> list[int]: ...
 
     def leader_url(self) -> str: ...
+
+    def connect(self, url: str, *, read_only: bool = False) -> HttpConnection:
+        """A client connection to ``url`` with the credential its calls need."""
+        ...
 
     async def grant(self, conn: HttpConnection, ttl_s: float) -> int: ...
 
@@ -98,6 +108,10 @@ class KraftLeases:
 
     def leader_url(self) -> str:
         return str(self.nodes.urls[self._leader()])
+
+    def connect(self, url: str, *, read_only: bool = False) -> HttpConnection:
+        tokens = self.nodes.tokens  # bench.credentials.Tokens
+        return HttpConnection(url, bearer(tokens.read if read_only else tokens.write))
 
     async def grant(self, conn: HttpConnection, ttl_s: float) -> int:
         body = json.dumps({"ttl_ms": int(ttl_s * 1000)}).encode()
@@ -144,6 +158,9 @@ class EtcdLeases:
 
     def leader_url(self) -> str:
         return str(self.cluster.client_urls[self._leader()])
+
+    def connect(self, url: str, *, read_only: bool = False) -> HttpConnection:
+        return HttpConnection(url)  # no authentication, as packaged
 
     async def grant(self, conn: HttpConnection, ttl_s: float) -> int:
         body = json.dumps({"TTL": round(ttl_s)}).encode()
@@ -232,7 +249,7 @@ async def _revoke_all(system: LeaseSystem, conn: HttpConnection, ids: list[int])
 async def keepalive_point(system: LeaseSystem, *, leases: int, clients: int, ttl_s: float,
                           seconds: float, log: Log) -> dict[str, Any]:
     urls = system.member_urls()
-    conns = [HttpConnection(urls[i % len(urls)]) for i in range(clients)]
+    conns = [system.connect(urls[i % len(urls)]) for i in range(clients)]
     counts = [leases // clients + (1 if i < leases % clients else 0) for i in range(clients)]
     rng = random.Random(41)
     failures: list[str] = []
@@ -255,7 +272,7 @@ async def keepalive_point(system: LeaseSystem, *, leases: int, clients: int, ttl
         leader_changed = system.leader_pid() != leader
         # Right after the window: every lease was kept alive within the last TTL/3 or so, so
         # each one granted must still be there.
-        lister = HttpConnection(system.leader_url())
+        lister = system.connect(system.leader_url(), read_only=True)
         try:
             listed = await asyncio.wait_for(system.lease_ids(lister), 60)
         finally:
@@ -318,7 +335,7 @@ def run(*, leases: int, clients: int, ttl_s: float, seconds: float, lock_seconds
             log(f"locks: {contenders} contenders, {lock_seconds:g} s per point")
             results["locks"] = run_async(lock_points(
                 systems[0].member_urls(), systems[1].member_urls(), contenders=contenders,
-                seconds=lock_seconds, log=log))
+                seconds=lock_seconds, log=log, kraft_token=kraft_nodes.tokens.write))
         finally:
             kraft_nodes.stop()
             if etcd_cluster is not None:
@@ -350,7 +367,10 @@ def notes(results: dict[str, Any]) -> list[str]:
            "kraft-spark's keep-alives are records in the replicated log (each one appended, "
            "fsynced by a majority and applied); etcd's are seen by the leader only.",
            "The load generator is one Python process on the same machine as the six members; "
-           "its CPU is in the table."]
+           "its CPU is in the table.",
+           "kraft-spark's requests carry a bearer token (write scope) of the credentials file "
+           "`kraft-spark local` created, checked on every request, as its HTTP API requires by "
+           "default; etcd runs without authentication, as packaged."]
     for name, row in results.get("keepalive", {}).items():
         if row["missing_at_end"] or row["not_found"]:
             out.append(f"{name}: {row['missing_at_end']:,} leases missing at the end and "

@@ -14,6 +14,12 @@ Two ways, each the same for both systems, the contenders spread round-robin over
   holder is checked against the others: ``overlaps`` counts an acquisition while another
   contender of this process held the lock, and must stay 0.
 
+kraft-spark's contenders send a write token of the quorum's credentials (``bench.credentials``;
+locks are leases and conditional writes): the command line finds it in
+``$KRAFT_SPARK_HTTP_TOKEN``, as a user's script would pass it (not on the command line, where
+``ps`` shows it), and the in-process clients take it as ``AsyncKvClient(token=...)``. etcd runs
+without authentication, as packaged.
+
 No new acquisition starts after the point's deadline, but the ones in flight then are let
 finish (a process killed while it waits would leave its lease to expire and hold the next point
 up): throughput is every acquisition over the time until the last one finished, since under
@@ -80,12 +86,13 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cli_cycle(argv: Callable[[int], list[str]]) -> Cycle:
+def cli_cycle(argv: Callable[[int], list[str]], env: dict[str, str] | None = None) -> Cycle:
+    """One acquisition: a process running ``argv(i)`` (in ``env``, else this environment)."""
     async def cycle(i: int, tally: LockTally) -> bool:
         began = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             *argv(i), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+            stderr=subprocess.DEVNULL, env=env)
         if await proc.wait() != 0:
             tally.errors += 1
             await asyncio.sleep(0.1)  # do not spin on a failing command
@@ -95,10 +102,14 @@ def cli_cycle(argv: Callable[[int], list[str]]) -> Cycle:
     return cycle
 
 
-def kraft_cli(urls: list[str]) -> Cycle:
+def kraft_cli(urls: list[str], token: str) -> Cycle:
+    """``kraft-spark lock``, its token in ``$KRAFT_SPARK_HTTP_TOKEN``."""
+    from kraft_spark.commands.http_token import TOKEN_ENV
+
     base = kraft_spark_command()
+    env = {**os.environ, TOKEN_ENV: token}
     return cli_cycle(lambda i: [*base, "lock", "--endpoint", urls[i % len(urls)], LOCK_NAME,
-                                "--", "true"])
+                                "--", "true"], env)
 
 
 def etcd_cli(urls: list[str]) -> Cycle:
@@ -109,11 +120,13 @@ def etcd_cli(urls: list[str]) -> Cycle:
 # --------------------------------------------------------------------------- in-process
 
 
-async def kraft_in_process(urls: list[str], contenders: int, seconds: float) -> LockTally:
+async def kraft_in_process(urls: list[str], contenders: int, seconds: float,
+                           token: str) -> LockTally:
     from kraft_spark.client.concurrency import Lock
     from kraft_spark.client.kv import AsyncKvClient
 
-    clients = [AsyncKvClient(urls[i % len(urls)], timeout_s=60) for i in range(contenders)]
+    clients = [AsyncKvClient(urls[i % len(urls)], token=token, timeout_s=60)
+               for i in range(contenders)]
 
     async def cycle(i: int, tally: LockTally) -> bool:
         lock = Lock(clients[i], LOCK_NAME, ttl_ms=TTL_S * 1000)
@@ -182,20 +195,21 @@ async def etcd_in_process(urls: list[str], contenders: int, seconds: float) -> L
 
 
 async def lock_points(kraft_urls: list[str], etcd_urls: list[str], *, contenders: list[int],
-                      seconds: float, log: Log) -> list[dict[str, Any]]:
+                      seconds: float, log: Log, kraft_token: str) -> list[dict[str, Any]]:
+    """Every lock point; ``kraft_token``: the write token kraft-spark's contenders send."""
     rows: list[dict[str, Any]] = []
     for client in ("cli", "in-process"):
         for n in contenders:
             for system in ("kraft-spark", "etcd"):
                 if client == "cli":
-                    cycle = kraft_cli(kraft_urls) if system == "kraft-spark" else \
-                        etcd_cli(etcd_urls)
+                    cycle = kraft_cli(kraft_urls, kraft_token) if system == "kraft-spark" \
+                        else etcd_cli(etcd_urls)
                     before = _children_cpu_s()
                     tally = await _run_point(cycle, n, seconds)
                     tally.client_cpu_s = _children_cpu_s() - before
                     tally.checked = False  # a process's holding is not seen from here
                 elif system == "kraft-spark":
-                    tally = await kraft_in_process(kraft_urls, n, seconds)
+                    tally = await kraft_in_process(kraft_urls, n, seconds, kraft_token)
                 else:
                     tally = await etcd_in_process(etcd_urls, n, seconds)
                 rows.append(lock_row(tally, system=system, client=client, contenders=n))

@@ -202,8 +202,10 @@ def markdown(results: dict[str, Any]) -> str:
         f"- Each point: {meta['seconds']:g} s after a {meta['warmup_s']:g} s warm-up; "
         "100-byte values; wrk for every HTTP system, the asyncio client for native."
         + _rounds_note(meta.get("rounds", 1)),
-        "",
     ]
+    if meta.get("http_auth"):  # runs from before authentication have none
+        lines.append(f"- Authentication: {meta['http_auth']}")
+    lines.append("")
     floor = results.get("floor")
     if floor:
         lines += [

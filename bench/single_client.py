@@ -6,6 +6,9 @@ source trees taking turns: appends/s, p50, p99. Compares two checkouts of this r
 
 Each tree runs with PYTHONPATH=TREE on this interpreter (copy the compiled
 kraft_spark/log/_fastcodec*.so into an older worktree, or it runs the pure-Python codec).
+
+The client sends the write token of the credentials file the sidecar's line names, as a user's
+client does; a tree from before authentication names none, and is sent none.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+from bench.processes import stop_group
+from kraft_spark.http_auth import Scope, token_in
 
 
 def run(tree: str, seconds: float, base_port: int) -> tuple[float, float, float]:
@@ -29,29 +34,36 @@ def run(tree: str, seconds: float, base_port: int) -> tuple[float, float, float]
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                              cwd=tree, start_new_session=True)
         assert p.stdout is not None
-        for _ in range(3):
-            p.stdout.readline()
-        url = json.loads(p.stdout.readline())["http"]
-        host, port = url.split("//")[1].split(":")
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        body = json.dumps({"key": "k", "value": "x" * 100}).encode()
-        lat: list[float] = []
-        end_warm = time.monotonic() + 2
-        stop = end_warm + seconds
-        while True:
-            t = time.perf_counter()
-            conn.request("POST", "/v1/records", body, {"Content-Type": "application/json"})
-            r = conn.getresponse()
-            r.read()
-            now = time.monotonic()
-            if now > stop:
-                break
-            if now > end_warm:
-                lat.append(time.perf_counter() - t)
-        conn.close()
-        p.send_signal(signal.SIGTERM)
-        p.wait(30)
-        p.stdout.close()
+        try:
+            for _ in range(3):
+                p.stdout.readline()
+            sidecar = json.loads(p.stdout.readline())
+            url = sidecar["http"]
+            auth = ({"Authorization": f"Bearer {token_in(sidecar['credentials'], Scope.WRITE)}"}
+                    if sidecar.get("credentials") else {})
+            host, port = url.split("//")[1].split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            body = json.dumps({"key": "k", "value": "x" * 100}).encode()
+            lat: list[float] = []
+            end_warm = time.monotonic() + 2
+            stop = end_warm + seconds
+            while True:
+                t = time.perf_counter()
+                conn.request("POST", "/v1/records", body,
+                             {"Content-Type": "application/json", **auth})
+                r = conn.getresponse()
+                answer = r.read()
+                if r.status != 200:  # a refused append is no append (a 401 answers fast)
+                    raise RuntimeError(f"{tree}: POST /v1/records answered {r.status}: "
+                                       f"{answer[:200]!r}")
+                now = time.monotonic()
+                if now > stop:
+                    break
+                if now > end_warm:
+                    lat.append(time.perf_counter() - t)
+            conn.close()
+        finally:
+            stop_group(p, 30)
     lat.sort()
     return len(lat) / seconds, lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.99)] * 1000
 

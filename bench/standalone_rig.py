@@ -8,6 +8,13 @@ process group: killing a host is one ``killpg``, and ``stop`` leaves nothing beh
 
 pip's pyspark ships ``bin/spark-class`` but not ``sbin/start-master.sh``; the daemons are
 started with ``spark-class`` directly.
+
+``worker_python``: the rig's workers run as hosts where the project is not installed (issue 43):
+``conf/spark-env.sh`` sets their ``PYSPARK_PYTHON`` to that interpreter (a bare virtual
+environment), and nothing of the driver's Python reaches them (no ``PYTHONPATH`` or
+``VIRTUAL_ENV``, its ``bin`` off ``PATH``). The application must then ship its environment
+(``kraft-spark run --env-archive``). They still share this machine's Spark installation
+(``SPARK_HOME``, pip's pyspark), as a cluster's hosts have one each.
 """
 
 from __future__ import annotations
@@ -49,14 +56,17 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 
 class StandaloneRig:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, worker_python: Path | None = None) -> None:
         self.base = base
+        self.worker_python = worker_python
         self.conf_dir = base / "conf"
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         (self.conf_dir / "log4j2.properties").write_text(LOG4J)
         script = self.conf_dir / "voter-resource.sh"
         script.write_text('#!/bin/sh\necho \'{"name": "voter", "addresses": ["0"]}\'\n')
         script.chmod(0o755)
+        if worker_python is not None:  # sourced by spark-class (load-spark-env.sh), exported
+            (self.conf_dir / "spark-env.sh").write_text(f"PYSPARK_PYTHON={worker_python}\n")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.master_port = _free_port()
         self.master_ui = _free_port()
@@ -66,6 +76,22 @@ class StandaloneRig:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
         env.update(SPARK_HOME=str(SPARK_HOME), SPARK_CONF_DIR=str(self.conf_dir),
                    SPARK_DAEMON_MEMORY="256m", PYSPARK_PYTHON=sys.executable, **extra)
+        return env
+
+    def worker_env(self, **extra: str) -> dict[str, str]:
+        """A worker's environment (before spark-class reads ``conf/spark-env.sh``)."""
+        env = self._env(**extra)
+        if self.worker_python is None:
+            return env
+        del env["PYSPARK_PYTHON"]  # conf/spark-env.sh's
+        for name in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+                     "VIRTUAL_ENV"):
+            env.pop(name, None)
+        if sys.prefix != sys.base_prefix:  # the driver's virtual environment: its bin too
+            venv = Path(sys.prefix).resolve()
+            env["PATH"] = os.pathsep.join(
+                entry for entry in env.get("PATH", "").split(os.pathsep)
+                if entry and not Path(entry).resolve().is_relative_to(venv))
         return env
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> None:
@@ -104,8 +130,8 @@ class StandaloneRig:
                     ["org.apache.spark.deploy.worker.Worker", "--host", host, "--port", "0",
                      "--webui-port", "0", "--cores", str(cores), "--memory", memory,
                      "--work-dir", str(home / "work"), self.master_url],
-                    self._env(SPARK_LOCAL_IP=host, SPARK_LOCAL_DIRS=str(home / "local"),
-                              KRAFT_HOST_DIR=str(home), SPARK_WORKER_OPTS=opts))
+                    self.worker_env(SPARK_LOCAL_IP=host, SPARK_LOCAL_DIRS=str(home / "local"),
+                                    KRAFT_HOST_DIR=str(home), SPARK_WORKER_OPTS=opts))
 
     def alive_hosts(self) -> set[str]:
         url = f"http://127.0.0.1:{self.master_ui}/json/"

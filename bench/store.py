@@ -14,6 +14,11 @@ etcd 3.4 with its JSON gateway), with 1,000 keys of 100-byte values written firs
   100 ms whose value is its send time; the latency from the put's send to each watcher's
   receipt (p50 / p99 over every delivery). etcd's watchers use the gateway's streaming
   ``/v3/watch``.
+
+kraft-spark's clients send the tokens of its credentials file (``bench.credentials``), each the
+smallest scope its calls need, as its users' clients would: the readers and the watchers a read
+token, the compare-and-set clients and the writers a write token. etcd runs without
+authentication, as packaged.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from typing import Any
 
 import httpx
 
+from bench.credentials import Tokens, bearer
 from bench.report import save_results
 from bench.systems import EtcdCluster, http_json, wait_for
-from bench.wrk import HttpWorkload, WrkResult, run_wrk
+from bench.wrk import HttpWorkload, WrkResult, json_headers, run_wrk
 
 KEYS = 1000
 VALUE = "v" * 100
@@ -52,18 +58,24 @@ def _key(i: int) -> str:
 
 
 class KraftNodes:
-    """``kraft-spark local`` with the HTTP API embedded in every node."""
+    """``kraft-spark local`` with the HTTP API embedded in every node, behind the credentials
+    it keeps in its data directory (no sidecar prints them: ``Tokens.in_data_dir``)."""
 
     def __init__(self, data_dir: str, base_port: int, http_base: int) -> None:
         from bench.native import start_local
 
         self.proc, self.nodes = start_local(data_dir, base_port,
                                             ["--node-http-base-port", str(http_base)])
-        self.urls = {int(n["node_id"]): str(n["http"]) for n in self.nodes}
-        self.leader = int(wait_for("kraft-spark leader", self._leader_id))
+        try:
+            self.urls = {int(n["node_id"]): str(n["http"]) for n in self.nodes}
+            self.tokens = Tokens.in_data_dir(data_dir)
+            self.leader = int(wait_for("kraft-spark leader", self._leader_id))
+        except BaseException:
+            self.stop()  # nothing left running behind a failed start
+            raise
 
     def _leader_id(self) -> int | None:
-        status, body = http_json(self.urls[0] + "/v1/quorum")
+        status, body = http_json(self.urls[0] + "/v1/quorum", token=self.tokens.read)
         leader = body.get("leaderId", -1) if status == 200 else -1
         return int(leader) if leader >= 0 else None
 
@@ -77,13 +89,15 @@ class KraftNodes:
         for start in range(0, KEYS, 100):
             body = {"records": [{"key": _key(i), "value": VALUE}
                                 for i in range(start, start + 100)]}
-            status, answer = http_json(self.leader_url() + "/v1/records", "POST", body)
+            status, answer = http_json(self.leader_url() + "/v1/records", "POST", body,
+                                       token=self.tokens.write)
             if status != 200:
                 raise RuntimeError(f"seeding kraft-spark failed: {status} {answer}")
 
     def reads(self, url: str, consistency: str) -> HttpWorkload:
         return HttpWorkload(url, "/", [], paths=[f"/v1/kv/{_key(i)}?consistency={consistency}"
-                                                 for i in range(KEYS)])
+                                                 for i in range(KEYS)],
+                            headers=json_headers(self.tokens.read, json_body=False))
 
     def stop(self) -> None:
         from bench.native import stop_local
@@ -144,7 +158,9 @@ def read_points(kraft: KraftNodes, etcd: EtcdStore, seconds: float, log: Log
 
 async def _kraft_cas(client: httpx.AsyncClient, key: str, value: str) -> bool:
     answer = await client.get(f"/v1/kv/{key}")
-    version = answer.json()["version"] if answer.status_code == 200 else 0  # 404: absent
+    if answer.status_code not in (200, 404):  # 404: absent
+        raise RuntimeError(f"kraft-spark cas read answered {answer.status_code}")
+    version = answer.json()["version"] if answer.status_code == 200 else 0
     body = {"records": [{"key": key, "value": value}],
             "conditions": [{"key": key, "version": version}]}
     status = (await client.post("/v1/records", json=body)).status_code
@@ -163,12 +179,16 @@ async def _etcd_cas(client: httpx.AsyncClient, key: str, value: str) -> bool:
     return bool(answer.get("succeeded"))
 
 
-async def cas_point(url: str, cas: Any, seconds: float, clients: int = 16) -> dict[str, Any]:
+async def cas_point(url: str, cas: Any, seconds: float, clients: int = 16,
+                    token: str | None = None) -> dict[str, Any]:
+    """``clients`` compare-and-set loops on one key for ``seconds``; ``token``: the write
+    token every request carries (kraft-spark)."""
     key = "bench/hot"
     done = time.monotonic() + seconds
     counts = {"ok": 0, "conflict": 0}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=10,
+                                 headers=bearer(token)) as client:
         await cas(client, key, "seed")  # the key exists before the clock starts
 
         async def worker(i: int) -> None:
@@ -185,10 +205,16 @@ async def cas_point(url: str, cas: Any, seconds: float, clients: int = 16) -> di
 # --------------------------------------------------------------------------- watches
 
 
+class WatchRefused(Exception):
+    """A watch the server answered with an error status (a token it does not take, say)."""
+
+
 async def _kraft_watch(client: httpx.AsyncClient, prefix: str, got: list[float],
                        ready: asyncio.Event, stop: asyncio.Event) -> None:
     async with client.stream("GET", "/v1/watch", params={"prefix": prefix}) as response:
         ready.set()
+        if response.status_code != 200:  # a refused watcher: watch_point reports it
+            raise WatchRefused(f"kraft-spark watch answered {response.status_code}")
         async for line in response.aiter_lines():
             if line.startswith("data: ") and '"type":"put"' in line:
                 sent = float(json.loads(line[6:])["value"])
@@ -215,13 +241,17 @@ async def _etcd_watch(client: httpx.AsyncClient, prefix: str, got: list[float],
 
 
 async def watch_point(url: str, writer_url: str, watch: Any, put: Any, *, watchers: int,
-                      events: int) -> dict[str, Any]:
+                      events: int, tokens: Tokens | None = None) -> dict[str, Any]:
+    """``watchers`` watchers at ``url``, a writer at ``writer_url``; with ``tokens``
+    (kraft-spark), the watchers send the read token and the writer the write token."""
     prefix = "bench/watch/"
     got: list[float] = []
     stop = asyncio.Event()
     limits = httpx.Limits(max_connections=watchers + 10, max_keepalive_connections=0)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=None) as client, \
-            httpx.AsyncClient(base_url=writer_url, timeout=10) as writer:
+    read, write = (tokens.read, tokens.write) if tokens is not None else (None, None)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=None,
+                                 headers=bearer(read)) as client, \
+            httpx.AsyncClient(base_url=writer_url, timeout=10, headers=bearer(write)) as writer:
         readies = [asyncio.Event() for _ in range(watchers)]
         tasks = [asyncio.ensure_future(watch(client, prefix, got, r, stop)) for r in readies]
         await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
@@ -235,7 +265,11 @@ async def watch_point(url: str, writer_url: str, watch: Any, put: Any, *, watche
         stop.set()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
+        failed = [e for e in ended if isinstance(e, WatchRefused)]
+        if failed:
+            raise RuntimeError(f"{len(failed)} of {watchers} watchers failed; the first: "
+                               f"{failed[0]!r}")
     ms = sorted(x * 1000 for x in got)
     return {"watchers": watchers, "events": events, "delivered": len(ms),
             "p50_ms": round(statistics.median(ms), 2) if ms else None,
@@ -273,7 +307,8 @@ def run(seconds: float, watchers: int, base_port: int, log: Log) -> dict[str, An
             results["reads"] = read_points(kraft, etcd, seconds, log)
             log("compare-and-set, 16 clients on one key")
             results["cas"] = {
-                "kraft-spark": asyncio.run(cas_point(kraft.leader_url(), _kraft_cas, seconds)),
+                "kraft-spark": asyncio.run(cas_point(kraft.leader_url(), _kraft_cas, seconds,
+                                                     token=kraft.tokens.write)),
                 "etcd": asyncio.run(cas_point(etcd.leader_url(), _etcd_cas, seconds)),
             }
             log(f"  {results['cas']}")
@@ -281,7 +316,7 @@ def run(seconds: float, watchers: int, base_port: int, log: Log) -> dict[str, An
             results["watch"] = {
                 "kraft-spark": asyncio.run(watch_point(
                     kraft.follower_url(), kraft.leader_url(), _kraft_watch, _kraft_put,
-                    watchers=watchers, events=20)),
+                    watchers=watchers, events=20, tokens=kraft.tokens)),
                 "etcd": asyncio.run(watch_point(
                     etcd.follower_url(), etcd.leader_url(), _etcd_watch, _etcd_put,
                     watchers=watchers, events=20)),
@@ -315,6 +350,10 @@ def report(results: dict[str, Any]) -> str:
               "|---|---|---|---|---|"]
     lines += [f"| {name} | {w['watchers']} | {w['delivered']:,} | {w['p50_ms']} | "
               f"{w['p99_ms']} |" for name, w in watch.items()]
+    lines += ["", "kraft-spark's requests carry a bearer token of the credentials file "
+              "`kraft-spark local` created (read scope for reads and watches, write for "
+              "compare-and-set and puts), checked on every request, as its HTTP API requires "
+              "by default; etcd runs without authentication, as packaged."]
     return "\n".join(lines)
 
 

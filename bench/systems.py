@@ -18,14 +18,16 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.credentials import Tokens, bearer
 from bench.native import start_local, stop_local
-from bench.wrk import HttpWorkload
+from bench.wrk import HttpWorkload, json_headers
 from kraft_spark.net.cpu_placement import RolePlacement, split_cpus
 
 VALUE = "v" * 100
@@ -44,16 +46,20 @@ def _b64(text: str) -> str:
 
 
 def http_json(url: str, method: str = "GET", body: Any = None,
-              timeout: float = 5.0) -> tuple[int, Any]:
-    """One request on a fresh connection; (status, parsed JSON body or None)."""
+              timeout: float = 5.0, token: str | None = None) -> tuple[int, Any]:
+    """One request on a fresh connection, with ``Authorization: Bearer <token>`` when given;
+    (status, parsed JSON body or None). A 401 or 403 raises at once (``wait_for`` does not
+    retry it): a refused credential does not heal by waiting."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     try:
         data = None if body is None else json.dumps(body).encode()
         conn.request(method, parts.path or "/", body=data,
-                     headers={"Content-Type": "application/json"})
+                     headers={"Content-Type": "application/json", **bearer(token)})
         resp = conn.getresponse()
         raw = resp.read()
+        if resp.status in (401, 403):
+            raise RuntimeError(f"{method} {url} answered {resp.status}: {raw[:300]!r}")
         try:
             return resp.status, json.loads(raw) if raw else None
         except ValueError:
@@ -106,15 +112,18 @@ def record_bodies() -> tuple[list[bytes], list[bytes]]:
     return single, batch
 
 
-def kraft_workloads(url: str) -> tuple[HttpWorkload, HttpWorkload]:
+def kraft_workloads(url: str, token: str) -> tuple[HttpWorkload, HttpWorkload]:
+    """Appends to kraft-spark's HTTP API at ``url``, each with ``token`` (a write token)."""
     single, batch = record_bodies()
-    return (HttpWorkload(url, "/v1/records", single),
-            HttpWorkload(url, "/v1/records", batch, records_per_request=BATCH))
+    headers = json_headers(token)
+    return (HttpWorkload(url, "/v1/records", single, headers=headers),
+            HttpWorkload(url, "/v1/records", batch, records_per_request=BATCH, headers=headers))
 
 
 class KraftLocal:
     """``kraft-spark local``: 3 voter processes, default timeouts, with the HTTP sidecar in the
-    ``local`` process and the HTTP API embedded in every node (``--node-http-base-port``)."""
+    ``local`` process and the HTTP API embedded in every node (``--node-http-base-port``), all
+    behind the credentials it names in the sidecar's line (``bench.credentials``)."""
 
     name = "kraft-spark"
 
@@ -124,12 +133,19 @@ class KraftLocal:
             ["--http-port", str(http_port), "--node-http-base-port", str(http_port + 1)],
         )
         assert self.proc.stdout is not None
-        # After the three node lines, `local --http-port` prints the sidecar's line.
-        self.url = json.loads(self.proc.stdout.readline())["http"]
-        self.leader_id: int = wait_for("kraft-spark leader", self._leader_id)
+        try:
+            # After the three node lines, `local --http-port` prints the sidecar's line.
+            sidecar = json.loads(self.proc.stdout.readline())
+            self.url = sidecar["http"]
+            self.tokens = Tokens.printed(sidecar, "kraft-spark local")
+            self.leader_id: int = wait_for("kraft-spark leader", self._leader_id)
+        except BaseException:
+            self.stop()  # nothing left running behind a failed start
+            raise
 
     def _leader_id(self) -> int | None:
-        leader: int = http_json(self.url + "/v1/quorum")[1].get("leaderId", -1)
+        leader: int = http_json(self.url + "/v1/quorum",
+                                token=self.tokens.read)[1].get("leaderId", -1)
         return leader if leader >= 0 else None
 
     @property
@@ -138,13 +154,13 @@ class KraftLocal:
 
     def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
         """Through the sidecar (a separate process hop to the leader)."""
-        return kraft_workloads(self.url)
+        return kraft_workloads(self.url, self.tokens.write)
 
     def leader_workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
         """Straight to the HTTP API embedded in the leader (as etcd's gateway, load goes to the
         leader)."""
         url = next(n["http"] for n in self.nodes if n["node_id"] == self.leader_id)
-        return kraft_workloads(url)
+        return kraft_workloads(url, self.tokens.write)
 
     def stop(self) -> None:
         stop_local(self.proc, self.nodes)
@@ -314,7 +330,8 @@ class SyncObjCluster:
 class KraftApp:
     """The full Spark application (``kraft-spark run``, local mode, 3 voters, its
     materialization running): the driver's HTTP endpoint, and the HTTP API every voter serves
-    itself (``--voter-http-base-port``; ``GET /v1/quorum`` names the leader's)."""
+    itself (``--voter-http-base-port``; ``GET /v1/quorum`` names the leader's), all behind the
+    credentials its summary line names (``bench.credentials``)."""
 
     name = "kraft-spark app"
 
@@ -324,43 +341,57 @@ class KraftApp:
              "--http-port", str(http_port), "--voter-http-base-port", str(http_port + 1)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("kraft-spark run exited before it printed its endpoints")
-        self.url = json.loads(line)["http"]
-        self._warm_offset = -1
-        wait_for("Spark application's first commit", self._first_commit, timeout_s=180)
-        # Measure the steady state: the first snapshot MERGE after start is cold (6-9 s of
-        # class loading and code generation on the 2 cores the load shares), a one-off.
-        wait_for("Spark application's first snapshot cycle", self._snapshot_caught_up,
-                 timeout_s=180)
+        try:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("kraft-spark run exited before it printed its endpoints")
+            summary = json.loads(line)
+            self.url = summary["http"]
+            self.tokens = Tokens.printed(summary, "kraft-spark run")
+            self._warm_offset = -1
+            wait_for("Spark application's first commit", self._first_commit, timeout_s=180)
+            # Measure the steady state: the first snapshot MERGE after start is cold (6-9 s of
+            # class loading and code generation on the 2 cores the load shares), a one-off.
+            wait_for("Spark application's first snapshot cycle", self._snapshot_caught_up,
+                     timeout_s=180)
+        except BaseException:
+            self.stop()  # no application left running behind a failed start
+            raise
 
     def _first_commit(self) -> bool:
         status, body = http_json(self.url + "/v1/records", "POST", {"key": "warm", "value": 0},
-                                 timeout=30)
+                                 timeout=30, token=self.tokens.write)
         if status == 200:
             self._warm_offset = int(body["last_offset"])
         return status == 200
 
     def _snapshot_caught_up(self) -> bool:
-        with urllib.request.urlopen(self.url + "/metrics", timeout=30) as response:
-            text = response.read().decode()
+        request = urllib.request.Request(self.url + "/metrics",
+                                         headers=bearer(self.tokens.read))
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                text = response.read().decode()
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):  # not retried (wait_for retries an OSError)
+                raise RuntimeError(f"GET {self.url}/metrics answered {exc.code}") from None
+            raise
         found = re.search(r'kraft_spark_delta_table_offset\{table="snapshot"\} (\S+)', text)
         return found is not None and float(found.group(1)) > self._warm_offset
 
     def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
         """Through the driver's endpoint (it forwards to the leader)."""
-        return kraft_workloads(self.url)
+        return kraft_workloads(self.url, self.tokens.write)
 
     def leader_url(self) -> str:
         """The leader's own HTTP API, as the driver's ``GET /v1/quorum`` names it now."""
         url: str = wait_for("the application's leader",
-                            lambda: http_json(self.url + "/v1/quorum")[1].get("leaderHttpUrl"))
+                            lambda: http_json(self.url + "/v1/quorum",
+                                              token=self.tokens.read)[1].get("leaderHttpUrl"))
         return url
 
     def leader_workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
         """Straight to the leader's own HTTP API (where the leader is when the point starts)."""
-        return kraft_workloads(self.leader_url())
+        return kraft_workloads(self.leader_url(), self.tokens.write)
 
     def stop(self) -> None:
         # SIGTERM to the Python process only: pyspark's JVM must see a clean shutdown.

@@ -6,6 +6,9 @@ through a table of pre-built bodies (distinct keys, 100-byte values) and, when w
 prints one ``WRKJSON {...}`` line with the request count, the error counts and the latency
 percentiles, which :func:`parse_wrk_output` reads back. wrk is closed-loop: each connection
 sends its next request when the previous answer arrives, so ``-c 1`` is one sequential client.
+
+Every request carries the workload's ``headers``; kraft-spark's workloads add their
+``Authorization: Bearer <token>`` there (:func:`json_headers`), as its users' clients do.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MARKER = "WRKJSON "
+JSON_HEADERS: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
 
 _DONE = r"""
 done = function(summary, latency, requests)
@@ -32,16 +36,24 @@ end
 """
 
 
+def json_headers(token: str | None = None, *, json_body: bool = True
+                 ) -> tuple[tuple[str, str], ...]:
+    """A workload's headers: ``Content-Type: application/json`` (with ``json_body``), and
+    ``Authorization: Bearer <token>`` with a token (kraft-spark's HTTP API)."""
+    auth = (("Authorization", f"Bearer {token}"),) if token else ()
+    return (JSON_HEADERS if json_body else ()) + auth
+
+
 @dataclass(frozen=True)
 class HttpWorkload:
     """How to append over HTTP: POST ``path`` with one of ``bodies`` (cycled); or, with
-    ``paths``, GET each of them in turn (reads by key)."""
+    ``paths``, GET each of them in turn (reads by key). ``headers`` go with every request."""
 
     url: str
     path: str
     bodies: Sequence[bytes]
     records_per_request: int = 1
-    headers: tuple[tuple[str, str], ...] = (("Content-Type", "application/json"),)
+    headers: tuple[tuple[str, str], ...] = field(default=JSON_HEADERS, repr=False)
     paths: Sequence[str] = ()
 
 
@@ -74,10 +86,12 @@ def _lua_long_string(body: bytes) -> str:
 
 def lua_script(workload: HttpWorkload) -> str:
     """The wrk script for ``workload`` (bodies inlined as Lua long strings)."""
+    headers = [f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}"
+               for name, value in workload.headers]
     if workload.paths:
         lines = ["local paths = {"]
         lines += [f"  {json.dumps(p)}," for p in workload.paths]
-        lines += ["}", "local n = #paths", "local i = 0", 'wrk.method = "GET"',
+        lines += ["}", "local n = #paths", "local i = 0", 'wrk.method = "GET"', *headers,
                   "request = function()", "  i = i + 1",
                   '  return wrk.format("GET", paths[(i % n) + 1])', "end"]
         return "\n".join(lines) + "\n" + _DONE
@@ -89,8 +103,7 @@ def lua_script(workload: HttpWorkload) -> str:
     lines.append("local n = #bodies")
     lines.append("local i = 0")
     lines.append('wrk.method = "POST"')
-    for name, value in workload.headers:
-        lines.append(f"wrk.headers[{json.dumps(name)}] = {json.dumps(value)}")
+    lines += headers
     lines.append("request = function()")
     lines.append("  i = i + 1")
     lines.append(f"  return wrk.format(nil, {json.dumps(workload.path)}, nil, bodies[(i % n) + 1])")
@@ -120,6 +133,8 @@ def run_wrk(workload: HttpWorkload, connections: int, seconds: float,
             warmup_s: float = 2.0) -> WrkResult:
     """A warm-up run, then the measured run of ``seconds`` with ``connections`` connections."""
     threads = 1 if connections == 1 else min(2, connections)
+    # The script holds the workload's headers (a bearer token): NamedTemporaryFile creates it
+    # readable by its owner only, and it is removed when wrk is done.
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
         fh.write(lua_script(workload))
         script = fh.name

@@ -70,9 +70,10 @@ def openapi_schema() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from api.app import create_app
     from driver.resize_api import resize_router
+    from kraft_spark.http_auth import Credentials
 
     # The routes and their schema need no quorum: the backend is only called by requests.
-    app = create_app(object(), token="docs")  # type: ignore[arg-type]
+    app = create_app(object(), credentials=Credentials.single("docs"))  # type: ignore[arg-type]
     app.include_router(resize_router(lambda voters: {}))
     app.openapi_schema = None
     schema: dict[str, Any] = app.openapi()
@@ -122,8 +123,11 @@ def http_page() -> str:
            "route is served, the status codes and the error body are explained in "
            "[the store API](../store-api.md) and [getting started](../getting-started.md). "
            "Every error is `{\"error\": \"<cause and fix>\"}` (some add fields, listed per "
-           "route). With a bearer token configured (`kraft.http.token`), every route but "
-           "`/healthz` needs `Authorization: Bearer <token>` (401 otherwise).\n\n",
+           "route). With credentials (the default of `make run` and `kraft-spark local`), every "
+           "route but `/healthz` and `/readyz` needs `Authorization: Bearer <token>` of a "
+           "scope covering it: `read` for GETs, `write` for appends, writes and leases, "
+           "`admin` for voter changes (401 without a known token, 403 with too small a "
+           "scope; [Securing a deployment](../operations/security.md)).\n\n",
            "| method | path | what it does |\n| --- | --- | --- |\n"]
     routes = [(path, method.upper(), op) for path, ops in schema["paths"].items()
               for method, op in ops.items()]

@@ -54,7 +54,8 @@ from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.observer_store import ObserverStore, read_committed
 from driver.placement import driver_host, is_local_master, load_hosts, save_hosts, voter_stage
-from driver.sql_server import choose_port, connect_conf, register_tables
+from driver.security import check_voter_listeners, http_credentials
+from driver.sql_server import choose_port, connect_conf, register_tables, server_token
 from driver.table_upkeep import (
     FULL_CYCLE_MAX_SHARE,
     FULL_CYCLE_MAX_SHARE_RS,
@@ -63,9 +64,12 @@ from driver.table_upkeep import (
 )
 from driver.warehouse_open import open_warehouse
 from kraft_spark import aio, app_endpoint
+from kraft_spark.http_auth import Credentials
 from kraft_spark.metrics import AppMetrics, Registry
+from kraft_spark.secret_files import private_dir
 from kraft_spark.sql_endpoint import publish, url_of, withdraw
 from kraft_spark.stop_signals import StopSignals
+from kraft_spark.warehouse.location import is_uri
 
 log = logging.getLogger("kraft_spark.driver")
 
@@ -117,6 +121,9 @@ class Application(VoterMembershipMixin):
         self.first_commit_s: float | None = None
         self.started_at = time.monotonic()
         self.sql_port = 0  # the Spark Connect server's (driver/sql_server.py); 0: none
+        # The HTTP API's tokens (kraft_spark.http_auth), for the sidecar and every voter's API.
+        self.http_credentials: Credentials | None = None
+        self.http_credentials_path: str | None = None
         self._upkeep = TableUpkeep(self)  # checkpoints, compaction, Raft snapshot copies
         self.reset_observer = False  # after a restore: the observer's old log is dropped
         self.released_generation = -1  # the newest generation whose fresh voters were told
@@ -129,22 +136,27 @@ class Application(VoterMembershipMixin):
         from kraft_spark.spark_submit import choose_master, submitted_conf, under_spark_submit
 
         cfg = self.config
-        os.makedirs(cfg.data_dir, exist_ok=True)  # a first start: ./data does not exist yet
+        private_dir(cfg.data_dir)  # a first start: ./data does not exist yet (owner-only)
+        if not is_uri(cfg.warehouse):
+            private_dir(cfg.warehouse)
+        self.http_credentials_path, self.http_credentials = http_credentials(cfg)
         # Room for growing to 5 voters live (resize) plus the Delta jobs; task slots are
         # threads of the one local JVM, not cores. Under spark-submit, its --master.
         master = choose_master(cfg.master, submitted_conf(), cfg.voters)
+        check_voter_listeners(master, cfg)
         progress(f"starting Spark ({master}) with Delta; " + (
             "in the JVM spark-submit started" if under_spark_submit()
             else "first start resolves Delta's jars"))
         self.sql_port = choose_port(cfg.sql_host, cfg.sql_port)
+        sql_token = server_token()
         self.spark = build_spark(
             "kraft-spark", master=master, warehouse_dir=_catalog_dir(cfg),
             extra_conf={"spark.dynamicAllocation.enabled": "false",
                         "spark.task.maxFailures": "1",
-                        **connect_conf(cfg.sql_host, self.sql_port)},
+                        **connect_conf(cfg.sql_host, self.sql_port, sql_token)},
         )
         if self.sql_port:
-            publish(cfg.data_dir, url_of(cfg.sql_host, self.sql_port))
+            publish(cfg.data_dir, url_of(cfg.sql_host, self.sql_port), sql_token)
         self.cluster_id, self.new_cluster = open_warehouse(cfg.data_dir, cfg.warehouse,
                                                            self.spark)
         from kraft_spark.delta import DeltaMaterializer
@@ -183,7 +195,8 @@ class Application(VoterMembershipMixin):
         bootstrap = [f"127.0.0.1:{self._observer.port}"]
         bootstrap += [f"{v['host']}:{v['port']}" for v in voters.values()]
         self._sidecar = start_sidecar(bootstrap, cfg.http_host, cfg.http_port,
-                                      cluster_id=self.cluster_id, token=cfg.http_token,
+                                      cluster_id=self.cluster_id,
+                                      credentials=self.http_credentials,
                                       registry=self.registry,
                                       limits=HttpLimits(cfg.http_max_connections,
                                                         cfg.http_header_timeout_s),
@@ -216,7 +229,7 @@ class Application(VoterMembershipMixin):
                 log_preallocate=cfg.log_preallocate,
                 known_directory_ids=self._known_directory_ids(),
                 static_voters=self._static_voters(),
-                http_base_port=cfg.voter_http_base_port, http_token=cfg.http_token,
+                http_base_port=cfg.voter_http_base_port, http_credentials=self.http_credentials,
                 http_max_connections=cfg.http_max_connections,
                 http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
                 cpu_affinity=voter_affinity(cfg, local_master=is_local_master(self.spark)),
@@ -563,6 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "voters": cfg.voters,
         "voter_http": app.voter_http_urls(),
         **({"sql": url_of(cfg.sql_host, app.sql_port)} if app.sql_port else {}),
+        **({"credentials": app.http_credentials_path} if app.http_credentials_path else {}),
     }
     print(json.dumps(summary), flush=True)
     # For clients that cannot know where the driver runs (--deploy-mode cluster): --warehouse.

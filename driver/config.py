@@ -30,6 +30,13 @@ class AppConfig:
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     http_token: str | None = None
+    # The HTTP API's scoped tokens (kraft_spark.http_auth); unset: <data-dir>/http-credentials,
+    # created on a first start. http_insecure: no authentication at all (loud in the log).
+    http_credentials_file: str | None = None
+    http_insecure: bool = False
+    # The voters' Kafka-protocol listeners are plaintext; beyond one host (any master but
+    # local[N]) they listen on every interface, which must be allowed explicitly.
+    listener_plaintext_allowed: bool = False
     # The Spark Connect server for `kraft-spark sql` (driver/sql_server.py); port 0: none.
     sql_host: str = "127.0.0.1"
     sql_port: int = 15002
@@ -96,6 +103,9 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.http.host": ("http_host", str, None),
     "kraft.http.port": ("http_port", int, 0),
     "kraft.http.token": ("http_token", str, None),
+    "kraft.http.credentials.file": ("http_credentials_file", str, None),
+    "kraft.http.insecure": ("http_insecure", bool, None),
+    "kraft.listener.plaintext.allowed": ("listener_plaintext_allowed", bool, None),
     "kraft.sql.host": ("sql_host", str, None),
     "kraft.sql.port": ("sql_port", int, 0),
     "kraft.http.max.connections": ("http_max_connections", int, 1),

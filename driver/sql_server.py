@@ -6,10 +6,15 @@ pyspark 4.2 ships the server (its ``spark-connect`` jar) as a plugin of a runnin
 SparkContext: ``spark.plugins=org.apache.spark.sql.connect.SparkConnectPlugin`` starts it with
 the context, and each client gets a session of its own on that context, with its Delta
 extensions. It listens on ``kraft.sql.host:kraft.sql.port`` (127.0.0.1:15002 by default; taken:
-any free port; 0: no server). It has no authentication here, so it stays on loopback unless
-you put it elsewhere on purpose. While the application runs, ``<data-dir>/sql.endpoint`` holds
-its ``sc://host:port`` URL, which ``kraft-spark sql --data-dir`` reads
-(``kraft_spark.sql_endpoint``).
+any free port; 0: no server).
+
+Authenticated: the server requires a bearer token (Spark's ``spark.connect.authenticate.token``,
+its pre-shared-key interceptor), taken from ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` when the
+driver's environment sets it, else generated at each start. While the application runs,
+``<data-dir>/sql.endpoint`` holds its ``sc://host:port`` URL and ``<data-dir>/sql.token`` (mode
+0600) the token, which ``kraft-spark sql --data-dir`` reads (``kraft_spark.sql_endpoint``). A
+token holder can do whatever Spark can in the application: the token never goes to a log (Spark
+redacts configuration keys matching ``token``) nor onto a command line.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import socket
 from typing import Any
 
 from kraft_spark.delta.lease_views import register_lease_views
+from kraft_spark.secret_files import new_token
 
 PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 DEFAULT_PORT = 15002
@@ -38,7 +44,16 @@ def choose_port(host: str, port: int) -> int:
     raise OSError(f"no free port for the Spark Connect server on {host}")
 
 
-def connect_conf(host: str, port: int) -> dict[str, str]:
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+
+
+def server_token() -> str:
+    """The token the server will require: the operator's (``$SPARK_CONNECT_AUTHENTICATE_TOKEN``)
+    or a fresh one."""
+    return os.environ.get(TOKEN_ENV, "").strip() or new_token()
+
+
+def connect_conf(host: str, port: int, token: str) -> dict[str, str]:
     """The Spark settings that start the server with the context (none for port 0)."""
     if port == 0:
         return {}
@@ -46,6 +61,7 @@ def connect_conf(host: str, port: int) -> dict[str, str]:
         "spark.plugins": PLUGIN,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.authenticate.token": token,
     }
 
 

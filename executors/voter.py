@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kraft_spark import aio
+from kraft_spark.http_auth import Credentials
 
 log = logging.getLogger("kraft_spark.executor")
 
@@ -61,7 +62,7 @@ class VoterSettings:
     # The HTTP API each voter serves itself (kraft.voter.http.base.port): voter i on
     # http_base_port + i, 0: any free port, -1: none. The leader's takes appends with no hop.
     http_base_port: int = -1
-    http_token: str | None = None
+    http_credentials: Credentials | None = None
     http_max_connections: int = 1000
     http_header_timeout_ms: int = 10_000
     # kraft.cpu.affinity of the voters ("role": the leader on the lower half of the CPUs, the
@@ -261,7 +262,7 @@ def _http_settings(settings: VoterSettings, me: dict[str, Any],
     port = int(str(me["http"]).rsplit(":", 1)[1])
     return {
         "http_listener": (str(me["host"]), port),
-        "http_token": settings.http_token,
+        "http_credentials": settings.http_credentials,
         "http_max_connections": settings.http_max_connections,
         "http_header_timeout_ms": settings.http_header_timeout_ms,
         "http_urls": {int(v["voter_id"]): str(v["http"]) for v in everyone if "http" in v},

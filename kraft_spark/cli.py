@@ -58,8 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         from kraft_spark.app_endpoint import resolve_args
+        from kraft_spark.commands.http_token import resolve_token
 
         resolve_args(args)  # --warehouse URI: the address the running application recorded
+        resolve_token(args)  # --token-file, $KRAFT_SPARK_HTTP_TOKEN, <data-dir>/http-credentials
         code: int = args.func(args)
     except CommandError as exc:
         print(f"kraft-spark {args.command}: {exc}", file=sys.stderr)

@@ -177,6 +177,9 @@ def _file_defaults(path: Path) -> dict[str, str]:
     return props
 
 
+LOCAL_MASTER = re.compile(r"local(\[[0-9*]+(,\s*[0-9]+)?\])?")
+
+
 def spark_conf(
     app_name: str,
     master: str = "local[5]",
@@ -219,6 +222,11 @@ def spark_conf(
     if not any(p.startswith(f"{DELTA_GROUP}:delta-spark") for p in packages):
         packages.insert(0, delta_maven_coordinate())
     conf["spark.jars.packages"] = ",".join(packages)
+    # Spark's own RPC listener (the driver's port) authenticated: in local mode Spark generates
+    # the secret itself. Other masters need theirs (YARN and Kubernetes generate it; standalone
+    # needs spark.authenticate.secret on every host): docs/operations/security.md.
+    if LOCAL_MASTER.fullmatch(str(conf["spark.master"])):
+        conf.setdefault("spark.authenticate", "true")
     log4j = directory / "log4j2.properties"
     if log4j.is_file():
         option = f"-Dlog4j2.configurationFile={log4j.as_uri()}"

@@ -25,6 +25,7 @@ from kraft_spark.client.kv import (
     KvError,
     WriteResult,
 )
+from kraft_spark.commands.http_token import token_args
 from kraft_spark.errors import CommandError
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -81,12 +82,12 @@ def register(subparsers: Any) -> None:
 
 
 def endpoint_args(parser: Any) -> None:
-    """``--endpoint`` and ``--token``, as every store command (kv, lease, lock) takes them."""
+    """``--endpoint`` and the token's flags, as every store command (kv, lease, lock) takes
+    them."""
     parser.add_argument("--endpoint", default=os.environ.get("KRAFT_SPARK_HTTP", DEFAULT_URL),
                         help="a node's HTTP API or the application's (default $KRAFT_SPARK_HTTP "
                         f"or {DEFAULT_URL})")
-    parser.add_argument("--token", default=os.environ.get("KRAFT_SPARK_HTTP_TOKEN"),
-                        help="bearer token (default $KRAFT_SPARK_HTTP_TOKEN)")
+    token_args(parser)
     warehouse_arg(parser, "--endpoint")
 
 

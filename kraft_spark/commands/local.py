@@ -23,13 +23,16 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
+from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
 from kraft_spark.net.storage_failure import is_disk_failure
 from kraft_spark.raft.config import ConfigError, QuorumConfig
+from kraft_spark.secret_files import private_dir
 from kraft_spark.stop_signals import StopSignals
 
 DEFAULT_BASE_PORT = 9093
@@ -52,9 +55,13 @@ def register(subparsers: Any) -> None:
                         help="also serve the HTTP API on this port (0: any free port)")
     parser.add_argument("--node-http-base-port", type=int, default=None, metavar="B",
                         help="node i also serves the HTTP API itself on port B + i")
-    parser.add_argument("--http-token", default=None,
-                        help="require Authorization: Bearer TOKEN on the HTTP API (the sidecar's "
-                        "and the nodes')")
+    parser.add_argument("--http-credentials", default=None, metavar="FILE",
+                        help="the HTTP API's scoped tokens (lines '<scope> <token> [<name>]', "
+                        "mode 0600; default <data-dir>/http-credentials, created with an admin, "
+                        "a write and a read token on a first start)")
+    parser.add_argument("--http-insecure", action="store_true",
+                        help="serve the HTTP API without authentication (anyone who reaches "
+                        "it can append and change the voters)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument(
         "--cpu-affinity", choices=AFFINITY_CHOICES, default=AFFINITY_ROLE,
@@ -183,6 +190,7 @@ def _run_local(args: argparse.Namespace) -> int:
                 _check_port_free(args.host, port, flag)
     data_dir = os.path.abspath(args.data_dir)
     try:
+        private_dir(data_dir)
         os.makedirs(os.path.join(data_dir, "logs"), exist_ok=True)
         cluster_id = cluster_id_for(data_dir)
     except (OSError, UnicodeError) as exc:
@@ -203,6 +211,10 @@ def _run_local(args: argparse.Namespace) -> int:
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
+
+    credentials_path, credentials = _http_credentials(args, data_dir, say)
+    http_auth_property = (f"kraft.http.credentials.file={credentials_path}"
+                          if credentials is not None else "kraft.http.insecure=true")
 
     from kraft_spark.metrics import Registry, app_metric_name
 
@@ -233,8 +245,7 @@ def _run_local(args: argparse.Namespace) -> int:
             node_props = [f"kraft.cpu.affinity={args.cpu_affinity}"]
             if http_port is not None:
                 node_props.append(f"kraft.http.listener={args.host}:{http_port}")
-                if args.http_token:
-                    node_props.append(f"kraft.http.token={args.http_token}")
+                node_props.append(http_auth_property)
             with open(conf, "w", encoding="utf-8") as fh:
                 fh.write(
                     f"node.id={node_id}\nlog.dirs={log_dir}\nlisteners={args.host}:{port}\n"
@@ -266,12 +277,13 @@ def _run_local(args: argparse.Namespace) -> int:
             try:
                 sidecar = start_sidecar([f"{args.host}:{p}" for p in ports], args.host,
                                         args.http_port, cluster_id=cluster_id,
-                                        token=args.http_token, quorum=_quorum_of(extra),
+                                        credentials=credentials, quorum=_quorum_of(extra),
                                         registry=registry, http_urls=lambda: urls)
             except RuntimeError as exc:
                 raise CommandError(str(exc), exit_code=1) from exc
             print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",
-                              "docs": f"http://{args.host}:{sidecar.port}/docs"}), flush=True)
+                              "docs": f"http://{args.host}:{sidecar.port}/docs",
+                              "credentials": credentials_path}), flush=True)
         while not stop.wait(0.2):
             supervisor.poll()
             if supervisor.running() == 0:
@@ -298,3 +310,25 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _http_credentials(args: Any, data_dir: str,
+                      say: Callable[[str], None]) -> tuple[str | None, Credentials | None]:
+    """The HTTP API's credentials file and what it holds (``--http-credentials``, else
+    ``<data-dir>/http-credentials``, created on a first start); (None, None) with
+    ``--http-insecure``. Only when an HTTP API is served."""
+    if args.http_port is None and args.node_http_base_port is None:
+        return None, None
+    try:
+        path, credentials, created = server_credentials(
+            path=os.path.abspath(args.http_credentials) if args.http_credentials else None,
+            token=None, insecure=args.http_insecure,
+            default_path=os.path.join(data_dir, CREDENTIALS_FILE))
+    except ConfigError as exc:
+        message = str(exc).replace("kraft.http.insecure=true", "--http-insecure")
+        raise CommandError(message) from None
+    if credentials is None:
+        say("--http-insecure: the HTTP API takes every call without credentials")
+    elif created:
+        say(f"HTTP credentials (admin, write and read tokens) created in {path}")
+    return path, credentials

@@ -15,6 +15,7 @@ import urllib.request
 from typing import Any
 
 from kraft_spark.app_endpoint import warehouse_arg
+from kraft_spark.commands.http_token import token_args
 from kraft_spark.errors import CommandError
 
 
@@ -24,7 +25,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--voters", type=int, required=True, help="the voter count to reach")
     parser.add_argument("--url", default="http://127.0.0.1:8080",
                         help="the application's HTTP endpoint (default http://127.0.0.1:8080)")
-    parser.add_argument("--token", default=None, help="its bearer token, if it has one")
+    token_args(parser)
     warehouse_arg(parser, "--url")
     parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds to wait for the new voters (default 180)")

@@ -17,6 +17,7 @@ from api.server import ServerHandle, serve_in_thread
 from kraft_spark.client import AsyncQuorumClient
 from kraft_spark.client.timeouts import ClientTimeouts
 from kraft_spark.gc_tuning import tune_for_serving
+from kraft_spark.http_auth import Credentials
 from kraft_spark.metrics import Registry
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.store.service import KvStore
@@ -28,7 +29,7 @@ def start_sidecar(
     port: int,
     *,
     cluster_id: str | None = None,
-    token: str | None = None,
+    credentials: Credentials | None = None,
     registry: Registry | None = None,
     limits: HttpLimits | None = None,
     quorum: QuorumConfig | None = None,
@@ -39,7 +40,7 @@ def start_sidecar(
     """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``. The
     client's timeouts follow ``quorum``'s settings (Kafka's defaults when not given).
     ``routers``: more FastAPI routers (the Spark application's ``/v1/app``), behind the same
-    token. ``http_urls``: the HTTP API each node serves itself, for ``/v1/quorum``. ``store``:
+    credentials. ``http_urls``: the HTTP API each node serves itself, for ``/v1/quorum``. ``store``:
     a copy of the store's state in this process (the Spark driver's observer), for reads by
     key, conditional writes and watches; without one those answer 503 naming where to go."""
     tune_for_serving()
@@ -50,7 +51,7 @@ def start_sidecar(
         return AsyncQuorumClient(endpoints, cluster_id=cluster_id, coalesce=True,
                                  **timeouts.client_kwargs())
 
-    app = create_app(backend_factory=backend, token=token, metrics=registry,
+    app = create_app(backend_factory=backend, credentials=credentials, metrics=registry,
                      http_urls=http_urls, store=lambda: store)
     for router in routers:
         app.include_router(router)

@@ -96,11 +96,16 @@ def _sql(args: argparse.Namespace) -> int:
 def _remote_session(data_dir: str) -> Any | None:
     """A Spark Connect session on the running application's context, or None (no
     application runs, or its server does not answer: the caller starts a local session)."""
-    from kraft_spark.sql_endpoint import published
+    from kraft_spark.secret_files import SecretFileError
+    from kraft_spark.sql_endpoint import connect_url
 
-    url = published(data_dir)
+    try:
+        url = connect_url(data_dir)
+    except SecretFileError as exc:
+        raise CommandError(f"the application's Spark Connect token: {exc}") from None
     if url is None:
         return None
+    shown = url.partition("/;")[0]  # never the token
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
@@ -108,10 +113,10 @@ def _remote_session(data_dir: str) -> Any | None:
         spark = SparkSession.builder.remote(url).getOrCreate()
         spark.sql("SELECT 1").collect()  # the server answers (the file may be stale)
     except (PySparkException, OSError) as exc:
-        print(f"(the application's Spark Connect server {url} did not answer: "
+        print(f"(the application's Spark Connect server {shown} did not answer: "
               f"{str(exc).splitlines()[0]}; starting a local session)", file=sys.stderr)
         return None
-    print(f"(through the running application at {url})", file=sys.stderr)
+    print(f"(through the running application at {shown})", file=sys.stderr)
     return spark
 
 

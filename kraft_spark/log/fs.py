@@ -149,7 +149,7 @@ class RealFileSystem:
         return sorted(os.listdir(path))
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(path, mode=0o700, exist_ok=True)  # a log is its owner's alone
 
     def size(self, path: str) -> int:
         fd = self._fds.get(path)

@@ -57,6 +57,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kraft_spark.config_keys import check_known
+from kraft_spark.http_auth import Credentials, resolve_http_credentials
+from kraft_spark.net.cluster_acl import PLAINTEXT_ALLOWED_KEY, ClusterAcl, check_listener
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_NONE
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.state.policy import SnapshotConfig
@@ -179,7 +181,9 @@ class NodeConfig:
     disk_lost: bool = False
     # (host, port) of the embedded HTTP API; None: no HTTP.
     http_listener: tuple[str, int] | None = None
-    http_token: str | None = None
+    http_credentials: Credentials | None = None
+    # Who may change the voters (super.users; net.cluster_acl).
+    acl: ClusterAcl = field(default_factory=ClusterAcl)
     inline_flush_max_ms: float = 2.0
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
@@ -240,6 +244,9 @@ class NodeConfig:
             host, port = voters[node_id]
         else:
             raise ConfigError("listeners is required for an observer (host:port to bind)")
+        tls = TlsConfig.from_properties(props)
+        check_listener(host, tls is not None, parse_boolean(
+            PLAINTEXT_ALLOWED_KEY, props.get(PLAINTEXT_ALLOWED_KEY), default=False))
         max_frame = _positive_int(props, "socket.request.max.bytes", DEFAULT_MAX_FRAME_BYTES)
         max_connections = _positive_int(props, "max.connections", DEFAULT_MAX_CONNECTIONS)
         max_idle_ms = _positive_int(
@@ -248,8 +255,8 @@ class NodeConfig:
         metrics_port = _port(props, "metrics.port")
         http = props.get("kraft.http.listener", "").strip()
         http_listener = parse_endpoint(http, "kraft.http.listener") if http else None
-        # Only with a listener: the key is shared with the Spark application's sidecar setting.
-        http_token = (props.get("kraft.http.token", "").strip() or None) if http_listener else None
+        # Only with a listener: the keys are shared with the Spark application's sidecar setting.
+        http_credentials = http_credentials_of(props, http_listener) if http_listener else None
         http_max_connections = _positive_int(
             props, "kraft.http.max.connections", DEFAULT_HTTP_MAX_CONNECTIONS
         )
@@ -290,12 +297,13 @@ class NodeConfig:
             voters=voters,
             quorum=quorum,
             max_frame_bytes=max_frame,
-            tls=TlsConfig.from_properties(props),
+            tls=tls,
+            acl=ClusterAcl.configure(props.get("super.users"), tls is not None),
             metrics_port=metrics_port,
             disk_lost=parse_boolean("node.disk.lost", props.get("node.disk.lost"), default=False),
             http_listener=http_listener,
             bootstrap_servers=bootstrap,
-            http_token=http_token,
+            http_credentials=http_credentials,
             inline_flush_max_ms=inline_flush_max_ms,
             scrub_bytes_per_second=(DEFAULT_SCRUB_BYTES_PER_SECOND if scrub is None
                                     else scrub),
@@ -345,3 +353,16 @@ def _int_setting(
     if not low <= value <= high:
         raise ConfigError(f"{key} must be {meaning}, got {raw!r}")
     return value
+
+
+def http_credentials_of(props: Mapping[str, str],
+                        listener: tuple[str, int]) -> Credentials | None:
+    """The HTTP API's credentials: ``kraft.http.credentials.file`` (scoped tokens, a file only
+    its owner can read) or ``kraft.http.token`` (one admin token). None (no authentication) is
+    allowed on loopback only, or anywhere with ``kraft.http.insecure=true`` (logged loudly)."""
+    path = props.get("kraft.http.credentials.file", "").strip()
+    token = props.get("kraft.http.token", "").strip()
+    insecure = parse_boolean("kraft.http.insecure", props.get("kraft.http.insecure"),
+                             default=False)
+    return resolve_http_credentials(path or None, token or None, insecure, listener[0])
+

@@ -12,6 +12,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any, cast
 
+from kraft_spark.net.principal import principal_of
 from kraft_spark.net.transport import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAMES_PER_TURN,
@@ -39,6 +40,9 @@ class ServerConnection:
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        # Kafka's principal: the client certificate's subject under mutual TLS, else anonymous
+        # (connection_made runs after the TLS handshake, so the certificate is known here).
+        self.principal = principal_of(transport)
         self.closed = False
         self.last_read = 0.0  # loop time of the last bytes received (see FrameServer idle)
 

@@ -52,6 +52,7 @@ from typing import Any
 
 from kraft_spark.log.errors import CorruptSegmentError, LogError
 from kraft_spark.log.segmented_log import SegmentedLog
+from kraft_spark.net.cluster_acl import refused_unauthorized
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
 from kraft_spark.net.fast_wire import FETCH_VERSION, decode_fetch_request, encode_fetch_response
@@ -367,6 +368,8 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
             conn.close()
             return
         if self._answered_without_core(conn, header, body):  # DescribeCluster, Metadata
+            return
+        if refused_unauthorized(self.config.acl, conn, header, self.node_id):  # ALTER CLUSTER
             return
         try:
             message = (

@@ -33,6 +33,7 @@ from kraft_spark.client.types import (
     QuorumInfo,
     ReplicaInfo,
 )
+from kraft_spark.http_auth import Credential, Credentials, Scope
 from kraft_spark.metrics import Registry
 from tests.metrics_text import samples
 
@@ -655,10 +656,10 @@ def test_overlong_idempotency_key_is_422(serve: Serve, backend: InMemoryTestBack
 # --------------------------------------------------------------------------- auth
 
 
-def test_bearer_token_guards_every_path_but_healthz(
+def test_bearer_token_guards_every_path_but_the_probes(
     serve: Serve, backend: InMemoryTestBackend
 ) -> None:
-    client = serve(token="s3cret-token")
+    client = serve(credentials=Credentials.single("s3cret-token"))
     body = {"key": "k", "value": 1}
     missing = client.post(body)
     assert missing.status == 401
@@ -669,14 +670,53 @@ def test_bearer_token_guards_every_path_but_healthz(
     assert "invalid_token" in wrong.headers["www-authenticate"]
     assert client.post(body, {"Authorization": "Basic s3cret-token"}).status == 401
     assert backend.appends == []
-    for path in ("/v1/records", "/v1/quorum", "/metrics", "/readyz", "/docs", "/openapi.json"):
+    for path in ("/v1/records", "/v1/quorum", "/metrics", "/docs", "/openapi.json",
+                 "/v1/kv/k", "/v1/leases"):
         assert client.get(path).status == 401, path
     assert client.get("/healthz").status == 200
+    assert client.get("/readyz").status == 200
     client.auth = {"Authorization": "Bearer s3cret-token"}
     assert client.post(body).status == 200
     assert client.get("/v1/quorum").status == 200
     assert client.get("/docs").status == 200
     assert len(backend.appends) == 1
+
+
+SCOPED = Credentials([Credential(Scope.READ, "r-token", "dashboard"),
+                      Credential(Scope.WRITE, "w-token", "app"),
+                      Credential(Scope.ADMIN, "a-token", "ops")])
+
+
+@pytest.mark.parametrize("method,path,needed", [
+    ("GET", "/v1/records", Scope.READ),
+    ("GET", "/v1/quorum", Scope.READ),
+    ("GET", "/metrics", Scope.READ),
+    ("POST", "/v1/records", Scope.WRITE),
+    ("POST", "/v1/leases", Scope.WRITE),
+    ("DELETE", "/v1/leases/7", Scope.WRITE),
+    ("POST", "/v1/quorum/voters", Scope.ADMIN),
+    ("DELETE", "/v1/quorum/voters/2", Scope.ADMIN),
+])
+def test_each_call_needs_its_scope_and_a_smaller_one_gets_403(
+    serve: Serve, backend: InMemoryTestBackend, method: str, path: str, needed: Scope
+) -> None:
+    client = serve(credentials=SCOPED)
+    body = {"key": "k", "value": 1} if path == "/v1/records" else {}
+    for credential in SCOPED.entries:
+        payload = json.dumps(body).encode() if method == "POST" else None
+        reply = client.request(method, path, payload,
+                               {"Authorization": f"Bearer {credential.token}",
+                                "Content-Type": "application/json"})
+        if credential.scope < needed:
+            assert reply.status == 403, (credential.name, reply.status)
+            error = reply.json()["error"]
+            assert f"needs scope {needed.label}" in error and repr(credential.name) in error
+            assert credential.token not in error
+            assert 'error="insufficient_scope"' in reply.headers["www-authenticate"]
+        else:  # past authentication: whatever the route answers, never 401/403
+            assert reply.status not in (401, 403), (credential.name, reply.status, reply.body)
+    # Appends went through only with write or admin (the fast path checks the scope too).
+    assert len(backend.appends) == (2 if (method, path) == ("POST", "/v1/records") else 0)
 
 
 # --------------------------------------------------------------------------- quorum and operations
@@ -890,7 +930,7 @@ def test_stop_cancels_keyed_appends_still_waiting_for_their_commit(
 def test_fast_append_goes_around_fastapi_middleware_stack(backend: InMemoryTestBackend) -> None:
     """Appends take the front door (metrics and auth, then the fast path); every other request
     goes through FastAPI's own stack."""
-    app = create_app(backend, token="t0ken")
+    app = create_app(backend, credentials=Credentials.single("t0ken"))
     handle = serve_in_thread(app)
     try:
         stack = app.middleware_stack  # built at startup (the lifespan goes through it)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from bench.compare import PLAN, Workload, interleaved_points, median_point
+from bench.compare import HTTP_AUTH, PLAN, Workload, interleaved_points, median_point
 from bench.disk_stalls import DiskStallWatch
 from bench.floor import (
     FSYNC_APPEND,
@@ -25,7 +25,13 @@ from bench.floor import (
     percentile,
 )
 from bench.report import app_targets, markdown, targets
-from bench.wrk import HttpWorkload, lua_script, parse_wrk_output, run_wrk
+from bench.wrk import (
+    HttpWorkload,
+    json_headers,
+    lua_script,
+    parse_wrk_output,
+    run_wrk,
+)
 
 
 def test_lua_script_inlines_every_body_and_the_path() -> None:
@@ -37,6 +43,18 @@ def test_lua_script_inlines_every_body_and_the_path() -> None:
     assert '[==[{"key":"b","value":"]=]"}]==]' in script
     assert '[=[{"key":"a","value":"x]]y"}]=]' in script
     assert "WRKJSON" in script
+
+
+def test_lua_script_sends_the_workloads_headers_with_posts_and_gets() -> None:
+    post = lua_script(HttpWorkload("http://127.0.0.1:1", "/v1/records", [b"{}"],
+                                   headers=json_headers("t0k")))
+    assert 'wrk.headers["Content-Type"] = "application/json"' in post
+    assert 'wrk.headers["Authorization"] = "Bearer t0k"' in post
+    get = lua_script(HttpWorkload("http://127.0.0.1:1", "/", [], paths=["/v1/kv/a"],
+                                  headers=json_headers("r34d", json_body=False)))
+    assert 'wrk.headers["Authorization"] = "Bearer r34d"' in get
+    assert "Content-Type" not in get
+    assert json_headers() == (("Content-Type", "application/json"),)  # etcd, PySyncObj
 
 
 def test_lua_script_refuses_an_empty_workload() -> None:
@@ -94,6 +112,49 @@ def test_wrk_sends_the_bodies_and_counts_failed_answers() -> None:
     assert failing.requests > 0 and failing.errors == failing.requests
     assert failing.ok_per_s == 0
     assert {b'{"n":1}', b'{"n":2}', b'{"n":3}'} <= set(_Counting.bodies)
+
+
+class _Authenticating(BaseHTTPRequestHandler):
+    """200 to requests carrying ``Authorization: Bearer t0k``, 401 to the others (as
+    kraft-spark's HTTP API answers a client without its token)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        ok = self.headers.get("Authorization") == "Bearer t0k"
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = _answer
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed "
+                    "(kraft-spark bench compare installs it)")
+def test_wrk_sends_the_bearer_token_with_appends_and_reads() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Authenticating)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        appends = run_wrk(HttpWorkload(url, "/v1/records", [b"{}"], headers=json_headers("t0k")),
+                          1, 1.0, warmup_s=0)
+        reads = run_wrk(HttpWorkload(url, "/", [], paths=["/v1/kv/a"],
+                                     headers=json_headers("t0k", json_body=False)),
+                        1, 1.0, warmup_s=0)
+        refused = run_wrk(HttpWorkload(url, "/v1/records", [b"{}"]), 1, 1.0, warmup_s=0)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert appends.requests > 0 and appends.errors == 0
+    assert reads.requests > 0 and reads.errors == 0
+    assert refused.requests > 0 and refused.errors == refused.requests  # 401s count as errors
 
 
 def test_floor_measures_real_fsyncs_and_round_trips(tmp_path: Path) -> None:
@@ -216,6 +277,10 @@ def test_markdown_has_the_header_table_and_targets() -> None:
     assert "- kill -9 failover ≤ 2.5 s: **met** (900.0 ms)" in page
     assert "HTTP single records, 1 client: ≥ etcd: **MISSED**" in page
     json.dumps(_results(0.1, 1))  # the results are plain JSON
+    assert "Authentication:" not in page  # a run from before authentication says nothing
+    results = _results(kraft_p50=0.25, kraft_16=7000)
+    results["meta"]["http_auth"] = HTTP_AUTH
+    assert f"- Authentication: {HTTP_AUTH}" in markdown(results)
 
 
 def test_the_disk_stall_probe_makes_real_durable_writes_and_counts_the_slow_ones(

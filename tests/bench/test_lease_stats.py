@@ -173,3 +173,22 @@ def test_raw_http_reads_sized_and_chunked_answers_on_one_connection() -> None:
         assert got[2].startswith(b"DELETE /v1/leases/7 HTTP/1.1\r\n")
 
     asyncio.run(scenario())
+
+
+def test_raw_http_sends_its_headers_with_every_request() -> None:
+    async def scenario() -> None:
+        ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+        server, got = await _serve([ok, ok])
+        port = server.sockets[0].getsockname()[1]
+        conn = HttpConnection(f"http://127.0.0.1:{port}", {"Authorization": "Bearer t0k"})
+        try:
+            assert await conn.request("POST", "/v1/leases", b'{"ttl_ms":1}') == (200, b"{}")
+            assert await conn.request("GET", "/v1/leases") == (200, b"{}")
+        finally:
+            await conn.close()
+            server.close()
+            await server.wait_closed()
+        assert all(b"\r\nAuthorization: Bearer t0k\r\n" in request for request in got)
+        assert got[0].endswith(b'Content-Length: 12\r\n\r\n{"ttl_ms":1}')
+
+    asyncio.run(scenario())

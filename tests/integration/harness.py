@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kraft_spark.client import ClientError, NewRecord, QuorumClient
+from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
 from kraft_spark.log.codec import iter_batches
 from kraft_spark.log.errors import CorruptRecordError
 from kraft_spark.log.meta import format_log_dir
@@ -58,6 +59,9 @@ class LocalQuorum:
     # again by restart_node keeps its port, which is in its properties file).
     node_http: bool = False
     http_urls: list[str] = field(default_factory=list)
+    # The admin token of the HTTP credentials `kraft-spark local` created in the data directory
+    # (every HTTP API of a local quorum requires one), and the header that carries it.
+    token: str | None = None
     # ``--set`` overrides; the fast test timings unless a test wants Kafka's defaults ({}).
     settings: dict[str, str] = field(default_factory=lambda: dict(FAST_SETTINGS))
 
@@ -87,6 +91,14 @@ class LocalQuorum:
                 self.http_urls.append(str(node["http"]))
         if self.http:
             self.http_url = json.loads(self.proc.stdout.readline())["http"]
+        if self.http or self.node_http:
+            credentials = Credentials.load(str(self.data_dir / CREDENTIALS_FILE))
+            self.token = credentials.token_of(Scope.ADMIN)
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The Authorization header of an admin (``{}`` without an HTTP API)."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     @property
     def bootstrap(self) -> list[str]:

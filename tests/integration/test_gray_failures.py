@@ -33,7 +33,7 @@ def _run(tmp_path: Path, fault: str) -> None:
     system = LocalSystem(tmp_path, consecutive_free_ports(3))
     client = QuorumClient(system.bootstrap, retry_budget_s=30.0)
     writers = [Writers("native", NativeAppender(system.bootstrap)),
-               Writers("sidecar", HttpAppender(system.http_url))]
+               Writers("sidecar", HttpAppender(system.http_url, system.token))]
     try:
         time.sleep(1.0)
         row = run_fault(fault, system, client, writers, hold_s=HOLD_S, log=print)

@@ -23,7 +23,7 @@ def test_a_lease_survives_a_leader_kill_while_kept_alive_then_expires(tmp_path: 
     quorum = KvQuorum(tmp_path / "data")
     with running(quorum):
         url = quorum.http_urls[1]
-        with KvClient(url, timeout_s=5) as kv:
+        with KvClient(url, token=quorum.token, timeout_s=5) as kv:
             deadline = time.monotonic() + 30
             while True:
                 try:
@@ -40,13 +40,13 @@ def test_a_lease_survives_a_leader_kill_while_kept_alive_then_expires(tmp_path: 
             while time.monotonic() < end:
                 for other in others:
                     try:
-                        with KvClient(other, timeout_s=2) as client:
+                        with KvClient(other, token=quorum.token, timeout_s=2) as client:
                             client.keep_alive(lease.lease_id)
                         break
                     except (KvError, OSError):
                         continue
                 time.sleep(0.3)
-            with KvClient(others[0], timeout_s=5) as client:
+            with KvClient(others[0], token=quorum.token, timeout_s=5) as client:
                 assert client.get("svc/worker") is not None
                 deadline = time.monotonic() + 15  # no more keep-alives: the new leader expires
                 while client.get("svc/worker") is not None:

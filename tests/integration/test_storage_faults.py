@@ -98,7 +98,8 @@ def test_a_full_disk_on_a_follower_is_survived_and_healed(tmp_path: Path) -> Non
             # Counted where an operator scrapes: the sidecar of `local`.
             deadline = time.monotonic() + 10
             while True:
-                with urllib.request.urlopen(f"{quorum.http_url}/metrics", timeout=10) as reply:
+                scrape = urllib.request.Request(f"{quorum.http_url}/metrics", headers=quorum.auth)
+                with urllib.request.urlopen(scrape, timeout=10) as reply:
                     counted = samples(reply.read().decode()).get(
                         'kraft_spark_log_dir_failures_total{node_id="2"}', 0)
                 if counted >= 1 or time.monotonic() > deadline:

@@ -67,9 +67,11 @@ class Lost(Exception):
 class NodeConnection:
     """One keep-alive HTTP connection to a node, opened again after any error."""
 
-    def __init__(self, url: str, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(self, url: str, timeout_s: float = REQUEST_TIMEOUT_S,
+                 token: str | None = None) -> None:
         parts = urlsplit(url)
         self.url = url
+        self.auth = {"Authorization": f"Bearer {token}"} if token else {}
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.timeout_s = timeout_s
         self._conn: http.client.HTTPConnection | None = None
@@ -90,6 +92,7 @@ class NodeConnection:
             self._conn = conn
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        headers.update(self.auth)
         try:
             self._conn.request(method, path, body=data, headers=headers)
             response = self._conn.getresponse()
@@ -147,7 +150,7 @@ def read_log(quorum: KvQuorum, min_end: int, timeout_s: float = 20.0,
     offset = 0
     node = 0
     while time.monotonic() < deadline:
-        conn = NodeConnection(quorum.http_urls[node])
+        conn = NodeConnection(quorum.http_urls[node], token=quorum.token)
         try:
             status, body = conn.call("GET", f"/v1/records?from_offset={offset}&limit=1000")
         except (NotSent, Lost):
@@ -213,7 +216,7 @@ class KvClient(threading.Thread):
         self.rng = random.Random(seed)
         self.generation = 0  # a new porcupine client id after each unknown outcome
         self.node = index % len(self.quorum.http_urls)
-        self.conn = NodeConnection(self.quorum.http_urls[self.node])
+        self.conn = NodeConnection(self.quorum.http_urls[self.node], token=self.quorum.token)
         self.seen: dict[str, int] = {}  # key -> the version this client last read
         self.writes = 0
 
@@ -224,7 +227,7 @@ class KvClient(threading.Thread):
     def _next_node(self) -> None:
         self.conn.close()
         self.node = (self.node + 1) % len(self.quorum.http_urls)
-        self.conn = NodeConnection(self.quorum.http_urls[self.node])
+        self.conn = NodeConnection(self.quorum.http_urls[self.node], token=self.quorum.token)
 
     def _backoff(self) -> None:
         self._next_node()

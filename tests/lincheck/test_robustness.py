@@ -47,7 +47,7 @@ def final_reads(quorum: KvQuorum, history: History, client: int) -> tuple[int, i
     offset an answer reflected."""
     answered = offset = 0
     for url in quorum.http_urls:
-        conn = NodeConnection(url)
+        conn = NodeConnection(url, token=quorum.token)
         for key in KEYS:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:

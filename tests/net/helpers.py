@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from kraft_spark.log.meta import format_log_dir
+from kraft_spark.net.cluster_acl import ClusterAcl
 from kraft_spark.net.config import NodeConfig, TlsConfig
 from kraft_spark.net.node import RaftNode
 from kraft_spark.raft.config import QuorumConfig
@@ -67,7 +68,7 @@ def _bindable(port: int) -> bool:
 
 def make_nodes(
     tmp: Path, count: int = 3, *, tls: TlsConfig | None = None, quorum: QuorumConfig = FAST,
-    inline_flush_max_ms: float = 2.0,
+    inline_flush_max_ms: float = 2.0, acl: ClusterAcl | None = None,
 ) -> list[RaftNode]:
     ports = free_ports(count)
     voters = {i: ("127.0.0.1", p) for i, p in enumerate(ports)}
@@ -76,7 +77,8 @@ def make_nodes(
         log_dir = str(tmp / f"node-{i}")
         format_log_dir(log_dir, cluster_id=CLUSTER, node_id=i, ignore_formatted=True)
         nodes.append(RaftNode(NodeConfig(i, log_dir, "127.0.0.1", ports[i], voters, quorum,
-                                         tls=tls, inline_flush_max_ms=inline_flush_max_ms)))
+                                         tls=tls, inline_flush_max_ms=inline_flush_max_ms,
+                                         acl=acl or ClusterAcl())))
     return nodes
 
 
@@ -163,3 +165,18 @@ def make_certs(directory: Path) -> tuple[TlsConfig, TlsConfig]:
     rogue = TlsConfig(str(directory / "rogue.pem"), str(directory / "rogue.key"),
                       str(directory / "ca.pem"))
     return good, rogue
+
+
+def make_client_cert(directory: Path, name: str, subject: str) -> TlsConfig:
+    """One more certificate signed by :func:`make_certs`'s CA (run it first), for ``subject``
+    (``/OU=ops/CN=admin``: most general first, as a DN is encoded)."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}.key",
+        "-out", f"{name}.csr")
+    run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-out", f"{name}.pem")
+    return TlsConfig(str(directory / f"{name}.pem"), str(directory / f"{name}.key"),
+                     str(directory / "ca.pem"))

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import pytest
 
 from api.node_http import serve_node_http
 from bench.processes import stop_group
+from kraft_spark.http_auth import Scope, token_in
 from kraft_spark.net.node import RaftNode
 from kraft_spark.raft.config import QuorumConfig
 from tests.integration.harness import FAST_SETTINGS, consecutive_free_ports, free_ports
@@ -386,10 +388,24 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
-        sidecar = json.loads(proc.stdout.readline())["http"]
+        sidecar_line = json.loads(proc.stdout.readline())
+        sidecar = sidecar_line["http"]
         assert [line["http"] for line in lines] == [
             f"http://127.0.0.1:{http_base + i}" for i in range(3)]
-        assert "kraft.http.listener=127.0.0.1:" in (tmp_path / "node-1.properties").read_text()
+        properties = (tmp_path / "node-1.properties").read_text()
+        assert "kraft.http.listener=127.0.0.1:" in properties
+        # Every API requires a token by default: `local` created the credentials, owner-only,
+        # and the nodes read them from the file (no token in their properties or command line).
+        credentials = tmp_path / "http-credentials"
+        assert sidecar_line["credentials"] == str(credentials)
+        assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
+        assert f"kraft.http.credentials.file={credentials}" in properties
+        writer = {"Authorization": f"Bearer {token_in(str(credentials), Scope.WRITE)}"}
+        reader = {"Authorization": f"Bearer {token_in(str(credentials), Scope.READ)}"}
+        assert writer["Authorization"][7:] not in properties
+        for url in (sidecar, lines[0]["http"]):
+            assert call(f"{url}/v1/records", "POST", {"key": "x", "value": 0})[0] == 401
+            assert call(f"{url}/v1/records", "POST", {"key": "x", "value": 0}, reader)[0] == 403
 
         results = []
         for i, line in enumerate(lines):  # every node takes appends, leader or not
@@ -400,7 +416,7 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
                 # appends twice.
                 status, answer = call(f"{line['http']}/v1/records", "POST",
                                       {"key": f"n{i}", "value": i},
-                                      {"Idempotency-Key": f"local-test-n{i}"})
+                                      {"Idempotency-Key": f"local-test-n{i}", **writer})
                 if status not in (503, 504) or deadline <= 0:
                     break
                 deadline -= 1
@@ -409,13 +425,13 @@ def test_local_command_serves_http_on_every_node(tmp_path: Path) -> None:
             results.append(answer)
         offsets = [r["base_offset"] for r in results]
         assert offsets == sorted(offsets) and len(set(offsets)) == 3
-        status, page = call(f"{lines[2]['http']}/v1/records?from_offset=0")
+        status, page = call(f"{lines[2]['http']}/v1/records?from_offset=0", headers=reader)
         assert status == 200
         assert [r["key"] for r in page["records"]] == ["n0", "n1", "n2"]
-        status, quorum = call(f"{lines[0]['http']}/v1/quorum")
+        status, quorum = call(f"{lines[0]['http']}/v1/quorum", headers=reader)
         assert status == 200 and [v["id"] for v in quorum["currentVoters"]] == [0, 1, 2]
         # The sidecar names each node's own API, and the leader's: clients skip its hop.
-        status, quorum = call(f"{sidecar}/v1/quorum")
+        status, quorum = call(f"{sidecar}/v1/quorum", headers=reader)
         assert status == 200 and quorum["httpUrls"] == {
             str(i): line["http"] for i, line in enumerate(lines)}
         assert quorum["leaderHttpUrl"] == lines[quorum["leaderId"]]["http"]

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -17,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.functions import struct, to_json
 
 from bench.processes import stop_group
+from kraft_spark.http_auth import Scope, token_in
 from tests.integration.harness import consecutive_free_ports, free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -52,16 +55,25 @@ class App:
                                  "the end of its log:\n" + "\n".join(tail))
         self.info: dict[str, Any] = json.loads(line)
         self.url = self.info["http"]
+        # The credentials the application created in its data directory (by default every
+        # HTTP call needs a token); none when the test configured its own token.
+        path = self.info.get("credentials")
+        self.auth = ({"Authorization": f"Bearer {token_in(path, Scope.ADMIN)}"}
+                     if path else {})
 
     def post(self, body: Any) -> dict[str, Any]:
         request = urllib.request.Request(f"{self.url}/v1/records", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"}, method="POST")
+                                         {"Content-Type": "application/json", **self.auth},
+                                         method="POST")
         with urllib.request.urlopen(request, timeout=60) as response:
             result: dict[str, Any] = json.loads(response.read())
             return result
 
+    def get(self, path: str) -> urllib.request.Request:
+        return urllib.request.Request(f"{self.url}{path}", headers=self.auth)
+
     def records(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"{self.url}/v1/records?from_offset=0&limit=1000",
+        with urllib.request.urlopen(self.get("/v1/records?from_offset=0&limit=1000"),
                                     timeout=60) as response:
             rows: list[dict[str, Any]] = json.loads(response.read())["records"]
             return rows
@@ -139,7 +151,7 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
         _check_tables(spark, warehouse, log)
         # Each table's materialized offset on /metrics: everything committed, and the last
         # committed offset is the last record's (the LeaderChange records come first).
-        with urllib.request.urlopen(f"{app.url}/metrics", timeout=60) as response:
+        with urllib.request.urlopen(app.get("/metrics"), timeout=60) as response:
             metrics = response.read().decode()
         offsets = {
             m.group(1): float(m.group(2))
@@ -157,11 +169,34 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
              "(SELECT granted_offset FROM leases)"],
             capture_output=True, text=True, timeout=120, check=False)
         assert query.returncode == 0, query.stderr[-2000:]
-        assert f"through the running application at {app.info['sql']}" in query.stderr
+        sql_port = app.info["sql"].rpartition(":")[2]  # the token goes to localhost only
+        assert f"through the running application at sc://localhost:{sql_port}" in query.stderr
         assert "|26 |" in query.stdout, query.stdout
+        # The server requires its token: kept owner-only, and a client without it is refused.
+        token_file = tmp_path / "sql.token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        intruder = subprocess.run(
+            [sys.executable, "-c", "from pyspark.sql import SparkSession; SparkSession.builder"
+             f".remote('sc://localhost:{sql_port}').getOrCreate().sql('SHOW TABLES').collect()"],
+            capture_output=True, text=True, timeout=120, check=False)
+        assert intruder.returncode != 0
+        assert "UNAUTHENTICATED" in intruder.stderr, intruder.stderr[-2000:]
+        # No secret (the SQL token, the HTTP tokens) in the log, the voters' logs, the
+        # warehouse's files or any row of the Delta tables.
+        secrets = [token_file.read_text().strip(), *(
+            line.split()[1] for line in (tmp_path / "http-credentials").read_text().splitlines()
+            if line and not line.startswith("#"))]
+        texts = [p.read_bytes().decode(errors="replace") for p in tmp_path.rglob("*")
+                 if p.is_file() and p.name not in ("sql.token", "http-credentials")
+                 and p.stat().st_size < 1_000_000]  # not the (preallocated) log segments
+        for table in ("records", "snapshot", "quorum_events"):
+            rows = spark.read.format("delta").load(f"{warehouse}/{table}")
+            texts += [str(r[0]) for r in rows.select(to_json(struct("*"))).collect()]
+        assert not [s for s in secrets if any(s in text for text in texts)]
     finally:
         assert app.stop() == 0
     assert not (tmp_path / "sql.endpoint").exists()  # withdrawn at the stop
+    assert not (tmp_path / "sql.token").exists()
 
     # Every disk of the quorum gone (the voters', the observer's, the driver's data directory)
     # but the warehouse kept: the application adopts the warehouse's cluster id and rebuilds
@@ -228,8 +263,8 @@ def _voter_hellos(log_path: Path) -> dict[int, dict[str, str]]:
     return out
 
 
-def _quorum(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{url}/v1/quorum", timeout=30) as response:
+def _quorum(app: App) -> dict[str, Any]:
+    with urllib.request.urlopen(app.get("/v1/quorum"), timeout=30) as response:
         info: dict[str, Any] = json.loads(response.read())
         return info
 
@@ -239,7 +274,9 @@ def test_killing_the_leaders_executor_relaunches_the_voters(tmp_path: Path, spar
     data_dir = tmp_path
     try:
         app = App(data_dir, free_ports(1)[0], consecutive_free_ports(3),
-                  ("--master", "local-cluster[4,1,1024]"))
+                  ("--master", "local-cluster[4,1,1024]"),
+                  # executors' voters listen on every interface: allowed on this test host
+                  props="kraft.listener.plaintext.allowed=true\n")
     except AssertionError as first:
         # Four executor JVMs of 1 GiB starting at once on 2 cores is the heaviest start of the
         # suite; it once exited at start-up in CI with nothing to show for it. One more start
@@ -248,7 +285,9 @@ def test_killing_the_leaders_executor_relaunches_the_voters(tmp_path: Path, spar
         data_dir = tmp_path / "again"
         data_dir.mkdir()
         app = App(data_dir, free_ports(1)[0], consecutive_free_ports(3),
-                  ("--master", "local-cluster[4,1,1024]"))
+                  ("--master", "local-cluster[4,1,1024]"),
+                  # executors' voters listen on every interface: allowed on this test host
+                  props="kraft.listener.plaintext.allowed=true\n")
     acked: dict[str, int] = {}
     errors: list[str] = []
     stop = threading.Event()
@@ -271,7 +310,7 @@ def test_killing_the_leaders_executor_relaunches_the_voters(tmp_path: Path, spar
         while len(acked) < 50:
             assert time.monotonic() < deadline, f"no steady load: {errors[-3:]}"
             time.sleep(0.1)
-        before = _quorum(app.url)
+        before = _quorum(app)
         hellos = _voter_hellos(data_dir / "app.log")
         executors = {h["jvm"] for h in hellos.values()}
         assert len(executors) == 3, f"voters share executors: {hellos}"
@@ -292,7 +331,7 @@ def test_killing_the_leaders_executor_relaunches_the_voters(tmp_path: Path, spar
         print(f"\n[figure] executor kill -> new generation running: "
               f"{relaunched_at - killed_at:.1f} s; -> 50 more commits: "
               f"{time.monotonic() - killed_at:.1f} s")
-        after = _quorum(app.url)
+        after = _quorum(app)
         assert after["leaderEpoch"] > before["leaderEpoch"]
     finally:
         stop.set()

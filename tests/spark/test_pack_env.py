@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from kraft_spark.http_auth import Scope, token_in
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 KRAFT_SPARK = Path(sys.executable).parent / "kraft-spark"
@@ -42,7 +44,8 @@ def test_the_packed_environment_runs_the_voters(tmp_path: Path) -> None:
     print(f"\n[figure] pack-env: {built.stdout.strip()}")
 
     props = tmp_path / "ports.properties"
-    props.write_text("kraft.voter.base.port=0\nkraft.voter.http.base.port=-1\n")
+    props.write_text("kraft.voter.base.port=0\nkraft.voter.http.base.port=-1\n"
+                     "kraft.listener.plaintext.allowed=true\n")
     out, err = tmp_path / "run.out", tmp_path / "run.err"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
     env["SPARK_LOCAL_IP"] = "127.0.0.1"  # executors and voters on loopback
@@ -65,7 +68,10 @@ def test_the_packed_environment_runs_the_voters(tmp_path: Path) -> None:
             time.sleep(0.5)
         request = urllib.request.Request(f"{info['http']}/v1/records",
                                          json.dumps({"key": "k", "value": 1}).encode(),
-                                         {"Content-Type": "application/json"}, method="POST")
+                                         {"Content-Type": "application/json",
+                                          "Authorization": "Bearer " + token_in(
+                                              info["credentials"], Scope.WRITE)},
+                                         method="POST")
         with urllib.request.urlopen(request, timeout=60) as response:
             assert json.loads(response.read())["base_offset"] >= 1
         voters = [line for line in out.read_text(errors="replace").splitlines()

@@ -21,8 +21,8 @@ from tests.spark.test_application import App
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
-def voter_ids(url: str) -> list[int]:
-    with urllib.request.urlopen(f"{url}/v1/quorum", timeout=30) as response:
+def voter_ids(app: App) -> list[int]:
+    with urllib.request.urlopen(app.get("/v1/quorum"), timeout=30) as response:
         info: dict[str, Any] = json.loads(response.read())
     return [int(v["id"]) for v in info["currentVoters"]]
 
@@ -32,7 +32,7 @@ def wait_voters(app: App, expected: list[int], timeout_s: float = 180) -> None:
     seen: list[int] = []
     while time.monotonic() < deadline:
         try:
-            seen = voter_ids(app.url)
+            seen = voter_ids(app)
         except OSError:
             seen = []
         if seen == expected:
@@ -96,14 +96,16 @@ def test_a_running_application_resizes_live_with_kraft_spark_resize(tmp_path: Pa
         for voters in (5, 3):
             done = subprocess.run(
                 [sys.executable, "-m", "kraft_spark", "resize", "--voters", str(voters),
-                 "--url", app.url, "--timeout", "240"],
+                 "--url", app.url, "--timeout", "240",
+                 # its admin token from the application's data directory, as a user's would
+                 "--data-dir", str(tmp_path)],
                 capture_output=True, text=True, timeout=300, check=False)
             assert done.returncode == 0, done.stdout + done.stderr
             assert f"voters {list(range(voters))}" in done.stdout
             for i in range(5):
                 app.post({"key": f"v{voters}-{i}", "value": i})
                 acked.append(f"v{voters}-{i}")
-        assert voter_ids(app.url) == [0, 1, 2]
+        assert voter_ids(app) == [0, 1, 2]
         keys = [r["key"] for r in app.records()]
         assert [k for k in keys if k in acked] == acked
     finally:

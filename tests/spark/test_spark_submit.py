@@ -24,6 +24,7 @@ import pytest
 
 from kraft_spark import app_endpoint
 from kraft_spark.errors import CommandError
+from kraft_spark.http_auth import Scope, token_in
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -87,9 +88,12 @@ def _ready_line(proc: subprocess.Popen[bytes], out: Path, timeout_s: float) -> d
     raise AssertionError(f"the application was not ready within {timeout_s:.0f} s")
 
 
-def _post(url: str, body: Any) -> dict[str, Any]:
-    request = urllib.request.Request(f"{url}/v1/records", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"}, method="POST")
+def _post(info: dict[str, Any], body: Any) -> dict[str, Any]:
+    """An append with the write token of the credentials the application created."""
+    token = token_in(info["credentials"], Scope.WRITE)
+    request = urllib.request.Request(f"{info['http']}/v1/records", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json",
+                                      "Authorization": f"Bearer {token}"}, method="POST")
     with urllib.request.urlopen(request, timeout=60) as response:
         answer: dict[str, Any] = json.loads(response.read())
         return answer
@@ -130,7 +134,7 @@ def test_the_documented_spark_submit_line_runs_the_application(tmp_path: Path) -
     with _submitted([*DOCUMENTED, "--data-dir", str(data_dir), *PORT_ARGS], tmp_path) as proc:
         info = _ready_line(proc, tmp_path / "submit.out", 180)
         ready_s = time.monotonic() - started
-        appended = {key: _post(info["http"], {"key": key, "value": {"n": i}})["base_offset"]
+        appended = {key: _post(info, {"key": key, "value": {"n": i}})["base_offset"]
                     for i, key in enumerate(("broker-1", "broker-2", "topic-orders"))}
         # Where a client finds the address when it cannot know where the driver runs.
         assert app_endpoint.http_url(info["warehouse"]) == info["http"]

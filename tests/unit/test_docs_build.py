@@ -114,8 +114,9 @@ def test_the_cli_reference_names_every_command_and_flag() -> None:
 
 def test_the_http_reference_names_every_route() -> None:
     from api.app import create_app
+    from kraft_spark.http_auth import Credentials
 
-    app = create_app(object(), token="docs")  # type: ignore[arg-type]
+    app = create_app(object(), credentials=Credentials.single("docs"))  # type: ignore[arg-type]
     page = (DOCS / "reference" / "http-api.md").read_text(encoding="utf-8")
     routes = [(method.upper(), path) for path, ops in app.openapi()["paths"].items()
               for method in ops]

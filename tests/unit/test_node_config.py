@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from kraft_spark.http_auth import Identity, Scope
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.raft.config import ConfigError
+from kraft_spark.secret_files import write_secret
 
 BASE = {
     "node.id": "1",
@@ -20,7 +23,7 @@ def test_defaults() -> None:
     config = NodeConfig.from_properties(BASE)
     assert (config.host, config.port) == ("127.0.0.1", 9094)
     assert config.inline_flush_max_ms == 2.0
-    assert config.http_listener is None and config.http_token is None
+    assert config.http_listener is None and config.http_credentials is None
     assert config.quorum.hw_wakeup_delay_ms == 5
 
 
@@ -63,9 +66,28 @@ def test_http_listener_and_its_token() -> None:
         **BASE, "kraft.http.listener": "127.0.0.1:0", "kraft.http.token": "s3cret",
     })
     assert config.http_listener == ("127.0.0.1", 0)
-    assert config.http_token == "s3cret"
+    assert config.http_credentials is not None
+    assert config.http_credentials.identify(b"s3cret") == Identity("token", Scope.ADMIN)
+    assert "s3cret" not in repr(config)
     # Without a listener the token is the Spark application's sidecar setting: not ours.
-    assert NodeConfig.from_properties({**BASE, "kraft.http.token": "x"}).http_token is None
+    assert NodeConfig.from_properties({**BASE, "kraft.http.token": "x"}).http_credentials is None
+
+
+def test_http_beyond_loopback_needs_credentials_or_an_explicit_opt_out(tmp_path: Path) -> None:
+    outside = {**BASE, "kraft.http.listener": "0.0.0.0:8080"}
+    with pytest.raises(ConfigError, match=r"without authentication: set "
+                       r"kraft\.http\.credentials\.file.*kraft\.http\.insecure=true"):
+        NodeConfig.from_properties(outside)
+    assert NodeConfig.from_properties({**outside, "kraft.http.insecure": "true"}
+                                      ).http_credentials is None
+    path = tmp_path / "creds"
+    write_secret(str(path), "read r1 dash\nadmin a1\n")
+    config = NodeConfig.from_properties({**outside, "kraft.http.credentials.file": str(path)})
+    assert config.http_credentials is not None
+    assert config.http_credentials.identify(b"r1") == Identity("dash", Scope.READ)
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="too open"):
+        NodeConfig.from_properties({**outside, "kraft.http.credentials.file": str(path)})
 
 
 def test_a_misspelt_kraft_key_is_refused_by_name() -> None:

@@ -1,0 +1,39 @@
+"""The application's start-up security decisions, made before anything listens: the HTTP API's
+credentials, and whether its voters may listen in plaintext beyond this host."""
+
+from __future__ import annotations
+
+import os
+
+from driver.config import AppConfig
+from driver.console import progress
+from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
+from kraft_spark.raft.config import ConfigError
+from kraft_spark.spark_session import LOCAL_MASTER
+
+
+def http_credentials(cfg: AppConfig) -> tuple[str | None, Credentials | None]:
+    """The operator's credentials (kraft.http.credentials.file / kraft.http.token), else
+    those kept in the data directory, created on a first start; none with
+    kraft.http.insecure=true (said loudly). Returns the file (None for a token) and them."""
+    path, credentials, created = server_credentials(
+        path=cfg.http_credentials_file, token=cfg.http_token, insecure=cfg.http_insecure,
+        default_path=os.path.join(cfg.data_dir, CREDENTIALS_FILE))
+    if credentials is None:
+        progress("kraft.http.insecure=true: the HTTP API takes every call without "
+                 "credentials; anyone who reaches it can append and change the voters")
+    elif created:
+        progress(f"HTTP credentials (admin, write and read tokens) created in {path}")
+    return path, credentials
+
+
+def check_voter_listeners(master: str, cfg: AppConfig) -> None:
+    """With any master but ``local[N]`` the voters listen on every interface of their hosts,
+    in plaintext: refused unless kraft.listener.plaintext.allowed=true."""
+    if LOCAL_MASTER.fullmatch(master) or cfg.listener_plaintext_allowed:
+        return
+    raise ConfigError(
+        f"with master {master} the voters' Kafka-protocol listeners (plaintext) would listen "
+        "on every interface of their hosts, where anyone who reaches them could vote, read "
+        "the log and change the voters: set kraft.listener.plaintext.allowed=true to run on "
+        "a network you trust")

@@ -1,0 +1,158 @@
+"""Nobody gets in where they don't belong, tried against real processes with the defaults of
+``kraft-spark local``: every HTTP route without a credential, with a wrong one and with one of
+too small a scope (on the sidecar and on a node's own API), a credentials file others can read,
+HTTP and Kafka-protocol listeners beyond loopback without authentication, and a search of every
+log, command line and answer for the secrets. Every attempt is refused with a clear error and
+nothing is changed. (Spark Connect without its token, and the secrets in the application's log
+and Delta tables: tests/spark/test_application.py. Voter changes over the Kafka port without a
+client certificate or with one whose principal is not allowed: tests/net/test_cluster_acl.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kraft_spark.http_auth import Credentials, Scope, required_scope
+from kraft_spark.log.meta import format_log_dir
+
+from .harness import LocalQuorum, running
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+def _call(url: str, method: str = "GET", token: str | None = None,
+          body: Any = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else (b"{}" if method in (
+        "POST", "PUT") else None)
+    request = urllib.request.Request(url, data, headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode()
+            status, answer_headers = response.status, dict(response.headers)
+    except urllib.error.HTTPError as err:
+        text, status, answer_headers = err.read().decode(), err.code, dict(err.headers)
+        err.close()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = {"text": text}
+    return status, parsed if isinstance(parsed, dict) else {"list": parsed}, answer_headers
+
+
+def _routes(base: str, token: str) -> list[tuple[str, str]]:
+    """Every (method, concrete path) of the served OpenAPI schema (path parameters filled)."""
+    status, schema, _ = _call(f"{base}/openapi.json", token=token)
+    assert status == 200, schema
+    routes = []
+    for path, operations in schema["paths"].items():
+        concrete = re.sub(r"\{[^}]+\}", "7", path.replace("{key:path}", "k"))
+        routes += [(method.upper(), concrete) for method in operations]
+    return routes
+
+
+def test_every_http_route_refuses_missing_wrong_and_too_small_credentials(
+    tmp_path: Path,
+) -> None:
+    quorum = LocalQuorum(tmp_path / "data", http=True, node_http=True)
+    with running(quorum):
+        path = tmp_path / "data" / "http-credentials"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+        credentials = Credentials.load(str(path))
+        tokens = {scope: credentials.token_of(scope) for scope in Scope}
+        assert all(tokens.values())
+        admin = tokens[Scope.ADMIN]
+        assert admin is not None
+        status, before, _ = _call(f"{quorum.http_url}/v1/records?limit=1000", token=admin)
+        assert status == 200
+        voters_before = _call(f"{quorum.http_url}/v1/quorum", token=admin)[1]["currentVoters"]
+        for base in (quorum.http_url, quorum.http_urls[1]):  # the sidecar, a node's own API
+            routes = _routes(base, admin)
+            assert ("POST", "/v1/records") in routes and ("POST", "/v1/quorum/voters") in routes
+            for method, route in routes:
+                needed = required_scope(method, route.split("?")[0])
+                if needed is None:  # the probes stay open
+                    assert route in ("/healthz", "/readyz")
+                    continue
+                for token in (None, "not-a-token", admin[:-1] + "x"):
+                    status, answer, headers = _call(f"{base}{route}", method, token)
+                    assert status == 401, (method, route, token, status, answer)
+                    assert "Authorization: Bearer <token>" in answer["error"]
+                    assert headers["www-authenticate"].startswith("Bearer")
+                for scope in Scope:
+                    if scope >= needed:
+                        continue
+                    status, answer, headers = _call(f"{base}{route}", method, tokens[scope])
+                    assert status == 403, (method, route, scope, status, answer)
+                    assert f"needs scope {needed.label}" in answer["error"]
+                    assert "insufficient_scope" in headers["www-authenticate"]
+        # Nothing was appended and the voters are the same.
+        after = _call(f"{quorum.http_url}/v1/records?limit=1000", token=admin)[1]
+        assert after["records"] == before["records"]
+        assert _call(f"{quorum.http_url}/v1/quorum", token=admin)[1][
+            "currentVoters"] == voters_before
+        # The right scope gets in: a writer appends, a reader reads it back.
+        status, appended, _ = _call(f"{quorum.http_url}/v1/records", "POST",
+                                    tokens[Scope.WRITE], {"key": "ok", "value": 1})
+        assert status == 200, appended
+        status, read, _ = _call(f"{quorum.http_url}/v1/records?from_offset="
+                                f"{appended['base_offset']}", token=tokens[Scope.READ])
+        assert status == 200 and read["records"][0]["key"] == "ok"
+        # No secret in a command line (ps), a log, a properties file or an answer.
+        pids = [quorum.proc.pid] if quorum.proc else []
+        pids += [int(str(n["pid"])) for n in quorum.nodes]
+        command_lines = b"".join(Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids)
+        texts = [command_lines.decode(errors="replace")]
+        texts += [p.read_text(errors="replace") for p in (tmp_path / "data").rglob("*")
+                  if p.is_file() and p.suffix in (".log", ".properties")]
+        texts.append(json.dumps(_call(f"{quorum.http_url}/v1/quorum", token=admin)[1]))
+        texts.append(json.dumps(_call(f"{quorum.http_url}/openapi.json", token=admin)[1]))
+        texts.append(_call(f"{quorum.http_url}/metrics", token=admin)[1]["text"])
+        for token in tokens.values():
+            assert token is not None
+            assert not any(token in text for text in texts)
+
+
+def test_a_credentials_file_others_can_read_is_refused_at_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    credentials = data / "http-credentials"
+    credentials.write_text("admin some-long-admin-token ops\n")
+    credentials.chmod(0o644)
+    done = subprocess.run(
+        [sys.executable, "-m", "kraft_spark", "local", "--voters", "1", "--data-dir", str(data),
+         "--http-port", "0"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert "are too open" in done.stderr and f"chmod 600 {credentials}" in done.stderr
+    assert "some-long-admin-token" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("setting,why", [
+    ("kraft.http.listener=0.0.0.0:0", "kraft.http.credentials.file"),
+    ("listeners=0.0.0.0:0", "kraft.listener.plaintext.allowed=true"),
+])
+def test_a_node_refuses_to_listen_beyond_loopback_without_authentication(
+    tmp_path: Path, setting: str, why: str,
+) -> None:
+    log_dir = tmp_path / "node-0"
+    format_log_dir(str(log_dir), cluster_id="securitytest-cluster1", node_id=0)
+    conf = tmp_path / "node.properties"
+    conf.write_text(f"node.id=0\nlog.dirs={log_dir}\ncontroller.quorum.voters=0@127.0.0.1:1\n"
+                    f"{setting}\n")
+    done = subprocess.run([sys.executable, "-m", "kraft_spark", "node", "--config", str(conf)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert why in done.stderr, done.stderr[-2000:]
+    assert "0.0.0.0" in done.stderr
