@@ -95,7 +95,7 @@ class BearerAuthMiddleware:
                 403,
                 f"the credential {identity.name!r} has scope {identity.scope.label}; "
                 f"{scope.get('method')} {route_path(scope)} needs scope {needed.label}: use a "
-                f"{needed.label} credential",
+                f"credential of scope {needed.label} or above",
                 {"WWW-Authenticate": 'Bearer realm="kraft-spark", error="insufficient_scope", '
                                      f'scope="{needed.label}"'},
             )
