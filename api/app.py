@@ -14,8 +14,9 @@ Routes::
     GET  /docs                    OpenAPI (Swagger UI); the schema at /openapi.json
 
 Every error is JSON ``{"error": "<cause and fix>"}``: 400 invalid JSON, 415 not JSON, 422 wrong
-fields, 413 body or record too large, 401 bad token, 503 + ``Retry-After`` while no leader is
-known, 504 when a commit was not confirmed in time (the append may still commit).
+fields, 413 body or record too large, 401 bad token, 403 a token of too small a scope, 503 +
+``Retry-After`` while no leader is known, 504 when a commit was not confirmed in time (the
+append may still commit).
 
 A record ``{"key": "k", "value": <JSON>, "headers": {"h": "v"}}`` becomes a
 :class:`~kraft_spark.client.types.NewRecord` with the key and header values as UTF-8 bytes and the
@@ -307,7 +308,7 @@ def create_app(
     @app.get(
         "/v1/records",
         response_model=ReadResponse,
-        responses={k: _ERRORS[k] for k in (401, 410, 422, 503)},
+        responses={k: _ERRORS[k] for k in (401, 403, 410, 422, 503)},
         summary="Committed data records from an offset",
         tags=["records"],
     )
@@ -333,7 +334,7 @@ def create_app(
     @app.get(
         "/v1/quorum",
         response_model=QuorumOut,
-        responses={k: _ERRORS[k] for k in (401, 503)},
+        responses={k: _ERRORS[k] for k in (401, 403, 503)},
         summary="DescribeQuorum with the status summary fields",
         tags=["quorum"],
     )
@@ -353,7 +354,7 @@ def create_app(
     @app.get(
         "/v1/quorum/replication",
         response_model=list[ReplicationRowOut],
-        responses={k: _ERRORS[k] for k in (401, 503)},
+        responses={k: _ERRORS[k] for k in (401, 403, 503)},
         summary="The replication table: leader, then followers, then observers",
         tags=["quorum"],
     )

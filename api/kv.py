@@ -125,7 +125,7 @@ def kv_router(store_provider: Callable[[], KvStore | None],
               errors: dict[int | str, dict[str, Any]]) -> APIRouter:
     router = APIRouter(tags=["kv"])
     answers: dict[int | str, dict[str, Any]] = {
-        k: errors[k] for k in (401, 422, 503) if k in errors}
+        k: errors[k] for k in (401, 403, 422, 503) if k in errors}
     answers[504] = {**errors.get(504, {}), "description": "The read was not confirmed in time "
                     "(no leader could prove it leads, or this node did not apply the read "
                     "index in time): retry"}

@@ -61,7 +61,7 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
                   ) -> APIRouter:
     router = APIRouter(tags=["leases"])
     answers: dict[int | str, dict[str, Any]] = {
-        k: errors[k] for k in (401, 404, 409, 422, 503, 504) if k in errors}
+        k: errors[k] for k in (401, 403, 404, 409, 422, 503, 504) if k in errors}
 
     def store() -> KvStore:
         found = store_of()

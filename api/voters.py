@@ -90,7 +90,7 @@ def voters_router(current_backend: Callable[[], QuorumBackend],
         return backend
 
     @router.post("/v1/quorum/voters", response_model=VoterChangeOut,
-                 responses={k: errors[k] for k in (401, 422, 503)},
+                 responses={k: errors[k] for k in (401, 403, 422, 503)},
                  summary="Add a voter (KIP-853 AddRaftVoter); returns once committed")
     async def add_voter(voter: VoterIn) -> VoterChangeOut:
         directory = _directory(voter.directoryId)
@@ -102,7 +102,7 @@ def voters_router(current_backend: Callable[[], QuorumBackend],
         return VoterChangeOut(change="added", voterId=voter.id, directoryId=voter.directoryId)
 
     @router.delete("/v1/quorum/voters/{voter_id}", response_model=VoterChangeOut,
-                   responses={k: errors[k] for k in (401, 422, 503)},
+                   responses={k: errors[k] for k in (401, 403, 422, 503)},
                    summary="Remove a voter (KIP-853 RemoveRaftVoter); returns once committed")
     async def remove_voter(
         voter_id: int,

@@ -157,8 +157,9 @@ def watch_router(hub_provider: Callable[[], WatchSource | None],
         503: {"model": ErrorResponse,
               "description": "This endpoint serves no watches, or its node is stopping"},
     }
-    if 401 in errors:
-        responses[401] = errors[401]
+    for status in (401, 403):
+        if status in errors:
+            responses[status] = errors[status]
 
     @router.get(
         "/v1/watch",
