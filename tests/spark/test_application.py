@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,17 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
     cluster_id = app.info["cluster_id"]
     try:
         assert app.post({"key": "a", "value": {"v": 1}})["epoch"] >= 1
+        # The application's own admin route (resize) needs an admin token: a writer gets 403,
+        # nobody 401, and nothing is resized.
+        writer = token_in(app.info["credentials"], Scope.WRITE)
+        for headers, status in (({}, 401), ({"Authorization": f"Bearer {writer}"}, 403)):
+            resize = urllib.request.Request(
+                f"{app.url}/v1/app/voters", b'{"voters": 5}',
+                {"Content-Type": "application/json", **headers}, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(resize, timeout=30)
+            assert refused.value.code == status
+            refused.value.close()
         app.post({"records": [{"key": "b", "value": "two"}, {"key": "a", "value": [1, 2]}]})
         app.post({"key": "b", "value": None})  # a delete
         app.post({"records": [{"key": f"k{i}", "value": i} for i in range(20)]})
