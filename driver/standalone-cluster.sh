@@ -24,4 +24,8 @@ for i in 1 2 3 4; do
     pids+=($!)
 done
 echo "standalone cluster: master spark://127.0.0.1:7077 (UI http://127.0.0.1:8091), 4 workers"
-"$VENV/bin/kraft-spark" run --data-dir "$DATA_DIR" --master spark://127.0.0.1:7077
+# The workers' voters listen in plaintext on every interface of this host: allowed here, on
+# one machine (docs/operations/security.md).
+printf 'kraft.listener.plaintext.allowed=true\n' >"$DATA_DIR/standalone.properties"
+"$VENV/bin/kraft-spark" run --data-dir "$DATA_DIR" --master spark://127.0.0.1:7077 \
+    --config "$DATA_DIR/standalone.properties"
