@@ -17,7 +17,7 @@ import contextlib
 import heapq
 import random
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +36,7 @@ from kraft_spark.sim.append_client import (
     StoreClientsReceiver,
     retry_target,
 )
+from kraft_spark.sim.coverage import note_new_leader, note_voter_change
 from kraft_spark.sim.disk_faults import DISK_BUGS, RESTART_AFTER_US
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
@@ -129,6 +130,8 @@ class Cluster:
         self.store_clients: StoreClientsReceiver | None = None  # the runner's, when asked for
         # Called with each node that becomes leader (the fault injector targets new leaders).
         self.on_new_leader: Callable[[SimNode], None] | None = None
+        # How often each dangerous moment of a voter change happened (sim/coverage.py).
+        self.coverage: Counter[str] = Counter()
         for node in self.nodes.values():
             self.start_node(node, disk_lost=False)
         for client in self.clients:
@@ -400,6 +403,7 @@ class Cluster:
             checker.check_truncation(nid, ready.truncated_to)
         if core.role is Role.LEADER and any(n.startswith("became Leader") for n in ready.events):
             checker.on_leader(nid, core.epoch, node.log)
+            note_new_leader(self, node)
             if self.on_new_leader is not None:
                 self.on_new_leader(node)
         for out in ready.sends:
@@ -490,6 +494,7 @@ class Cluster:
         core = node.core
         assert core is not None
         self.trace.add(self.now, node.node_id, None, f"ADMIN {request}")
+        note_voter_change(self, node, request)
         self._handle_admin(node, request)
 
     def _handle_admin(self, node: SimNode, request: Request) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.sim.bugs import BUGS, STORE_BUGS
+from kraft_spark.sim.coverage import summary as coverage_summary
 from kraft_spark.sim.disk_faults import DISK_BUGS
 from kraft_spark.sim.faults import parse_faults
 from kraft_spark.sim.lease_expiry import LEASE_BUGS
@@ -34,7 +36,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--faults", default="all", help="all, none, or a comma list of: crash,restart,partition,"
         "drop,duplicate,reorder,delay,pause,one-way,disk-full,io-error,bit-rot,torn-write,"
-        "disk-loss; opt-in (not in all): reconfig, isolate-leader, leader-churn",
+        "disk-loss; opt-in (not in all): reconfig, reconfig-race, isolate-leader, leader-churn",
     )  # fmt: skip
     parser.add_argument(
         "--duration", type=float, default=20.0, help="simulated seconds of faults per seed"
@@ -152,6 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     events = commits = elections = 0
     taken = installed = advanced = changes = store_ops = holds = holder_reads = 0
+    coverage: Counter[str] = Counter()
     for n, seed in enumerate(seeds, 1):
         result = run_seed(
             seed,
@@ -175,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
             advanced += result.snapshots.starts_advanced
         events += result.events
         changes += result.voter_changes
+        coverage.update(result.coverage)
         store_ops += sum(op["return_ns"] is not None for op in result.history)
         holds += result.lease_holds
         holder_reads += result.lease_reads
@@ -205,7 +209,8 @@ def _run(args: argparse.Namespace) -> int:
         f"seeds={len(seeds)} events={events} commits={commits} elections={elections} violations=0"
         + ("" if args.no_snapshots else
            f" snapshots={taken} installed={installed} log-starts-advanced={advanced}")
-        + (f" voter-changes={changes}" if "reconfig" in faults else "")
+        + (f" voter-changes={changes} {coverage_summary(coverage)}"
+           if "reconfig" in faults else "")
         + (f" store-ops-checked={store_ops}" if args.store_clients else "")
         + (f" lock-holds={holds} holder-reads={holder_reads}" if args.lease_clients else "")
     )

@@ -15,7 +15,9 @@ from kraft_spark.raft.messages import AddVoterRequest, RemoveVoterRequest
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint
 from kraft_spark.sim.cluster import CLUSTER_ID, Cluster, SimNode
+from kraft_spark.sim.coverage import note_disk_loss
 from kraft_spark.sim.disk_faults import RESTART_AFTER_US
+from kraft_spark.sim.reconfig_race import ReconfigRace
 
 FAULT_KINDS = (
     "crash",
@@ -35,6 +37,7 @@ FAULT_KINDS = (
     "reconfig",
     "isolate-leader",
     "leader-churn",
+    "reconfig-race",
 )
 
 
@@ -42,7 +45,7 @@ FAULT_KINDS = (
 # clean since pre-vote and the hearing of unlisted candidates, see the README). Keeping them
 # out of "all" keeps every older seed's trajectory. MEMBERSHIP_FAULTS (all but the log-damage
 # faults) is what the injected membership bugs are measured against.
-OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader", "leader-churn"})
+OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader", "leader-churn", "reconfig-race"})
 # leader-churn (opt-in, a targeted schedule): nearly every new leader is cut off within a few
 # milliseconds of its election, before its first record reaches a majority, again and again:
 # the schedule of Raft's figure 8, where a leader may be tempted to count replicas of an older
@@ -51,8 +54,10 @@ OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader", "leader-churn"})
 # node, not from clients, for longer than an election takes, so for a while an old leader that
 # has not yet resigned (check-quorum) and a new one both answer clients: the moment a read that
 # skips the leadership check returns stale data.
+# reconfig-race (opt-in, a targeted schedule, sim/reconfig_race.py): two voter changes asked
+# back to back across a cut that would let each side commit if both were taken.
 MEMBERSHIP_FAULTS = ("crash,restart,partition,drop,duplicate,reorder,delay,pause,one-way,"
-                     "disk-full,io-error,disk-loss,reconfig")
+                     "disk-full,io-error,disk-loss,reconfig,reconfig-race")
 
 
 def parse_faults(text: str) -> frozenset[str]:
@@ -104,6 +109,8 @@ class FaultInjector:
         if "leader-churn" in kinds:
             strike = cluster.on_new_leader
             cluster.on_new_leader = lambda node: self._churn(node, strike)
+        self._race = (ReconfigRace(cluster, until_us, self) if "reconfig-race" in kinds
+                      else None)
 
     def _schedule_next(self) -> None:
         gap = int(self.rng.expovariate(1.0 / self.mean_gap_us))
@@ -113,6 +120,8 @@ class FaultInjector:
 
     def _note(self, text: str) -> None:
         self.cluster.trace.add(self.cluster.now, None, None, f"FAULT {text}")
+
+    note = _note
 
     def _fire(self) -> None:
         if self.healed:
@@ -175,6 +184,8 @@ class FaultInjector:
         self._note(
             f"crash n{node.node_id}{' torn-write' if torn else ''}{' disk-loss' if wipe else ''}"
         )
+        if wipe:
+            note_disk_loss(self.cluster, node)
         self.cluster.crash(node, torn=torn, wipe=wipe)
         self.down.add(node.node_id)
         self.cluster.at(self._later(200, 3000), self._restart_node, node.node_id, wipe)
@@ -215,10 +226,25 @@ class FaultInjector:
         self._crash(torn=True)
 
     def _disk_loss(self) -> None:
-        if any(n.wiped or n.log.rotten for n in self.cluster.nodes.values()) \
-                or self.cluster.excused() or self._stale_voters():
+        if not self.may_lose_disk():
             return  # one lost disk at a time: two would lose committed data (by design)
         self._crash(torn=False, wipe=True)
+
+    def may_lose_disk(self) -> bool:
+        return not (any(n.wiped or n.log.rotten for n in self.cluster.nodes.values())
+                    or self.cluster.excused() or self._stale_voters())
+
+    def lose_disk(self, node_id: int, restart_in_us: int) -> None:
+        """Crash ``node_id`` with its disk lost, now, and start it again after
+        ``restart_in_us`` (reconfig-race: a voter whose addition is not committed yet)."""
+        node = self.cluster.nodes[node_id]
+        if not node.alive or node_id in self.down or not self.may_lose_disk():
+            return
+        self._note(f"crash n{node_id} disk-loss")
+        note_disk_loss(self.cluster, node)
+        self.cluster.crash(node, torn=False, wipe=True)
+        self.down.add(node_id)
+        self.cluster.at(self.cluster.now + restart_in_us, self._restart_node, node_id, True)
 
     def _restart_node(self, node_id: int, disk_lost: bool) -> None:
         node = self.cluster.nodes[node_id]
@@ -281,9 +307,7 @@ class FaultInjector:
         # Three voters at least: the faults take down up to a minority at a time, and a
         # 2-voter set tolerates none (liveness, not safety, would fail).
         grow = size <= 3 or (size < 5 and not stale and self.rng.random() < 0.5)
-        nodes_out = self.down | set(stale) | {
-            i for i, n in nodes.items() if n.wiped or n.log.rotten or n.damaged_at is not None}
-        if grow and outside and not nodes_out & set(voters.ids()):
+        if grow and outside and self.all_in(voters.ids(), stale):
             new = self.cluster.nodes[self.rng.choice(outside)]
             request = AddVoterRequest(CLUSTER_ID, 5000, new.node_id, new.directory_id,
                                       (Endpoint("CONTROLLER", "sim", new.node_id),))
@@ -296,6 +320,17 @@ class FaultInjector:
             return
         self._note(f"reconfig {type(request).__name__} n{request.voter_id} via n{leader.node_id}")
         self.cluster.submit_voter_change(leader, request)
+
+    def all_in(self, ids: tuple[int, ...], stale: list[int] | None = None) -> bool:
+        """No node of ``ids`` is out: down, stale (a lost disk under its old directory id),
+        wiped, rotten or damaged. A change that grows the set needs them all: an added voter
+        that has not fetched the change yet does not vote, so one more out is one too many."""
+        nodes = self.cluster.nodes
+        if stale is None:
+            stale = [i for i in ids if (core := nodes[i].core) is None or core.pending_catch_up]
+        out = self.down | set(stale) | {
+            i for i, n in nodes.items() if n.wiped or n.log.rotten or n.damaged_at is not None}
+        return not out & set(ids)
 
     def _pause(self) -> None:
         node = self._leader_or_any()
@@ -427,6 +462,11 @@ class FaultInjector:
 
     def _uncut(self, pairs: frozenset[tuple[int, int]]) -> None:
         self.cluster.network.blocked -= pairs
+
+    def _reconfig_race(self) -> None:
+        """Drawn as a fault of its own too (besides its own schedule)."""
+        if self._race is not None:
+            self._race.race()
 
     def _leader_churn(self) -> None:
         """As a fault of its own: cut the leader off past an election (the old leader of

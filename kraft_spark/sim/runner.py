@@ -52,6 +52,8 @@ class SeedResult:
     # The lease holders' real holds and holder reads (sim/lease_clients.py), all checked.
     lease_holds: int = 0
     lease_reads: int = 0
+    # How often each dangerous moment of a voter change happened (sim/coverage.py).
+    coverage: dict[str, int] = field(default_factory=dict)
 
 
 def run_seed(
@@ -137,13 +139,15 @@ def run_seed(
             seed, cluster.events, cluster.checker.commits, cluster.elections, violation,
             trace.recent(), _snapshot_stats(cluster), cluster.voter_changes_committed(),
             _history(store), *(leases.summary if leases is not None else (0, 0)),
+            dict(cluster.coverage),
         )  # fmt: skip
     return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections,
                       snapshots=_snapshot_stats(cluster),
                       voter_changes=cluster.voter_changes_committed(),
                       history=_history(store),
                       lease_holds=leases.summary[0] if leases is not None else 0,
-                      lease_reads=leases.summary[1] if leases is not None else 0)
+                      lease_reads=leases.summary[1] if leases is not None else 0,
+                      coverage=dict(cluster.coverage))
 
 
 class _ClientRouter:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 
 import pytest
 
 from kraft_spark.sim.bugs import BUGS
+from kraft_spark.sim.coverage import MOMENTS
 from kraft_spark.sim.faults import FAULT_KINDS, MEMBERSHIP_FAULTS
 from kraft_spark.sim.runner import run_seed
 from kraft_spark.sim.snapshots import SHELL_BUGS
 
-ALL_FAULTS = frozenset(FAULT_KINDS) - {"reconfig"}
+ALL_FAULTS = frozenset(FAULT_KINDS) - {"reconfig", "reconfig-race"}
 MEMBERSHIP_BUGS = {"concurrent-voter-changes", "committed-voters-only", "uncaught-voter"}
 
 
@@ -80,18 +82,21 @@ def test_different_seeds_differ() -> None:
     assert (a.events, a.commits) != (b.events, b.commits)
 
 
-# concurrent-voter-changes needs a rarer schedule since pre-vote (KIP-996) made elections rarer:
-# first caught at seed 583 in a search of 200:1000 (a high watermark held by 2 of 4 voters).
-# A pinned window, the weak spot the simulator still has for membership bugs.
-BUG_SEEDS = {"concurrent-voter-changes": "500:600"}
+# The membership bugs are measured on a range drawn at random for each run (printed, so a
+# failure names its range and replays with the command it prints): reconfig-race, a targeted
+# schedule, makes two changes race across a cut on most seeds, and catches
+# concurrent-voter-changes within the first 20 seeds of any range tried (it took a search of 800
+# seeds to find one without it).
+MEMBERSHIP_RANGE_START = random.SystemRandom().randrange(0, 1_000_000)
 # commit-old-epoch (Raft's figure 8) needs a leader cut off with records no other voter has, a
 # new leader cut off at once, and the old one elected again: the targeted schedule
 # leader-churn makes that common (27 of seeds 0:100 with it alone, 11 with every fault; about
 # 1 in 300 seeds with every fault and no targeting).
 BUG_FAULTS = {"commit-old-epoch": "all,leader-churn"}
 # uncaught-voter is not in the simulator's list: adding a voter that has not caught up costs
-# availability while a minority is down, which no invariant after the faults heal sees (it was
-# found once in 800 seeds); tests/unit/test_membership.py checks the rule on the core itself.
+# availability while a minority is down, which no invariant after the faults heal sees (caught
+# in 1 of 3 random ranges of 200 with reconfig-race); tests/unit/test_membership.py checks the
+# rule on the core itself.
 SIM_BUGS = sorted(set(BUGS) - {"uncaught-voter"})
 
 
@@ -101,7 +106,10 @@ def test_injected_bug_is_caught_within_200_seeds(bug: str) -> None:
     # KIP-853's bugs need nodes to add: observers the reconfig fault turns into voters.
     faults = ["--faults", MEMBERSHIP_FAULTS, "--observers", "2"] if bug in MEMBERSHIP_BUGS \
         else ["--faults", BUG_FAULTS.get(bug, "all")]
-    result = _cli("--seeds", BUG_SEEDS.get(bug, "0:200"), *faults, "--inject-bug", bug)
+    start = MEMBERSHIP_RANGE_START if bug in MEMBERSHIP_BUGS else 0
+    seeds = f"{start}:{start + 200}"
+    print(f"{bug}: seeds {seeds}")  # the range, for a replay of a failure
+    result = _cli("--seeds", seeds, *faults, "--inject-bug", bug)
     assert result.returncode == 1, f"{bug} was not caught:\n{result.stdout[-2000:]}"
     first = result.stdout.splitlines()[0]
     assert first.startswith("VIOLATION seed=") and "invariant=" in first, first
@@ -161,6 +169,22 @@ def test_voter_changes_under_every_fault() -> None:
         assert counts["violations"] == "0", summary
         changes += int(counts["voter-changes"])
     assert changes > 40, f"too few voter changes for a meaningful run ({changes})"
+
+
+@pytest.mark.sim
+def test_the_membership_schedule_reaches_every_dangerous_moment_and_stays_clean() -> None:
+    """The membership faults (reconfig and reconfig-race) on a random range: clean on the real
+    core, and the coverage counters show each dangerous moment of a voter change happened."""
+    start = MEMBERSHIP_RANGE_START + 1_000_000
+    print(f"seeds {start}:{start + 200}")
+    result = _cli("--seeds", f"{start}:{start + 200}", "--observers", "2",
+                  "--faults", MEMBERSHIP_FAULTS)
+    assert result.returncode == 0, result.stdout[-3000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    counts = dict(part.split("=") for part in summary.split())
+    assert counts["violations"] == "0", summary
+    for moment in MOMENTS:
+        assert int(counts[moment]) > 0, f"{moment} never happened: {summary}"
 
 
 @pytest.mark.sim
