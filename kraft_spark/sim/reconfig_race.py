@@ -1,7 +1,7 @@
 """The ``reconfig-race`` fault (opt-in, a targeted schedule): two voter changes racing across an
 election, the moment KIP-853's one-change-at-a-time rule exists for.
 
-Every few seconds, with a leader and no cut in force, the network is split so that the leader's
+Every 2-6 s, with a leader and no cut in force, the network is split so that the leader's
 side would be a majority of the set two changes from now but a minority of the set in force,
 and the other side a majority of the set in force; then two changes are asked of the leader
 back to back:
@@ -63,14 +63,14 @@ class ReconfigRace:
             return
         try:
             move = self.rng.random()
-            if move < 0.3:
+            if move < 0.2:
                 self.join_then_lose_disk()
-            elif move < 0.45:
+            elif move < 0.3:
                 self.remove_the_leader()
             else:
                 self.race()
         finally:
-            self._schedule(4_000_000, 10_000_000)
+            self._schedule(2_000_000, 6_000_000)
 
     def race(self) -> None:
         cluster = self.cluster

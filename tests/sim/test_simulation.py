@@ -85,7 +85,7 @@ def test_different_seeds_differ() -> None:
 # The membership bugs are measured on a range drawn at random for each run (printed, so a
 # failure names its range and replays with the command it prints): reconfig-race, a targeted
 # schedule, makes two changes race across a cut on most seeds, and catches
-# concurrent-voter-changes within the first 20 seeds of any range tried (it took a search of 800
+# concurrent-voter-changes within the first 20 seeds of the ranges tried (it took a search of 800
 # seeds to find one without it).
 MEMBERSHIP_RANGE_START = random.SystemRandom().randrange(0, 1_000_000)
 # commit-old-epoch (Raft's figure 8) needs a leader cut off with records no other voter has, a
@@ -95,7 +95,7 @@ MEMBERSHIP_RANGE_START = random.SystemRandom().randrange(0, 1_000_000)
 BUG_FAULTS = {"commit-old-epoch": "all,leader-churn"}
 # uncaught-voter is not in the simulator's list: adding a voter that has not caught up costs
 # availability while a minority is down, which no invariant after the faults heal sees (caught
-# in 1 of 3 random ranges of 200 with reconfig-race); tests/unit/test_membership.py checks the
+# in 3 of 7 ranges of 200 with reconfig-race); tests/unit/test_membership.py checks the
 # rule on the core itself.
 SIM_BUGS = sorted(set(BUGS) - {"uncaught-voter"})
 
