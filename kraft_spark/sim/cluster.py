@@ -132,6 +132,8 @@ class Cluster:
         self.on_new_leader: Callable[[SimNode], None] | None = None
         # How often each dangerous moment of a voter change happened (sim/coverage.py).
         self.coverage: Counter[str] = Counter()
+        # The voter set in force at the newest leader seen (check_durability).
+        self._last_leader_voters: tuple[int, ...] | None = None
         for node in self.nodes.values():
             self.start_node(node, disk_lost=False)
         for client in self.clients:
@@ -482,7 +484,11 @@ class Cluster:
             if core is not None and not core.is_voter:
                 catching_up.add(i)
         leader = self.current_leader()
-        leader_voters = leader.core.voters if leader is not None and leader.core else None
+        if leader is not None and leader.core is not None:
+            self._last_leader_voters = leader.core.voters
+        # With no leader (it just crashed), the set the last one committed with: its newest
+        # VotersRecord may not be committed, yet it is what justified the high watermark.
+        leader_voters = self._last_leader_voters
         logs = {i: self.nodes[i].log for i in {*self.voter_ids, *(leader_voters or ())}}
         self.checker.check_majority(logs, len(catching_up), leader_voters)
         logs = self.voter_logs()
