@@ -75,7 +75,7 @@ def test_kafkas_tool_describes_grows_and_shrinks_our_quorum(tmp_path: Path) -> N
             assert again.returncode != 0 and "DuplicateVoterException" in again.stderr
             directory = next(v["directoryId"] for v in voters if v["id"] == 3)
             removed = kafka_quorum(boot, "remove-controller", "--controller-id", "3",
-                                   "--controller-directory-id", directory)
+                                   f"--controller-directory-id={directory}")
             assert removed.returncode == 0, removed.stderr[-2000:]
             assert removed.stdout.startswith(f"Removed KRaft controller 3 with directory id "
                                              f"{directory}")
