@@ -4,10 +4,12 @@ timed assertions here.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -93,21 +95,27 @@ class _Counting(BaseHTTPRequestHandler):
         self.end_headers()
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed "
-                    "(kraft-spark bench compare installs it)")
-def test_wrk_sends_the_bodies_and_counts_failed_answers() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+@contextlib.contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server of ``handler`` on a free loopback port, stopped on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        ok = run_wrk(HttpWorkload(url, "/ok", [b'{"n":1}', b'{"n":2}']), 2, 1.0, warmup_s=0)
-        failing = run_wrk(HttpWorkload(url, "/fail", [b'{"n":3}']), 1, 1.0, warmup_s=0)
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed "
+                    "(kraft-spark bench compare installs it)")
+def test_wrk_sends_the_bodies_and_counts_failed_answers() -> None:
+    with _serving(_Counting) as url:
+        ok = run_wrk(HttpWorkload(url, "/ok", [b'{"n":1}', b'{"n":2}']), 2, 1.0, warmup_s=0)
+        failing = run_wrk(HttpWorkload(url, "/fail", [b'{"n":3}']), 1, 1.0, warmup_s=0)
     assert ok.requests > 0 and ok.errors == 0
     assert failing.requests > 0 and failing.errors == failing.requests
     assert failing.ok_per_s == 0
@@ -136,22 +144,13 @@ class _Authenticating(BaseHTTPRequestHandler):
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed "
                     "(kraft-spark bench compare installs it)")
 def test_wrk_sends_the_bearer_token_with_appends_and_reads() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Authenticating)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with _serving(_Authenticating) as url:
         appends = run_wrk(HttpWorkload(url, "/v1/records", [b"{}"], headers=json_headers("t0k")),
                           1, 1.0, warmup_s=0)
         reads = run_wrk(HttpWorkload(url, "/", [], paths=["/v1/kv/a"],
                                      headers=json_headers("t0k", json_body=False)),
                         1, 1.0, warmup_s=0)
         refused = run_wrk(HttpWorkload(url, "/v1/records", [b"{}"]), 1, 1.0, warmup_s=0)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
     assert appends.requests > 0 and appends.errors == 0
     assert reads.requests > 0 and reads.errors == 0
     assert refused.requests > 0 and refused.errors == refused.requests  # 401s count as errors
