@@ -18,7 +18,7 @@ import heapq
 import random
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -475,22 +475,24 @@ class Cluster:
     def check_durability(self) -> None:
         """The committed log is durably on a majority and no voter lacking it can be elected;
         voters catching up after disk loss are excused from the first and vote in neither."""
-        catching_up = self.catching_up_voters()
-        # A node that is not its id's voter (a lost disk came back under a new directory id,
-        # KIP-853) neither votes nor campaigns until it is removed and added again: excused,
-        # like a voter catching up after a disk loss.
-        for i in self.voter_ids:
-            core = self.nodes[i].core
-            if core is not None and not core.is_voter:
-                catching_up.add(i)
         leader = self.current_leader()
         if leader is not None and leader.core is not None:
             self._last_leader_voters = leader.core.voters
         # With no leader (it just crashed), the set the last one committed with: its newest
         # VotersRecord may not be committed, yet it is what justified the high watermark.
         leader_voters = self._last_leader_voters
-        logs = {i: self.nodes[i].log for i in {*self.voter_ids, *(leader_voters or ())}}
-        self.checker.check_majority(logs, len(catching_up), leader_voters)
+        members = {*self.voter_ids, *(leader_voters or ())}
+        # Excused per id, in both sets: a voter being added (in the leader's set only) may
+        # lose its disk right after the change commits, and catches up like any other.
+        excused = self.catching_up_voters(members)
+        # A node that is not its id's voter (a lost disk came back under a new directory id,
+        # KIP-853) neither votes nor campaigns until it is removed and added again: excused,
+        # like a voter catching up after a disk loss.
+        excused |= {i for i in members
+                    if (core := self.nodes[i].core) is not None and not core.is_voter}
+        logs = {i: self.nodes[i].log for i in members}
+        self.checker.check_majority(logs, excused, leader_voters)
+        catching_up = excused & set(self.voter_ids)
         logs = self.voter_logs()
         alive = {i: self.nodes[i].alive for i in self.voter_ids}
         self.checker.check_electable(logs, alive, catching_up)
@@ -526,11 +528,12 @@ class Cluster:
     def voter_logs(self) -> dict[int, MemoryLog]:
         return {i: self.nodes[i].log for i in self.voter_ids}
 
-    def catching_up_voters(self) -> set[int]:
-        """Voters that lost their disk and have not caught up yet (the disk-loss rule). A node's
-        ``wiped`` mark is cleared here once its core says it caught up."""
+    def catching_up_voters(self, members: Iterable[int] | None = None) -> set[int]:
+        """Voters (of the committed set, or of ``members``) that lost their disk and have not
+        caught up yet (the disk-loss rule). A node's ``wiped`` mark is cleared here once its
+        core says it caught up."""
         catching_up = set()
-        for i in self.voter_ids:
+        for i in self.voter_ids if members is None else members:
             node = self.nodes[i]
             if node.wiped:
                 if node.alive and node.core is not None and not node.core.pending_catch_up:

@@ -226,10 +226,11 @@ class Checker:
                 f"node {node_id} truncated its log to {offset}, below its high watermark {hw}",
             )
 
-    def check_majority(self, logs: dict[int, MemoryLog], excused: int,
+    def check_majority(self, logs: dict[int, MemoryLog], excused: set[int],
                        leader_voters: tuple[int, ...] | None = None) -> None:
         """A majority of voters durably hold the committed log; ``excused`` voters lost their
-        disk and are still catching up (the disk-loss rule), and so count as holding it.
+        disk and are still catching up (the disk-loss rule), and so count as holding it, in
+        whichever set they belong to (a voter being added may lose its disk too).
 
         KIP-853: the voters are those of the committed log, or those in force at the current
         leader (``leader_voters``, its newest VotersRecord, committed or not): a leader commits
@@ -239,7 +240,7 @@ class Checker:
                    if self.refresh(i, log).durable_agree_end >= self.committed_end}
         sets = [self.voters] + ([leader_voters] if leader_voters else [])
         for voters in sets:
-            if len(holding & set(voters)) + excused >= len(voters) // 2 + 1:
+            if len((holding | excused) & set(voters)) >= len(voters) // 2 + 1:
                 return
         ends = {i: self.view(i).durable_agree_end for i in logs}
         raise InvariantViolation(

@@ -134,7 +134,7 @@ class ReconfigRace:
         """An outsider asked to join, then its disk lost before its addition commits."""
         cluster = self.cluster
         leader = cluster.current_leader()
-        if leader is None or leader.paused or leader.core is None:
+        if leader is None or leader.paused or leader.core is None or cluster.network.blocked:
             return
         voters = leader.core.voter_set
         outside = [i for i, n in sorted(cluster.nodes.items())
