@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "kraft_spark.log.commands",
     "bench.command",
     "kraft_spark.sim.command",
+    "kraft_spark.sim.bug_sweep",
 ]
 
 

@@ -25,7 +25,13 @@ from typing import Any
 from kraft_spark.log.errors import CorruptSegmentError, LogError
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
-from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse, Request
+from kraft_spark.raft.messages import (
+    ErrorCode,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    VoteRequest,
+)
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import PersistedState, Role
@@ -36,6 +42,7 @@ from kraft_spark.sim.append_client import (
     StoreClientsReceiver,
     retry_target,
 )
+from kraft_spark.sim.catch_up import CatchUpLedger
 from kraft_spark.sim.coverage import note_new_leader, note_voter_change
 from kraft_spark.sim.disk_faults import DISK_BUGS, RESTART_AFTER_US
 from kraft_spark.sim.invariants import Checker, InvariantViolation
@@ -111,6 +118,7 @@ class Cluster:
             node.log.ignore_fsync_error = self.disk_bug
         self.network = Network(random.Random(self.rng.random()))
         self.checker = Checker(self.initial_voters)
+        self.catch_up = CatchUpLedger(2 * self.config.fetch_timeout_ms)
         self.admin_answers: list[str] = []
         # KIP-630: every node's snapshot store and state machine (None: no snapshots).
         self.snapshots = (
@@ -305,6 +313,9 @@ class Cluster:
         self.trace.add(self.now, node.node_id, src, payload[2])
         if kind == "req":
             _, request_id, message, src_incarnation = payload
+            if isinstance(message, VoteRequest) and not message.pre_vote:
+                self._handle_vote(node, src, (src, request_id, src_incarnation), message)
+                return
             core.handle_request(now_ms, src, (src, request_id, src_incarnation), message)
         elif kind == "failed":
             _, request_id, _, refused = payload
@@ -313,6 +324,21 @@ class Cluster:
             _, request_id, message = payload
             core.handle_response(now_ms, src, request_id, message)
         self._after(node)
+
+    def _handle_vote(self, node: SimNode, src: int, reply_to: Any, request: VoteRequest) -> None:
+        """A Vote request, with the election restriction checked on what the node persists:
+        a vote it gives now went to a log at least as up to date as its own."""
+        core = node.core
+        assert core is not None
+        before = node.persisted
+        own = (node.log.last_epoch(), node.log.end_offset())
+        core.handle_request(self.now // 1000, src, reply_to, request)
+        self._after(node)
+        after = node.persisted
+        if (after is not None and after is not before and after.voted_id == request.candidate_id
+                and after.epoch == request.candidate_epoch):
+            self.checker.on_vote_given(node.node_id, request.candidate_id,
+                                       (request.last_offset_epoch, request.last_offset), own)
 
     def _wake(self, node_id: int, incarnation: int, when: int) -> None:
         node = self.nodes[node_id]
@@ -394,9 +420,10 @@ class Cluster:
         nid = node.node_id
         checker = self.checker
         ready: Ready = core.take_ready()
+        self.catch_up.note(nid, self.now, node.log.end_offset())
         if ready.persist is not None:
             node.persisted = ready.persist
-            checker.on_persist(nid, ready.persist.epoch)
+            checker.on_persist(nid, ready.persist.epoch, ready.persist.voted_id)
         for note in ready.events:
             if note.startswith("became Candidate"):
                 self.elections += 1
@@ -509,11 +536,14 @@ class Cluster:
         core = node.core
         if core is None or not node.alive or node.paused:
             return
+        before = core.voter_set.ids()
         try:
             core.handle_request(self.now // 1000, ADMIN_ID, (ADMIN_ID, 0, None), request)
         except LogError as exc:
             self.storage_failure(node, exc)
             return
+        for added in set(core.voter_set.ids()) - set(before):
+            self.catch_up.check_added(node.node_id, added, self.now)
         self._after(node)
 
     def voter_changes_committed(self) -> int:

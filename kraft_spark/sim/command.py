@@ -36,7 +36,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--faults", default="all", help="all, none, or a comma list of: crash,restart,partition,"
         "drop,duplicate,reorder,delay,pause,one-way,disk-full,io-error,bit-rot,torn-write,"
-        "disk-loss; opt-in (not in all): reconfig, reconfig-race, isolate-leader, leader-churn",
+        "disk-loss; opt-in (not in all): reconfig, reconfig-race, isolate-leader, leader-churn, "
+        "split-vote",
     )  # fmt: skip
     parser.add_argument(
         "--duration", type=float, default=20.0, help="simulated seconds of faults per seed"

@@ -18,6 +18,7 @@ from kraft_spark.sim.cluster import CLUSTER_ID, Cluster, SimNode
 from kraft_spark.sim.coverage import note_disk_loss
 from kraft_spark.sim.disk_faults import RESTART_AFTER_US
 from kraft_spark.sim.reconfig_race import ReconfigRace
+from kraft_spark.sim.split_vote import SplitVote
 
 FAULT_KINDS = (
     "crash",
@@ -38,6 +39,7 @@ FAULT_KINDS = (
     "isolate-leader",
     "leader-churn",
     "reconfig-race",
+    "split-vote",
 )
 
 
@@ -45,7 +47,8 @@ FAULT_KINDS = (
 # clean since pre-vote and the hearing of unlisted candidates, see the README). Keeping them
 # out of "all" keeps every older seed's trajectory. MEMBERSHIP_FAULTS (all but the log-damage
 # faults) is what the injected membership bugs are measured against.
-OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader", "leader-churn", "reconfig-race"})
+OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader", "leader-churn", "reconfig-race",
+                           "split-vote"})
 # leader-churn (opt-in, a targeted schedule): nearly every new leader is cut off within a few
 # milliseconds of its election, before its first record reaches a majority, again and again:
 # the schedule of Raft's figure 8, where a leader may be tempted to count replicas of an older
@@ -56,6 +59,8 @@ OPT_IN_FAULTS = frozenset({"reconfig", "isolate-leader", "leader-churn", "reconf
 # skips the leadership check returns stale data.
 # reconfig-race (opt-in, a targeted schedule, sim/reconfig_race.py): two voter changes asked
 # back to back across a cut that would let each side commit if both were taken.
+# split-vote (opt-in, a targeted schedule, sim/split_vote.py): two followers that cannot hear
+# each other campaign while the old leader, cut off for a while, is the one voter both reach.
 MEMBERSHIP_FAULTS = ("crash,restart,partition,drop,duplicate,reorder,delay,pause,one-way,"
                      "disk-full,io-error,disk-loss,reconfig,reconfig-race")
 
@@ -111,6 +116,7 @@ class FaultInjector:
             cluster.on_new_leader = lambda node: self._churn(node, strike)
         self._race = (ReconfigRace(cluster, until_us, self) if "reconfig-race" in kinds
                       else None)
+        self._split = SplitVote(cluster, until_us, self) if "split-vote" in kinds else None
 
     def _schedule_next(self) -> None:
         gap = int(self.rng.expovariate(1.0 / self.mean_gap_us))
@@ -341,6 +347,13 @@ class FaultInjector:
         self.down.add(node.node_id)
         self.cluster.at(self._later(300, 4000), self._resume, node.node_id, node.incarnation)
 
+    def pause_for(self, node: SimNode, for_us: int) -> None:
+        """Pause ``node`` (a stopped process: messages wait in its inbox) for ``for_us``."""
+        self._note(f"pause n{node.node_id}")
+        node.paused = True
+        self.down.add(node.node_id)
+        self.cluster.at(self.cluster.now + for_us, self._resume, node.node_id, node.incarnation)
+
     def _resume(self, node_id: int, incarnation: int) -> None:
         node = self.cluster.nodes[node_id]
         if not node.alive or not node.paused or node.incarnation != incarnation:
@@ -460,8 +473,15 @@ class FaultInjector:
         others = [i for i in self.cluster.voter_ids if current is None or i != current.node_id]
         self._cut(self.rng.choice(others), for_ms)
 
+    cut = _cut
+
     def _uncut(self, pairs: frozenset[tuple[int, int]]) -> None:
         self.cluster.network.blocked -= pairs
+
+    def _split_vote(self) -> None:
+        """Drawn as a fault of its own too (besides its own schedule)."""
+        if self._split is not None:
+            self._split.split()
 
     def _reconfig_race(self) -> None:
         """Drawn as a fault of its own too (besides its own schedule)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kraft_spark.raft.messages import NO_LEADER
 from kraft_spark.raft.records import Batch
 from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.sim.memlog import MemoryLog
@@ -35,6 +36,8 @@ class NodeView:
     agree_end: int = 0
     durable_agree_end: int = 0
     persisted_epoch: int = 0
+    # The candidate this node durably voted for in ``persisted_epoch`` (NO_LEADER: none yet).
+    voted_for: int = NO_LEADER
     incarnation: int = 0
     high_watermark: int = 0
 
@@ -105,6 +108,7 @@ class Checker:
         v.high_watermark = 0
         if disk_lost:
             v.persisted_epoch = 0
+            v.voted_for = NO_LEADER
             v.durable_agree_end = 0
         if log.durable_truncated_to is not None:
             v.durable_agree_end = min(v.durable_agree_end, log.durable_truncated_to)
@@ -113,14 +117,38 @@ class Checker:
         v.durable_agree_end = min(v.durable_agree_end, log.end_offset())
         v.agree_end = v.durable_agree_end
 
-    def on_persist(self, node_id: int, epoch: int) -> None:
+    def on_persist(self, node_id: int, epoch: int, voted_id: int = NO_LEADER) -> None:
+        """Epochs never go back, and a voter votes for one candidate per epoch (Raft's election
+        safety rests on it): once its quorum-state names a candidate in an epoch, no later
+        write in that epoch names another, even after a restart (disk loss aside)."""
         v = self.view(node_id)
         if epoch < v.persisted_epoch:
             raise InvariantViolation(
                 "monotonic-epoch",
                 f"node {node_id} persisted epoch {epoch} after epoch {v.persisted_epoch}",
             )
+        if epoch > v.persisted_epoch:
+            v.voted_for = NO_LEADER
+        if voted_id != NO_LEADER:
+            if v.voted_for not in (NO_LEADER, voted_id):
+                raise InvariantViolation(
+                    "one-vote-per-epoch",
+                    f"node {node_id} voted for {v.voted_for} and then for {voted_id} in epoch "
+                    f"{epoch}",
+                )
+            v.voted_for = voted_id
         v.persisted_epoch = epoch
+
+    def on_vote_given(self, voter: int, candidate: int, candidate_log: tuple[int, int],
+                      voter_log: tuple[int, int]) -> None:
+        """Raft's election restriction: a vote goes only to a candidate whose log, as its
+        request states it (last epoch, end offset), is at least as up to date as the voter's."""
+        if candidate_log < voter_log:
+            raise InvariantViolation(
+                "vote-for-up-to-date-log",
+                f"node {voter} (log at epoch {voter_log[0]}, end {voter_log[1]}) voted for "
+                f"{candidate} (epoch {candidate_log[0]}, end {candidate_log[1]})",
+            )
 
     def on_leader(self, node_id: int, epoch: int, log: MemoryLog) -> None:
         other = self.leaders.get(epoch)

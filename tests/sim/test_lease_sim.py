@@ -1,8 +1,8 @@
 """Leases under the simulator: lock holders grant, keep alive, hold, revoke or freeze past their
 TTL while the leaders expire leases by skewed clocks, under every fault and the lease schedule
 (a voter cut off for longer than a TTL); the lock checker (kraft_spark.sim.lease_check) finds
-no overlap of holds, no fencing token out of order and no kept-alive key gone, and it catches
-each injected lease bug.
+no overlap of holds, no fencing token out of order and no kept-alive key gone (the injected
+lease bugs it catches are in test_injected_bugs.py).
 
 The seed ranges are drawn per run (printed, so a failure replays with the same command), not
 chosen because they pass."""
@@ -43,18 +43,6 @@ def test_locks_on_leases_hold_under_every_fault() -> None:
     # Not vacuous: holds taken and handed over, and thousands of holder reads checked.
     assert summary["lock-holds"] > 30 * 3, result.stdout[-500:]
     assert summary["holder-reads"] > 30 * 500, result.stdout[-500:]
-
-
-@pytest.mark.parametrize("bug", LEASE_BUGS)
-def test_injected_lease_bug_is_caught_within_200_seeds(bug: str) -> None:
-    seeds = _draw(200)
-    result = _cli("--seeds", seeds, *LEASES, "--inject-bug", bug)
-    assert result.returncode == 1, f"{bug} not caught on --seeds {seeds}:\n{result.stdout[-2000:]}"
-    first = result.stdout.splitlines()[0]
-    assert first.startswith("VIOLATION seed=") and any(
-        f"invariant={name}" in first
-        for name in ("lock-exclusive", "fencing-order", "lease-kept-alive")), first
-    assert "--lease-clients 4" in result.stdout  # the replay line
 
 
 def test_lease_bug_needs_lease_clients() -> None:

@@ -1,0 +1,44 @@
+"""The documented settings under which each injected bug is measured: the arguments of
+``kraft-spark sim`` that give the bug the faults and the clients it needs to show. The suite
+(``tests/sim``) and ``kraft-spark sim-bugs`` both take them from here, so the figures in the
+docs, the tests and a user's run are of the same thing."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from kraft_spark.sim.faults import MEMBERSHIP_FAULTS
+
+# KIP-853's bugs need nodes to add: observers the reconfig faults turn into voters.
+MEMBERSHIP: Final = ("--observers", "2", "--faults", MEMBERSHIP_FAULTS)
+# Reads and conditional writes, checked for linearizability by porcupine.
+STORE: Final = ("--voters", "3", "--observers", "1", "--store-clients", "5")
+# A lock on leases held by contending clients, expired by skewed clocks.
+LEASES: Final = ("--voters", "3", "--observers", "1", "--lease-clients", "4")
+
+BUG_SETTINGS: Final[dict[str, tuple[str, ...]]] = {
+    # Two candidates of one epoch, each having voted for itself (split-vote), meet a voter
+    # that votes twice; pre-vote makes that moment rare under the default faults alone.
+    "double-vote": ("--faults", "all,split-vote"),
+    # The log's bugs: every default fault.
+    "stale-log-vote": ("--faults", "all"),
+    # Raft's figure 8 needs a leader cut off with records no other voter has, a new leader cut
+    # off at once, and the old one elected again: leader-churn makes that common.
+    "commit-old-epoch": ("--faults", "all,leader-churn"),
+    "minority-hw": ("--faults", "all"),
+    "ack-before-fsync": ("--faults", "all"),
+    "no-truncate": ("--faults", "all"),
+    "concurrent-voter-changes": MEMBERSHIP,
+    "committed-voters-only": MEMBERSHIP,
+    "uncaught-voter": MEMBERSHIP,
+    # The shell's bugs: snapshots and retention, and the fsyncgate bug under disk faults.
+    "snapshot-past-hw": ("--faults", "all"),
+    "retention-past-snapshot": ("--faults", "all"),
+    "ignore-fsync-error": ("--faults", "disk-full,io-error,crash"),
+    # Reads of a deposed leader need one cut off past an election (isolate-leader).
+    "unconfirmed-read": ("--faults", "isolate-leader", *STORE),
+    "read-before-apply": ("--faults", "all", *STORE),
+    "outcome-before-apply": ("--faults", "all", *STORE),
+    "follower-lease-expiry": LEASES,
+    "deposed-leader-revoke": LEASES,
+}
