@@ -17,9 +17,8 @@ import contextlib
 import heapq
 import random
 import uuid
-from collections import Counter, deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kraft_spark.log.errors import CorruptSegmentError, LogError
@@ -34,7 +33,7 @@ from kraft_spark.raft.messages import (
 )
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.records import Record
-from kraft_spark.raft.state import PersistedState, Role
+from kraft_spark.raft.state import Role
 from kraft_spark.raft.voter_set import NIL_DIRECTORY
 from kraft_spark.sim.append_client import (
     STORE_CLIENT_BASE,
@@ -45,9 +44,11 @@ from kraft_spark.sim.append_client import (
 from kraft_spark.sim.catch_up import CatchUpLedger
 from kraft_spark.sim.coverage import note_new_leader, note_voter_change
 from kraft_spark.sim.disk_faults import DISK_BUGS, RESTART_AFTER_US
+from kraft_spark.sim.durability import DurabilityCheck, catching_up
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.network import Network
+from kraft_spark.sim.node import SimNode
 from kraft_spark.sim.snapshots import SimSnapshots
 from kraft_spark.sim.trace import Trace
 
@@ -57,29 +58,6 @@ OBSERVER_BASE_ID = 100
 # The "client" that sends AddRaftVoter / RemoveRaftVoter (the reconfig fault): answers to it
 # are traced, not delivered.
 ADMIN_ID = -1_000_000
-
-
-@dataclass(slots=True)
-class SimNode:
-    node_id: int
-    is_voter: bool  # in the initial (static) voter set
-    log: MemoryLog
-    # KIP-853: this disk's directory id (a new one when the disk is lost), used only when the
-    # simulation changes voters (``reconfig``); NIL otherwise, matching any directory.
-    directory_id: uuid.UUID = NIL_DIRECTORY
-    core: RaftCore | None = None
-    persisted: PersistedState | None = None  # the durable quorum-state file
-    incarnation: int = 0
-    alive: bool = False
-    paused: bool = False
-    wiped: bool = False  # lost its disk; excused from the majority check until caught up
-    damaged_at: int | None = None  # a damaged batch found here: the restart cuts the log
-    # Messages still in flight from incarnations up to this one are lost (see crash()).
-    silenced_incarnation: int = 0
-    inbox: deque[tuple[int, Any]] = field(default_factory=deque)  # held while paused
-    wake_at: int = -1
-    flushing: bool = False
-    flush_again: bool = False
 
 
 class Cluster:
@@ -119,6 +97,7 @@ class Cluster:
         self.network = Network(random.Random(self.rng.random()))
         self.checker = Checker(self.initial_voters)
         self.catch_up = CatchUpLedger(2 * self.config.fetch_timeout_ms)
+        self.durability = DurabilityCheck(self.checker)
         self.admin_answers: list[str] = []
         # KIP-630: every node's snapshot store and state machine (None: no snapshots).
         self.snapshots = (
@@ -141,7 +120,6 @@ class Cluster:
         # How often each dangerous moment of a voter change happened (sim/coverage.py).
         self.coverage: Counter[str] = Counter()
         # The voter set in force at the newest leader seen (check_durability).
-        self._last_leader_voters: tuple[int, ...] | None = None
         for node in self.nodes.values():
             self.start_node(node, disk_lost=False)
         for client in self.clients:
@@ -500,29 +478,11 @@ class Cluster:
         self._handle(node, dest, payload)
 
     def check_durability(self) -> None:
-        """The committed log is durably on a majority and no voter lacking it can be elected;
-        voters catching up after disk loss are excused from the first and vote in neither."""
+        """The committed log is durably on a majority and no voter lacking it can be elected
+        (sim/durability.py)."""
         leader = self.current_leader()
-        if leader is not None and leader.core is not None:
-            self._last_leader_voters = leader.core.voters
-        # With no leader (it just crashed), the set the last one committed with: its newest
-        # VotersRecord may not be committed, yet it is what justified the high watermark.
-        leader_voters = self._last_leader_voters
-        members = {*self.voter_ids, *(leader_voters or ())}
-        # Excused per id, in both sets: a voter being added (in the leader's set only) may
-        # lose its disk right after the change commits, and catches up like any other.
-        excused = self.catching_up_voters(members)
-        # A node that is not its id's voter (a lost disk came back under a new directory id,
-        # KIP-853) neither votes nor campaigns until it is removed and added again: excused,
-        # like a voter catching up after a disk loss.
-        excused |= {i for i in members
-                    if (core := self.nodes[i].core) is not None and not core.is_voter}
-        logs = {i: self.nodes[i].log for i in members}
-        self.checker.check_majority(logs, excused, leader_voters)
-        catching_up = excused & set(self.voter_ids)
-        logs = self.voter_logs()
-        alive = {i: self.nodes[i].alive for i in self.voter_ids}
-        self.checker.check_electable(logs, alive, catching_up)
+        self.durability.check(self.nodes, self.voter_ids,
+                              None if leader is None or leader.core is None else leader.core.voters)
 
     def submit_voter_change(self, node: SimNode, request: Request) -> None:
         """Hand an AddRaftVoter / RemoveRaftVoter to ``node`` (the reconfig fault)."""
@@ -558,19 +518,8 @@ class Cluster:
     def voter_logs(self) -> dict[int, MemoryLog]:
         return {i: self.nodes[i].log for i in self.voter_ids}
 
-    def catching_up_voters(self, members: Iterable[int] | None = None) -> set[int]:
-        """Voters (of the committed set, or of ``members``) that lost their disk and have not
-        caught up yet (the disk-loss rule). A node's ``wiped`` mark is cleared here once its
-        core says it caught up."""
-        catching_up = set()
-        for i in self.voter_ids if members is None else members:
-            node = self.nodes[i]
-            if node.wiped:
-                if node.alive and node.core is not None and not node.core.pending_catch_up:
-                    node.wiped = False
-                else:
-                    catching_up.add(i)
-        return catching_up
+    def catching_up_voters(self) -> set[int]:
+        return catching_up(self.nodes, self.voter_ids)
 
     def excused(self) -> int:
         return len(self.catching_up_voters())

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from kraft_spark.raft.messages import AddVoterRequest, RemoveVoterRequest
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint
-from kraft_spark.sim.cluster import CLUSTER_ID, Cluster, SimNode
+from kraft_spark.sim.cluster import CLUSTER_ID, Cluster
 from kraft_spark.sim.coverage import note_disk_loss
 from kraft_spark.sim.disk_faults import RESTART_AFTER_US
+from kraft_spark.sim.node import SimNode
 from kraft_spark.sim.reconfig_race import ReconfigRace
 from kraft_spark.sim.split_vote import SplitVote
 

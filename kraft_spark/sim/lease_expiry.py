@@ -34,8 +34,9 @@ from kraft_spark.store.lease_expiry import LeaseClock, expire_records
 from kraft_spark.store.leases import LEASE_OP_HEADER, encode_op
 
 if TYPE_CHECKING:
-    from kraft_spark.sim.cluster import Cluster, SimNode
+    from kraft_spark.sim.cluster import Cluster
     from kraft_spark.sim.faults import FaultInjector
+    from kraft_spark.sim.node import SimNode
 
 LEASE_BUGS = ("follower-lease-expiry", "deposed-leader-revoke")
 TICK_US = 100_000  # LeaseExpirer.TICK_S

@@ -31,7 +31,8 @@ from typing import Protocol
 from kraft_spark.raft.messages import AddVoterRequest, RemoveVoterRequest
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.voter_set import Endpoint
-from kraft_spark.sim.cluster import CLUSTER_ID, Cluster, SimNode
+from kraft_spark.sim.cluster import CLUSTER_ID, Cluster
+from kraft_spark.sim.node import SimNode
 
 
 class Injector(Protocol):

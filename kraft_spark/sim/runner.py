@@ -11,7 +11,7 @@ from typing import Any
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.state import Role
-from kraft_spark.sim.cluster import Cluster, SimNode
+from kraft_spark.sim.cluster import Cluster
 from kraft_spark.sim.disklog import DiskLog
 from kraft_spark.sim.faults import FaultInjector
 from kraft_spark.sim.invariants import InvariantViolation
@@ -19,6 +19,7 @@ from kraft_spark.sim.lease_clients import LEASE_CLIENT_OFFSET, LeaseClients, exp
 from kraft_spark.sim.lease_clients import TTL_MS as LEASE_TTL_MS
 from kraft_spark.sim.lease_expiry import SimLeaseExpiry, schedule_leader_cuts
 from kraft_spark.sim.memlog import MemoryLog
+from kraft_spark.sim.node import SimNode
 from kraft_spark.sim.snapshots import SnapshotStats
 from kraft_spark.sim.store_clients import StoreClients
 from kraft_spark.sim.trace import Trace

@@ -17,7 +17,8 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
-from kraft_spark.sim.cluster import Cluster, SimNode
+from kraft_spark.sim.cluster import Cluster
+from kraft_spark.sim.node import SimNode
 
 
 class Injector(Protocol):
