@@ -480,9 +480,7 @@ class Cluster:
     def check_durability(self) -> None:
         """The committed log is durably on a majority and no voter lacking it can be elected
         (sim/durability.py)."""
-        leader = self.current_leader()
-        self.durability.check(self.nodes, self.voter_ids,
-                              None if leader is None or leader.core is None else leader.core.voters)
+        self.durability.check(self.nodes, self.voter_ids, self.current_leader())
 
     def submit_voter_change(self, node: SimNode, request: Request) -> None:
         """Hand an AddRaftVoter / RemoveRaftVoter to ``node`` (the reconfig fault)."""

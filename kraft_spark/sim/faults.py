@@ -334,7 +334,11 @@ class FaultInjector:
         that has not fetched the change yet does not vote, so one more out is one too many."""
         nodes = self.cluster.nodes
         if stale is None:
+            # Seed 945173: a voter whose disk was lost and who came back under a new directory
+            # id had caught up, so it was not counted out; the leader then removed itself, and
+            # with that lost voter the set {0, 1, 2, 101} had two out of four for good.
             stale = [i for i in ids if (core := nodes[i].core) is None or core.pending_catch_up]
+            stale += self._stale_voters()
         out = self.down | set(stale) | {
             i for i, n in nodes.items() if n.wiped or n.log.rotten or n.damaged_at is not None}
         return not out & set(ids)

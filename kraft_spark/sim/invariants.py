@@ -255,7 +255,8 @@ class Checker:
             )
 
     def check_majority(self, logs: dict[int, MemoryLog], excused: set[int],
-                       leader_voters: tuple[int, ...] | None = None) -> None:
+                       leader_voters: tuple[int, ...] | None = None,
+                       committing_voters: tuple[int, ...] | None = None) -> None:
         """A majority of voters durably hold the committed log; ``excused`` voters lost their
         disk and are still catching up (the disk-loss rule), and so count as holding it, in
         whichever set they belong to (a voter being added may lose its disk too).
@@ -263,10 +264,12 @@ class Checker:
         KIP-853: the voters are those of the committed log, or those in force at the current
         leader (``leader_voters``, its newest VotersRecord, committed or not): a leader commits
         on a majority of the set in force at it, which during a removal is no majority of the
-        committed set (the two majorities overlap, which is what keeps it safe)."""
+        committed set (the two majorities overlap, which is what keeps it safe). Or those of
+        the leader that committed it (``committing_voters``): its successor may not hold the
+        removal it committed under (seed 945262), and replicates the records a moment later."""
         holding = {i for i, log in logs.items()
                    if self.refresh(i, log).durable_agree_end >= self.committed_end}
-        sets = [self.voters] + ([leader_voters] if leader_voters else [])
+        sets = [self.voters] + [v for v in (leader_voters, committing_voters) if v]
         for voters in sets:
             if len((holding | excused) & set(voters)) >= len(voters) // 2 + 1:
                 return
