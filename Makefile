@@ -22,9 +22,11 @@ test: $(STAMP)
 		apt-get install -y -q iptables >/dev/null 2>&1 || echo "iptables could not be installed: the one-sided-cut test will be skipped"; fi
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m 'not slow' --durations=25
+	# Two workers (pytest-xdist); tests/conftest.py groups the tests that must share one.
+	$(VENV)/bin/pytest -m 'not slow' -n 2 --dist loadgroup --durations=25
 	# The network and API tests again on uvloop, the loop every kraft-spark process runs on.
-	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop --durations=10 tests/net tests/api
+	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop -n 2 --dist loadgroup --durations=10 \
+		tests/net tests/api
 
 # The inner loop for pure code (core, simulator scenarios, protocol, storage, state, unit): no
 # Spark, no node processes, none of the simulator's long seed campaigns (marked sim). CI runs

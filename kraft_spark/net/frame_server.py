@@ -188,6 +188,7 @@ class FrameServer:
         self._name = name
         self._server: asyncio.Server | None = None
         self._connections: set[ServerConnection] = set()
+        self._closing = False
         self.rejected = 0  # connections closed for bad input (a metric and a test hook)
         self._max_connections = max_connections
         self._idle_timeout_s = idle_timeout_s
@@ -205,6 +206,7 @@ class FrameServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._closing = False
         self._server = await loop.create_server(
             lambda: _ServerProtocol(self), self.host, self._port, ssl=self._ssl
         )
@@ -226,6 +228,10 @@ class FrameServer:
                 conn.close()
 
     async def close(self) -> None:
+        # From now on a connection accepted late (the kernel took it before the listener
+        # closed; asyncio calls connection_made a turn later) is closed as it arrives: Python
+        # 3.11's Server.close leaves accepted transports open, and such a one was never closed.
+        self._closing = True
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -246,7 +252,9 @@ class FrameServer:
         conn = ServerConnection(transport)
         loop = asyncio.get_running_loop()
         conn.last_read = loop.time()
-        if self._max_connections is not None and len(self._connections) >= self._max_connections:
+        if self._closing:
+            conn.close()
+        elif self._max_connections is not None and len(self._connections) >= self._max_connections:
             self._refuse_connection(conn, loop.time())
         else:
             self._connections.add(conn)

@@ -23,6 +23,7 @@ import pytest
 
 from kraft_spark.http_auth import Credentials, Scope, required_scope
 from kraft_spark.log.meta import format_log_dir
+from tests.net.helpers import free_run
 
 from .harness import LocalQuorum, running
 
@@ -133,7 +134,8 @@ def test_a_credentials_file_others_can_read_is_refused_at_start(tmp_path: Path) 
     credentials.chmod(0o644)
     done = subprocess.run(
         [sys.executable, "-m", "kraft_spark", "local", "--voters", "1", "--data-dir", str(data),
-         "--http-port", "0"], capture_output=True, text=True, timeout=60, check=False)
+         "--http-port", "0", "--base-port", str(free_run(2))],
+        capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode != 0
     assert "are too open" in done.stderr and f"chmod 600 {credentials}" in done.stderr
     assert "some-long-admin-token" not in done.stderr + done.stdout

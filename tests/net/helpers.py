@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
 import subprocess
@@ -35,8 +36,15 @@ def _ephemeral_low() -> int:
 # failed with "address already in use" (test_storage_faults, once in a full run). Below the
 # range no connection is ever given one. Ports are drawn at random (as binding to 0 gives them)
 # and never handed out twice in a session.
+# Under pytest-xdist each worker draws from a slice of its own: the set of ports handed out is
+# per process, so two workers drawing from one pool could hand out the same port (a restart on
+# its old port would find it taken).
 _POOL_END = _ephemeral_low()
 _POOL_START = max(1024, _POOL_END - 12_000)
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_SLICE = (_POOL_END - _POOL_START) // _WORKERS
+_POOL_START, _POOL_END = _POOL_START + _WORKER * _SLICE, _POOL_START + (_WORKER + 1) * _SLICE
 _handed_out: set[int] = set()
 
 

@@ -5,6 +5,7 @@ leader's voter process is killed and the barrier stage relaunched) appends nothi
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -90,7 +91,9 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
                     acked[key] = call(f"{leader()}/v1/records", {"key": key, "value": i},
                                       {**AUTH, "Idempotency-Key": key})["base_offset"]
                     break
-                except (OSError, ValueError) as exc:  # refused, 503/504, a dropped connection
+                # Refused, 503/504, a dropped connection, or a response cut short (the leader
+                # was killed between writing the head and the body: IncompleteRead).
+                except (OSError, ValueError, http.client.HTTPException) as exc:
                     errors.append(f"{key}: {exc}")
                     leader_url[0] = ""
                     time.sleep(0.2)
