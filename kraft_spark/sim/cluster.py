@@ -119,7 +119,6 @@ class Cluster:
         self.on_new_leader: Callable[[SimNode], None] | None = None
         # How often each dangerous moment of a voter change happened (sim/coverage.py).
         self.coverage: Counter[str] = Counter()
-        # The voter set in force at the newest leader seen (check_durability).
         for node in self.nodes.values():
             self.start_node(node, disk_lost=False)
         for client in self.clients:
@@ -289,11 +288,12 @@ class Cluster:
         now_ms = self.now // 1000
         kind = payload[0]
         self.trace.add(self.now, node.node_id, src, payload[2])
+        vote: VoteRequest | None = None  # a Vote (not a pre-vote), and the voter's state before
+        before, own = node.persisted, (0, 0)
         if kind == "req":
             _, request_id, message, src_incarnation = payload
             if isinstance(message, VoteRequest) and not message.pre_vote:
-                self._handle_vote(node, src, (src, request_id, src_incarnation), message)
-                return
+                vote, own = message, (node.log.last_epoch(), node.log.end_offset())
             core.handle_request(now_ms, src, (src, request_id, src_incarnation), message)
         elif kind == "failed":
             _, request_id, _, refused = payload
@@ -302,21 +302,13 @@ class Cluster:
             _, request_id, message = payload
             core.handle_response(now_ms, src, request_id, message)
         self._after(node)
-
-    def _handle_vote(self, node: SimNode, src: int, reply_to: Any, request: VoteRequest) -> None:
-        """A Vote request, with the election restriction checked on what the node persists:
-        a vote it gives now went to a log at least as up to date as its own."""
-        core = node.core
-        assert core is not None
-        before = node.persisted
-        own = (node.log.last_epoch(), node.log.end_offset())
-        core.handle_request(self.now // 1000, src, reply_to, request)
-        self._after(node)
+        # The election restriction, checked on what the node persisted: a vote it gave now
+        # went to a log at least as up to date as its own was.
         after = node.persisted
-        if (after is not None and after is not before and after.voted_id == request.candidate_id
-                and after.epoch == request.candidate_epoch):
-            self.checker.on_vote_given(node.node_id, request.candidate_id,
-                                       (request.last_offset_epoch, request.last_offset), own)
+        if (vote is not None and after is not None and after is not before
+                and after.voted_id == vote.candidate_id and after.epoch == vote.candidate_epoch):
+            self.checker.on_vote_given(node.node_id, vote.candidate_id,
+                                       (vote.last_offset_epoch, vote.last_offset), own)
 
     def _wake(self, node_id: int, incarnation: int, when: int) -> None:
         node = self.nodes[node_id]

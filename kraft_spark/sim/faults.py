@@ -458,12 +458,18 @@ class FaultInjector:
         heals only its own links."""
         others = sorted(i for i in self.cluster.nodes if i != node_id)
         pairs = {(min(node_id, o), max(node_id, o)) for o in others}
-        fresh = pairs - self.cluster.network.blocked
-        if not fresh:
+        if not pairs - self.cluster.network.blocked:
             return
         self._note(f"cut n{node_id} off for {for_ms} ms")
-        self.cluster.network.blocked |= fresh
-        self.cluster.at(self.cluster.now + for_ms * 1000, self._uncut, frozenset(fresh))
+        self.block(pairs, for_ms)
+
+    def block(self, pairs: set[tuple[int, int]], for_ms: int) -> None:
+        """Block these links for ``for_ms``; links already blocked stay another fault's, which
+        heals them on its own schedule."""
+        fresh = frozenset(pairs - self.cluster.network.blocked)
+        if fresh:
+            self.cluster.network.blocked |= fresh
+            self.cluster.at(self.cluster.now + for_ms * 1000, self._uncut, fresh)
 
     def cut_voter(self, for_ms: int, leader: bool) -> None:
         """Cut the current leader (or a random other voter) off from every other node, not

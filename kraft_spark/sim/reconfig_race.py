@@ -25,7 +25,6 @@ Its own random stream: the other faults' draws, and every seed run without it, a
 
 from __future__ import annotations
 
-import random
 from typing import Protocol
 
 from kraft_spark.raft.messages import AddVoterRequest, RemoveVoterRequest
@@ -33,6 +32,7 @@ from kraft_spark.raft.state import Role
 from kraft_spark.raft.voter_set import Endpoint
 from kraft_spark.sim.cluster import CLUSTER_ID, Cluster
 from kraft_spark.sim.node import SimNode
+from kraft_spark.sim.periodic import PeriodicSchedule
 
 
 class Injector(Protocol):
@@ -46,32 +46,19 @@ class Injector(Protocol):
     def lose_disk(self, node_id: int, restart_in_us: int) -> None: ...
 
 
-class ReconfigRace:
+class ReconfigRace(PeriodicSchedule[Injector]):
     def __init__(self, cluster: Cluster, until_us: int, injector: Injector) -> None:
-        self.cluster = cluster
-        self.injector = injector  # its minority rule, its notes, its disk losses
-        self.until_us = until_us
-        self.rng = random.Random(cluster.seed * 53 + 11)
-        self._schedule(2_000_000, 6_000_000)
+        # The injector: its minority rule, its notes, its disk losses.
+        super().__init__(cluster, until_us, injector, stream=(53, 11))
 
-    def _schedule(self, low_us: int, high_us: int) -> None:
-        when = self.cluster.now + self.rng.randint(low_us, high_us)
-        if when < self.until_us:
-            self.cluster.at(when, self._fire)
-
-    def _fire(self) -> None:
-        if self.injector.healed:
-            return
-        try:
-            move = self.rng.random()
-            if move < 0.2:
-                self.join_then_lose_disk()
-            elif move < 0.3:
-                self.remove_the_leader()
-            else:
-                self.race()
-        finally:
-            self._schedule(2_000_000, 6_000_000)
+    def move(self) -> None:
+        move = self.rng.random()
+        if move < 0.2:
+            self.join_then_lose_disk()
+        elif move < 0.3:
+            self.remove_the_leader()
+        else:
+            self.race()
 
     def race(self) -> None:
         cluster = self.cluster

@@ -14,11 +14,11 @@ Its own random stream: the other faults' draws, and every seed run without it, a
 
 from __future__ import annotations
 
-import random
 from typing import Protocol
 
 from kraft_spark.sim.cluster import Cluster
 from kraft_spark.sim.node import SimNode
+from kraft_spark.sim.periodic import PeriodicSchedule
 
 
 class Injector(Protocol):
@@ -29,29 +29,16 @@ class Injector(Protocol):
     def note(self, text: str) -> None: ...
     def all_in(self, ids: tuple[int, ...]) -> bool: ...
     def cut(self, node_id: int, for_ms: int) -> None: ...
+    def block(self, pairs: set[tuple[int, int]], for_ms: int) -> None: ...
     def pause_for(self, node: SimNode, for_us: int) -> None: ...
 
 
-class SplitVote:
+class SplitVote(PeriodicSchedule[Injector]):
     def __init__(self, cluster: Cluster, until_us: int, injector: Injector) -> None:
-        self.cluster = cluster
-        self.injector = injector
-        self.until_us = until_us
-        self.rng = random.Random(cluster.seed * 61 + 17)
-        self._schedule()
+        super().__init__(cluster, until_us, injector, stream=(61, 17))
 
-    def _schedule(self) -> None:
-        when = self.cluster.now + self.rng.randint(2_000_000, 6_000_000)
-        if when < self.until_us:
-            self.cluster.at(when, self._fire)
-
-    def _fire(self) -> None:
-        if self.injector.healed:
-            return
-        try:
-            self.split()
-        finally:
-            self._schedule()
+    def move(self) -> None:
+        self.split()
 
     def split(self) -> None:
         cluster = self.cluster
@@ -72,11 +59,6 @@ class SplitVote:
         self.injector.cut(leader.node_id, cut_ms)
         # From the clients too: a cut-off leader that still appends would make its log the
         # longest, and itself the next leader when it returns.
-        pairs = {(c.client_id, leader.node_id) for c in cluster.clients} - cluster.network.blocked
-        cluster.network.blocked |= pairs
-        cluster.at(cluster.now + cut_ms * 1000, self._reconnect, frozenset(pairs))
+        self.injector.block({(c.client_id, leader.node_id) for c in cluster.clients}, cut_ms)
         for i in followers:
             self.injector.pause_for(cluster.nodes[i], pause_ms * 1000)
-
-    def _reconnect(self, pairs: frozenset[tuple[int, int]]) -> None:
-        self.cluster.network.blocked -= pairs
