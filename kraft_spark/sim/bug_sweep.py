@@ -43,15 +43,16 @@ def sim_arguments(bug: str, start: int, span: int) -> list[str]:
 
 
 def sweep_one(bug: str, start: int, span: int, timeout_s: float = 1800) -> Outcome:
-    command = [sys.executable, "-m", "kraft_spark.cli", *sim_arguments(bug, start, span)]
-    run = subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout_s)
+    arguments = sim_arguments(bug, start, span)
+    run = subprocess.run([sys.executable, "-m", "kraft_spark.cli", *arguments],
+                         capture_output=True, text=True, check=False, timeout=timeout_s)
     for line in run.stdout.splitlines():
         if line.startswith("VIOLATION seed="):
             seed = int(line.split("seed=", 1)[1].split()[0])
             invariant = line.split("invariant=", 1)[1].split(":", 1)[0]
             return Outcome(bug, start, span, seed, invariant)
     if run.returncode not in (0, 1):
-        raise RuntimeError(f"kraft-spark {' '.join(sim_arguments(bug, start, span))} failed "
+        raise RuntimeError(f"kraft-spark {' '.join(arguments)} failed "
                            f"({run.returncode}): {run.stderr.strip()[-500:]}")
     return Outcome(bug, start, span, None, None)
 
