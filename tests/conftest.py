@@ -7,8 +7,6 @@ connection of the real processes). ``make test`` runs the network and API tests 
 from __future__ import annotations
 
 import asyncio
-import gc
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,16 +21,6 @@ def pytest_configure(config: pytest.Config) -> None:
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _collect_leaks_where_they_happen() -> Iterator[None]:
-    """A socket, transport or file left open is reported by the garbage collector whenever it
-    next runs, which is in some later, innocent test (``filterwarnings = error`` makes the
-    ResourceWarning a failure there). Collecting at the end of every module pins the failure on
-    the module that leaked, at a cost of a few milliseconds per module."""
-    yield
-    gc.collect()
 
 
 # Spark's modules in two groups of about equal length (the one-worker Spark group was the long
