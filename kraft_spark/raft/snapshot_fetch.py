@@ -57,7 +57,7 @@ class SnapshotFetchMixin(CoreState):
         if req.position < 0 or req.position >= size:
             self.reply(token, self._fetch_snapshot_error(ErrorCode.POSITION_OUT_OF_RANGE))
             return
-        budget = max(1, min(req.max_bytes, self.config.fetch_max_bytes))
+        budget = max(1, min(req.max_bytes, self.config.snapshot_chunk_bytes))
         data = self.snapshots.read_chunk(req.snapshot_id, req.position, budget)
         # A voter downloading a snapshot is alive: it counts for check-quorum (as in Kafka).
         self.on_replica_contact(req.replica_id)
@@ -98,7 +98,7 @@ class SnapshotFetchMixin(CoreState):
             current_leader_epoch=self.epoch,
             snapshot_id=download.snapshot_id,
             position=download.position(),
-            max_bytes=self.config.fetch_max_bytes,
+            max_bytes=self.config.snapshot_chunk_bytes,
         )
         self.fetch_in_flight = self.send(
             leader, "fetch_snapshot", request, self.config.request_timeout_ms

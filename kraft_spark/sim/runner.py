@@ -33,8 +33,9 @@ CLIENTS = 3
 
 
 def sim_config() -> QuorumConfig:
-    """Kafka's default timeouts; small fetches so catch-up takes several rounds."""
-    return QuorumConfig(fetch_max_bytes=1)
+    """Kafka's default timeouts; small fetches so catch-up takes several rounds (one batch per
+    Fetch, 64 bytes per FetchSnapshot: a snapshot comes in several chunks)."""
+    return QuorumConfig(fetch_max_bytes=1, fetch_snapshot_max_bytes=64)
 
 
 @dataclass(slots=True)
