@@ -28,6 +28,7 @@ from kraft_spark.log.simfs import SimulatedFileSystem
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
+from kraft_spark.sim.replay import CommittedReplay
 from kraft_spark.state.machine import KeyValueState
 from kraft_spark.state.snapshot_file import encode_snapshot
 from kraft_spark.state.snapshot_store import FileSnapshotStore
@@ -69,6 +70,7 @@ class SimSnapshots:
         self.bug = bug
         self.nodes: dict[int, NodeSnapshots] = {}
         self.stats = SnapshotStats()
+        self.replay = CommittedReplay(checker.committed)
 
     def of(self, node_id: int) -> NodeSnapshots:
         ns = self.nodes.get(node_id)
@@ -208,11 +210,7 @@ class SimSnapshots:
                 f"node {node_id} applied up to {upto}, past the committed log "
                 f"({self.checker.committed_end})",
             )
-        replay = KeyValueState()
-        for batch in self.checker.committed:
-            if batch.base_offset >= upto:
-                break
-            replay.apply(batch)
+        replay = self.replay.state_at(upto)
         # Values, revisions (create offset, version) and the outcomes of conditional writes.
         if (replay.applied_offset != upto or dict(replay.items()) != dict(state.items())
                 or replay.txns_in_window() != state.txns_in_window()
