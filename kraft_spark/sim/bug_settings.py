@@ -30,7 +30,11 @@ BUG_SETTINGS: Final[dict[str, tuple[str, ...]]] = {
     "no-truncate": ("--faults", "all"),
     "concurrent-voter-changes": MEMBERSHIP,
     "committed-voters-only": MEMBERSHIP,
-    "uncaught-voter": MEMBERSHIP,
+    # A voter added before it caught up: partitions and pauses leave observers behind when
+    # the reconfig fault asks to add them (with every membership fault: caught at the 6th to
+    # 88th seed of six ranges once the checker judged catching up as KIP-836 does; with these:
+    # the 1st to 17th of eight).
+    "uncaught-voter": ("--observers", "2", "--faults", "reconfig,partition,pause,delay"),
     # The shell's bugs: snapshots and retention, and the fsyncgate bug under disk faults.
     "snapshot-past-hw": ("--faults", "all"),
     "retention-past-snapshot": ("--faults", "all"),
