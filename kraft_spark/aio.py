@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -37,3 +38,27 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on this process's loop kind."""
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)
+
+
+def stop_thread_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread,
+                     timeout_s: float = 5.0) -> None:
+    """Stop a loop running ``run_forever`` on ``thread`` and close it as ``asyncio.run`` ends
+    its own: what is left is cancelled and allowed to finish, so a transport closed in the last
+    turn (its socket is closed a turn later, by a callback) or a connection accepted just
+    before the stop is closed, not left for the garbage collector to report."""
+    if loop.is_closed():
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout_s)
+    if thread.is_alive():  # still busy: closing under it would break it; leave it be
+        return
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+
+    async def finish() -> None:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await loop.shutdown_asyncgens()
+
+    loop.run_until_complete(finish())
+    loop.close()

@@ -599,9 +599,7 @@ class QuorumClient:
         if self._loop.is_closed():
             return
         self._call(self._client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._loop.close()
+        aio.stop_thread_loop(self._loop, self._thread)
 
     def __enter__(self) -> QuorumClient:
         return self

@@ -61,7 +61,8 @@ class EagerAcceptor:
         self._reading = True
 
     def close(self) -> None:
-        """Stop accepting (connections already handed to the loop carry on). Idempotent."""
+        """Stop accepting (connections already handed to the loop carry on; one whose transport
+        appears after this is closed at once). Idempotent."""
         self._closed = True
         if self._retry is not None:
             self._retry.cancel()
@@ -103,10 +104,15 @@ class EagerAcceptor:
 
     async def _connect(self, conn: socket.socket) -> object:
         try:
-            await self._loop.connect_accepted_socket(self._factory, conn)
+            transport, _ = await self._loop.connect_accepted_socket(self._factory, conn)
         except Exception as exc:  # the client went away before its transport existed
             log.debug("dropped an accepted connection: %s", exc)
             conn.close()
+            return None
+        if self._closed:
+            # Accepted just before the server stopped: its shutdown has listed the connections
+            # it closes already, so nobody would ever close this one.
+            transport.close()
         return None
 
     def _pause(self) -> None:

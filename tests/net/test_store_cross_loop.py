@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from driver.observer_store import ObserverStore
+from kraft_spark.aio import stop_thread_loop
 from kraft_spark.client.kv import ConditionFailedError, KvClient
 from kraft_spark.commands.sidecar import start_sidecar
 from kraft_spark.log.meta import format_log_dir
@@ -56,9 +57,7 @@ def endpoint(tmp_path: Path) -> Iterator[str]:
     finally:
         sidecar.stop()
         asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+        stop_thread_loop(loop, thread, 10)
 
 
 def test_the_application_endpoint_serves_the_store_from_its_observer(endpoint: str) -> None:
