@@ -138,18 +138,24 @@ class CoreState:
 
     @property
     def may_grant_votes(self) -> bool:
-        """Granting is not campaigning: with dynamic voters (KIP-853) a node outside the set in
-        force at it (its own removal not committed yet, or its addition not fetched yet) may
-        still be a voter of the set a candidate counts with, and must answer as one; it never
-        campaigns. A node catching up after disk loss grants nothing (its rule: docs/concepts/
-        protocol.md), and neither does one whose id is in the set under another directory id:
-        it is a new disk of that id, and the vote the old disk may have cast in this epoch is
-        forgotten (Kafka's Vote v1 names the voter's directory for the same reason)."""
+        """Granting is not campaigning: a node outside the set in force at it (its own removal
+        not committed yet, or its addition not fetched yet) may still be a voter of the set a
+        candidate counts with, and must answer as one; it never campaigns. That holds in a
+        quorum whose log it holds is still static too: the first VotersRecord (the one that
+        added it) may be exactly what it has not fetched; a candidate counts only the voters of
+        its own set, so an observer's grant elects nobody (as in Kafka, whose replicas answer
+        votes whatever set they know). Seed 422352 of the membership faults: voter 101, added
+        by the quorum's first VotersRecord and cut off before fetching it, refused every
+        candidate of the set that needed it, and no leader was ever elected again. A node
+        catching up after disk loss grants nothing (its rule: docs/concepts/protocol.md), and
+        neither does one whose id is in the set under another directory id: it is a new disk
+        of that id, and the vote the old disk may have cast in this epoch is forgotten (Kafka's
+        Vote v1 names the voter's directory for the same reason)."""
         if self.pending_catch_up:
             return False
         if self.is_voter:
             return True
-        return self.history.dynamic and self.voter_set.get(self.node_id) is None
+        return self.voter_set.get(self.node_id) is None
 
     def directory_of_voter(self, node_id: int) -> uuid.UUID:
         """The directory id our voter set lists for ``node_id`` (NIL: not listed or unknown):

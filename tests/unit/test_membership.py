@@ -224,6 +224,27 @@ def test_who_may_grant_votes_outside_the_set_in_force() -> None:
     assert not leader.is_voter and leader.may_grant_votes and leader.role is Role.UNATTACHED
 
 
+def test_a_voter_that_has_not_fetched_its_own_addition_grants_votes() -> None:
+    """Added by the quorum's first VotersRecord, which it has not fetched: its log is still the
+    static set's, it is no voter in its own eyes (it never campaigns), but a candidate of the
+    new set counts on its vote, and it grants one (seed 422352: refusing left a set with no
+    majority able to elect anyone)."""
+    from kraft_spark.raft.messages import VoteRequest, VoteResponse
+
+    net = Net()
+    behind = start(net, 4, voters=(1, 2, 3))  # a log without any VotersRecord
+    assert not behind.history.dynamic and not behind.is_voter and not behind.may_vote
+    assert behind.may_grant_votes
+    for pre_vote in (True, False):
+        behind.handle_request(net.now, 1, ("n1", pre_vote), VoteRequest(
+            CLUSTER, behind.epoch + 1, 1, 0, 0, voter_id=4, voter_directory_id=DIRS[4],
+            pre_vote=pre_vote))
+        answers = [r.message for r in behind.take_ready().replies]
+        assert [(type(a), a.vote_granted) for a in answers if isinstance(a, VoteResponse)] == [
+            (VoteResponse, True)], (pre_vote, answers)
+    assert behind.role is not Role.CANDIDATE and behind.voted_id == 1
+
+
 def test_an_observer_that_has_not_caught_up_is_not_added() -> None:
     """KIP-853's catch-up rule, which the simulator's injected bug uncaught-voter breaks: an
     observer that stopped fetching and fell behind is refused (REQUEST_TIMED_OUT: it did not
