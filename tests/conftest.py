@@ -10,6 +10,7 @@ import asyncio
 import gc
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -27,8 +28,41 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="the event loop asyncio.run uses in these tests")
 
 
+# Event loops made through asyncio's policy (asyncio.run, new_event_loop): what
+# ``--event-loop=uvloop`` changes. kraft_spark.aio's loops (every server thread of the product)
+# are uvloop's whatever the policy, so a module that never makes one through the policy runs the
+# same code on both passes: marked ``loop_free``, the uvloop pass skips it (a third of that
+# pass), and every other run checks the mark still holds.
+_POLICY_LOOPS = [0]
+
+
+def _count_policy_loops() -> None:
+    policy_class: Any = asyncio.events.BaseDefaultEventLoopPolicy
+    make = policy_class.new_event_loop
+
+    def new_event_loop(self: Any) -> asyncio.AbstractEventLoop:
+        _POLICY_LOOPS[0] += 1
+        loop: asyncio.AbstractEventLoop = make(self)
+        return loop
+
+    policy_class.new_event_loop = new_event_loop
+
+
+@pytest.fixture(autouse=True)
+def _loop_free_mark_holds(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("loop_free") is None:
+        yield
+        return
+    before = _POLICY_LOOPS[0]
+    yield
+    assert _POLICY_LOOPS[0] == before, (
+        f"{request.node.nodeid} is marked loop_free but made an event loop through asyncio's "
+        "policy: remove the mark from its module, so the uvloop pass runs it too")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     leak_origin.install()
+    _count_policy_loops()
     if config.getoption("--event-loop") == "uvloop":
         import uvloop
 
@@ -61,6 +95,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     cores, one user of Ivy's cache per worker), Kafka's tools one (one Maven cache), and every
     other module stays whole on one worker (its module-scoped quorum starts once). The Spark
     groups, the longest, are handed out first."""
+    if config.getoption("--event-loop") == "uvloop":
+        same_on_both = [item for item in items if item.get_closest_marker("loop_free")]
+        if same_on_both:
+            config.hook.pytest_deselected(items=same_on_both)
+            items[:] = [item for item in items if not item.get_closest_marker("loop_free")]
     root = config.rootpath / "tests"
     for item in items:
         parts = item.path.relative_to(root).parts

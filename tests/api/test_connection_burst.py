@@ -14,7 +14,7 @@ from api.app import create_app
 from api.server import EagerAcceptServer, serve_in_thread
 from tests.api.test_sidecar import InMemoryTestBackend
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.loop_free]
 
 CLIENTS = 120
 

@@ -24,7 +24,7 @@ from kraft_spark.net.config import NodeConfig
 from kraft_spark.raft.config import ConfigError
 from tests.api.test_sidecar import InMemoryTestBackend
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.loop_free]
 
 BODY = json.dumps({"key": "k", "value": "v"}).encode()
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from api.models import MAX_RECORDS_PER_REQUEST, BatchIn, RecordIn
 from api.values import plain_fields
+
+pytestmark = pytest.mark.loop_free
 
 _text = st.one_of(
     st.text(max_size=4),

@@ -37,7 +37,7 @@ from kraft_spark.http_auth import Credential, Credentials, Scope
 from kraft_spark.metrics import Registry
 from tests.metrics_text import samples
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.loop_free]
 
 T = 1_700_000_000_000
 JSON = {"Content-Type": "application/json"}

@@ -36,6 +36,8 @@ from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse
 from kraft_spark.raft.records import Batch, Record
 
+pytestmark = pytest.mark.loop_free
+
 LOCAL = "local-cluster-id"
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

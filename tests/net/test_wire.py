@@ -44,6 +44,8 @@ from kraft_spark.raft.messages import (
 )
 from kraft_spark.raft.records import Batch, LeaderChange, Record, leader_change_batch
 
+pytestmark = pytest.mark.loop_free
+
 CLUSTER = "c1"
 
 REQUESTS: list[Request] = [
