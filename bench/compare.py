@@ -120,14 +120,17 @@ def http_measure(workloads: tuple[HttpWorkload, HttpWorkload], seconds: float,
     return measure
 
 
-def native_measure(bootstrap: list[str], seconds: float, *, stall_dir: str) -> Measure:
-    """One point of the asyncio client (its own 1 s warm-up, which the probe also sees)."""
+def native_measure(bootstrap: list[str], seconds: float, *, stall_dir: str,
+                   security: Any) -> Measure:
+    """One point of the asyncio client (its own 1 s warm-up, which the probe also sees),
+    authenticated as ``security`` (a ``ClientSecurity``) says."""
     from bench.native import native_load
 
     def measure(workload: Workload) -> dict[str, Any]:
         with DiskStallWatch(stall_dir) as watch:
             row = asyncio.run(native_load(bootstrap, workload.connections, workload.records,
-                                          seconds, workload.label)).row()
+                                          seconds, workload.label,
+                                          security=security)).row()
         point = {k: row[k] for k in ("ops_per_s", "records_per_s", "p50_ms", "p99_ms")}
         return {**point, "errors": 0, "disk_stalls": _stalls(watch)}
 
@@ -261,7 +264,7 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
                 contenders.append((LEADER_HTTP, http(kraft.leader_workloads())))
             if "kraft-native" in systems:
                 contenders.append(("kraft-spark native", native_measure(
-                    kraft.bootstrap, seconds, stall_dir=tmp)))
+                    kraft.bootstrap, seconds, stall_dir=tmp, security=kraft.security)))
         if "etcd" in systems:
             log("starting etcd (3 members)")
             etcd = EtcdCluster(tempfile.mkdtemp(prefix="etcd-", dir=tmp), base_port + 20)

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 from bench.processes import stop_group
 from kraft_spark.client import NewRecord, QuorumClient
 from kraft_spark.client.errors import ClientError
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.client.types import QuorumInfo
 from kraft_spark.http_auth import Scope, token_in
 
@@ -84,15 +85,17 @@ class Appender:
 class NativeAppender(Appender):
     """One ``QuorumClient`` per writer thread, on the voters."""
 
-    def __init__(self, bootstrap: list[str]) -> None:
+    def __init__(self, bootstrap: list[str], security: ClientSecurity) -> None:
         self._bootstrap = bootstrap
+        self._security = security
         self._local = threading.local()
         self._clients: list[QuorumClient] = []
 
     def __call__(self, key: str) -> tuple[int, int]:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = QuorumClient(self._bootstrap, retry_budget_s=30.0)
+            client = self._local.client = QuorumClient(self._bootstrap, retry_budget_s=30.0,
+                                                       **self._security.client_kwargs())
             self._clients.append(client)
         result = client.append([NewRecord(key.encode(), b"x" * 100)], timeout_s=30.0)
         return result.base_offset, result.epoch
@@ -200,6 +203,7 @@ class LocalSystem:
         sidecar = json.loads(self.proc.stdout.readline())
         self.http_url: str = sidecar["http"]
         self.token = token_in(sidecar["credentials"], Scope.WRITE)
+        self.security = ClientSecurity.from_file(sidecar["command_config"])
         self.bootstrap = [str(n["endpoint"]) for n in self.nodes]
         self._restarted: list[subprocess.Popen[bytes]] = []
 
@@ -247,6 +251,7 @@ class AppSystem:
         summary = json.loads(line)
         self.http_url: str = summary["http"]
         self.token = token_in(summary["credentials"], Scope.WRITE)
+        self.security = ClientSecurity.from_file(summary["command_config"])
         self.bootstrap = [f"127.0.0.1:{base_port + i}" for i in range(3)]
 
     def port(self, node_id: int) -> int:
@@ -309,7 +314,8 @@ def _leader(client: QuorumClient) -> tuple[int, int]:
 def _describe(system: System, client: QuorumClient) -> QuorumInfo:
     """DescribeQuorum from the leader of the highest epoch (see :func:`_leader`)."""
     leader, _ = _leader(client)
-    with QuorumClient([system.bootstrap[leader]], retry_budget_s=5.0) as direct:
+    with QuorumClient([system.bootstrap[leader]], retry_budget_s=5.0,
+                      **system.security.client_kwargs()) as direct:
         return direct.describe_quorum()
 
 
@@ -411,8 +417,9 @@ def run_gray(faults: list[str], app: bool, hold_s: float, base_port: int,
             system = make(Path(tmp))
             log(f"{system.name}: started; writers on "
                 + ("native and sidecar" if system.name == "local" else "the app's endpoint"))
-            client = QuorumClient(system.bootstrap, retry_budget_s=30.0)
-            writers = ([Writers("native", NativeAppender(system.bootstrap))]
+            client = QuorumClient(system.bootstrap, retry_budget_s=30.0,
+                                  **system.security.client_kwargs())
+            writers = ([Writers("native", NativeAppender(system.bootstrap, system.security))]
                        if system.name == "local" else [])
             writers.append(Writers("sidecar" if system.name == "local" else "app",
                                    HttpAppender(system.http_url, system.token)))

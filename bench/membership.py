@@ -25,8 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.native import local_security
 from kraft_spark.client import ClientError, NewRecord, QuorumClient
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.log.meta import format_log_dir, read_meta_properties
+from kraft_spark.quorum_auth import SUPER_USERS, USERS_FILE
 from kraft_spark.raft.voter_set import Endpoint, parse_directory
 
 Say = Any
@@ -35,9 +38,10 @@ Say = Any
 class _Appender(threading.Thread):
     """Appends one record at a time; keeps (start, latency s, acknowledged) per append."""
 
-    def __init__(self, bootstrap: list[str]) -> None:
+    def __init__(self, bootstrap: list[str], security: ClientSecurity) -> None:
         super().__init__(daemon=True)
-        self.client = QuorumClient(bootstrap, retry_budget_s=30.0, request_timeout_s=2.0)
+        self.client = QuorumClient(bootstrap, retry_budget_s=30.0, request_timeout_s=2.0,
+                                   **security.client_kwargs())
         self.samples: list[tuple[float, float]] = []
         self.acks: list[tuple[float, int]] = []  # (when, epoch of the batch)
         self.errors = 0
@@ -72,7 +76,10 @@ def _observer(data: Path, node_id: int, port: int, voters: str) -> tuple[subproc
     conf = data / f"node-{node_id}.properties"
     conf.write_text(f"node.id={node_id}\nlog.dirs={log_dir}\n"
                     f"listeners=CONTROLLER://127.0.0.1:{port}\n"
-                    f"controller.quorum.voters={voters}\n")
+                    f"controller.quorum.voters={voters}\n"
+                    # the quorum's listeners take SASL/PLAIN (kraft_spark.quorum_auth)
+                    f"kraft.sasl.plain.users.file={data / USERS_FILE}\n"
+                    f"super.users={SUPER_USERS}\n")
     out = open(data / "logs" / f"node-{node_id}.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "kraft_spark", "node", "--config", str(conf)],
                             stdout=out, stderr=subprocess.STDOUT)
@@ -93,8 +100,9 @@ def run(rounds: int, base_port: int, say: Say) -> dict[str, Any]:
     boot = [n["endpoint"] for n in nodes]
     voters = ",".join(f"{n['node_id']}@{n['endpoint']}" for n in nodes)
     extra = [_observer(data, 3 + i, base_port + 10 + i, voters) for i in range(2)]
-    admin = QuorumClient(boot, retry_budget_s=30.0)
-    load = _Appender(boot)
+    security = local_security(str(data))
+    admin = QuorumClient(boot, retry_budget_s=30.0, **security.client_kwargs())
+    load = _Appender(boot, security)
     load.start()
     windows: list[tuple[float, float]] = []
     warm = killed_at = float("inf")

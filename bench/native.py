@@ -29,6 +29,8 @@ from typing import Any
 from bench.floor import percentile
 from bench.processes import stop_group
 from kraft_spark.client import AsyncQuorumClient, ClientError, NewRecord
+from kraft_spark.client.security import ClientSecurity
+from kraft_spark.quorum_auth import ADMIN_PROPERTIES
 
 VALUE = b"v" * 100
 
@@ -57,10 +59,11 @@ class Point:
 
 
 async def native_load(bootstrap: list[str], clients: int, batch: int, seconds: float,
-                      name: str) -> Point:
+                      name: str, *, security: ClientSecurity) -> Point:
     warmup_s = 1.0
     point = Point(name)
-    pool = [AsyncQuorumClient(bootstrap, retry_budget_s=30) for _ in range(clients)]
+    pool = [AsyncQuorumClient(bootstrap, retry_budget_s=30, **security.client_kwargs())
+            for _ in range(clients)]
     stop_at = 0.0
     measuring = False
 
@@ -94,15 +97,15 @@ async def native_load(bootstrap: list[str], clients: int, batch: int, seconds: f
 
 
 async def native_failover(bootstrap: list[str], pids: dict[int, int], sig: int,
-                          name: str) -> float:
+                          name: str, *, security: ClientSecurity) -> float:
     """Kill (or stop) the leader under a 4-client load; seconds until the first commit of a
     later epoch (acknowledgements still in flight from the old leader do not count)."""
-    probe = AsyncQuorumClient(bootstrap)
+    probe = AsyncQuorumClient(bootstrap, **security.client_kwargs())
     info = await probe.describe_quorum()
     leader, epoch = info.leader_id, info.leader_epoch
     await probe.close()
-    clients = [AsyncQuorumClient(bootstrap, retry_budget_s=30, request_timeout_s=2)
-               for _ in range(4)]
+    clients = [AsyncQuorumClient(bootstrap, retry_budget_s=30, request_timeout_s=2,
+                                 **security.client_kwargs()) for _ in range(4)]
     acks: list[float] = []
     done = False
 
@@ -141,6 +144,12 @@ def start_local(data_dir: str, base_port: int, extra: list[str]) -> tuple[subpro
     return proc, nodes
 
 
+def local_security(data_dir: str) -> ClientSecurity:
+    """How a client authenticates to the ``kraft-spark local`` of ``data_dir`` (SASL/PLAIN as
+    its administrator: the default a user gets)."""
+    return ClientSecurity.from_file(os.path.join(data_dir, ADMIN_PROPERTIES))
+
+
 def stop_local(proc: subprocess.Popen[str], nodes: list[dict[str, Any]]) -> None:
     stop_group(proc, 20)
 
@@ -156,7 +165,8 @@ async def run_native(seconds: float, base_port: int, log: Any) -> list[dict[str,
                                          (256, 1, "256 clients, single records"),
                                          (16, 100, "16 clients, 100-record batches")):
                 log(f"running: {name} ({seconds:.0f} s)")
-                rows.append((await native_load(bootstrap, clients, batch, seconds, name)).row())
+                rows.append((await native_load(bootstrap, clients, batch, seconds, name,
+                                               security=local_security(tmp))).row())
                 log(f"  {rows[-1]}")
         finally:
             stop_local(proc, nodes)
@@ -178,7 +188,8 @@ async def failovers_ms(base_port: int, log: Any) -> tuple[float, float]:
                 log(f"running: {name} under load")
                 pids = {n["node_id"]: n["pid"] for n in nodes}
                 seconds_taken = await native_failover([n["endpoint"] for n in nodes], pids,
-                                                      sig, name)
+                                                      sig, name,
+                                                      security=local_security(tmp))
                 figures.append(round(seconds_taken * 1000, 1))
                 log(f"  {figures[-1]} ms")
             finally:

@@ -228,14 +228,15 @@ async def disk_bytes(records: int, log: Log) -> list[dict[str, Any]]:
 
 async def _latency_run(keys: int, seconds: float, every_bytes: int, base_port: int,
                        log: Log) -> dict[str, Any]:
-    from bench.native import start_local, stop_local
+    from bench.native import local_security, start_local, stop_local
     from kraft_spark.client import AsyncQuorumClient, NewRecord
 
     with tempfile.TemporaryDirectory(prefix="kraft-bench-latency-") as tmp:
         proc, nodes = start_local(tmp, base_port, [
             "--set", f"metadata.log.max.record.bytes.between.snapshots={every_bytes}",
             "--set", "metadata.max.retention.bytes=-1"])
-        client = AsyncQuorumClient([n["endpoint"] for n in nodes], retry_budget_s=30)
+        client = AsyncQuorumClient([n["endpoint"] for n in nodes], retry_budget_s=30,
+                                   **local_security(tmp).client_kwargs())
         try:
             log(f"  loading {keys:,} keys...")
             for start in range(0, keys, 1000):

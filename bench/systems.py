@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.credentials import Tokens, bearer
-from bench.native import start_local, stop_local
+from bench.native import local_security, start_local, stop_local
 from bench.wrk import HttpWorkload, json_headers
 from kraft_spark.net.cpu_placement import RolePlacement, split_cpus
 
@@ -132,6 +132,7 @@ class KraftLocal:
             data_dir, base_port,
             ["--http-port", str(http_port), "--node-http-base-port", str(http_port + 1)],
         )
+        self.security = local_security(data_dir)  # written before the nodes started
         assert self.proc.stdout is not None
         try:
             # After the three node lines, `local --http-port` prints the sidecar's line.

@@ -35,7 +35,6 @@ materializer writes everything committed, the sidecar stops, Spark stops, exit c
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -46,6 +45,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from driver.announce import announce
 from driver.config import AppConfig, parse_args, voter_affinity
 from driver.console import failure_of, progress
 from driver.control import ControlChannel
@@ -54,7 +54,7 @@ from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.observer_store import ObserverStore, read_committed
 from driver.placement import driver_host, is_local_master, load_hosts, save_hosts, voter_stage
-from driver.security import check_voter_listeners, http_credentials
+from driver.security import check_voter_listeners, http_credentials, quorum_auth
 from driver.sql_server import choose_port, connect_conf, register_tables, server_token
 from driver.table_upkeep import (
     FULL_CYCLE_MAX_SHARE,
@@ -66,6 +66,7 @@ from driver.warehouse_open import open_warehouse
 from kraft_spark import aio, app_endpoint
 from kraft_spark.http_auth import Credentials
 from kraft_spark.metrics import AppMetrics, Registry
+from kraft_spark.quorum_auth import QuorumAuth, listener_fields
 from kraft_spark.secret_files import private_dir
 from kraft_spark.sql_endpoint import publish, url_of, withdraw
 from kraft_spark.stop_signals import StopSignals
@@ -98,7 +99,8 @@ class Application(VoterMembershipMixin):
         self.control: ControlChannel | None = None
         # uvloop, as in every kraft-spark process (kraft_spark/aio.py)
         self._observer_loop = aio.new_event_loop()
-        self.observer_store = ObserverStore(self._observer_loop, lambda: self.cluster_id)
+        self.observer_store = ObserverStore(self._observer_loop, lambda: self.cluster_id,
+                                            lambda: self.client_security)
         self._observer: Any = None
         self._observer_voters: dict[int, tuple[str, int]] = {}
         self._hw = 0
@@ -124,6 +126,8 @@ class Application(VoterMembershipMixin):
         # The HTTP API's tokens (kraft_spark.http_auth), for the sidecar and every voter's API.
         self.http_credentials: Credentials | None = None
         self.http_credentials_path: str | None = None
+        # The listeners' SASL credentials (kraft_spark.quorum_auth); None: no authentication.
+        self.quorum_auth: QuorumAuth | None = None
         self._upkeep = TableUpkeep(self)  # checkpoints, compaction, Raft snapshot copies
         self.reset_observer = False  # after a restore: the observer's old log is dropped
         self.released_generation = -1  # the newest generation whose fresh voters were told
@@ -140,6 +144,7 @@ class Application(VoterMembershipMixin):
         if not is_uri(cfg.warehouse):
             private_dir(cfg.warehouse)
         self.http_credentials_path, self.http_credentials = http_credentials(cfg)
+        self.quorum_auth = quorum_auth(cfg)
         # Room for growing to 5 voters live (resize) plus the Delta jobs; task slots are
         # threads of the one local JVM, not cores. Under spark-submit, its --master.
         master = choose_master(cfg.master, submitted_conf(), cfg.voters)
@@ -204,7 +209,8 @@ class Application(VoterMembershipMixin):
                                           cfg.quorum_properties),
                                       routers=[resize_router(self.resize)],
                                       http_urls=self.voter_http_urls,
-                                      store=self.observer_store.loop_store)
+                                      store=self.observer_store.loop_store,
+                                      security=self.client_security)
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
@@ -233,6 +239,7 @@ class Application(VoterMembershipMixin):
                 http_max_connections=cfg.http_max_connections,
                 http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
                 cpu_affinity=voter_affinity(cfg, local_master=is_local_master(self.spark)),
+                sasl=self.quorum_sasl,
             )
             sc = self.spark.sparkContext
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
@@ -339,7 +346,8 @@ class Application(VoterMembershipMixin):
         node = RaftNode(NodeConfig(OBSERVER_ID, log_dir, "127.0.0.1", port, voters,
                                    QuorumConfig.from_properties(props),
                                    log_preallocate=self.config.log_preallocate,
-                                   snapshots=SnapshotConfig.from_properties(props)))
+                                   snapshots=SnapshotConfig.from_properties(props),
+                                   **listener_fields(self.quorum_sasl)))
         await node.start()
         hold_observer_log(node, lambda: self._materialized)
         node.add_commit_listener(self._on_commit)
@@ -361,7 +369,8 @@ class Application(VoterMembershipMixin):
         bootstrap = [f"{host}:{port}" for host, port in self._observer_voters.values()]
         try:
             client = QuorumClient(bootstrap, cluster_id=self.cluster_id, request_timeout_s=2.0,
-                                  retry_budget_s=timeout_s / 2)
+                                  retry_budget_s=timeout_s / 2,
+                                  **self.client_security.client_kwargs())
             try:
                 target = client.describe_quorum().high_watermark
             finally:
@@ -565,25 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kraft_spark.spark_submit import forward_jvm_signals
 
     forward_jvm_signals()  # under spark-submit: its JVM's SIGINT/SIGTERM come here
-    assert app._sidecar is not None
-    summary = {
-        "http": f"http://{cfg.http_host}:{app._sidecar.port}",
-        "docs": f"http://{cfg.http_host}:{app._sidecar.port}/docs",
-        "warehouse": cfg.warehouse,
-        "tables": [os.path.join(cfg.warehouse, t) for t in ("records", "snapshot",
-                                                            "quorum_events")],
-        "cluster_id": app.cluster_id,
-        "voters": cfg.voters,
-        "voter_http": app.voter_http_urls(),
-        **({"sql": url_of(cfg.sql_host, app.sql_port)} if app.sql_port else {}),
-        **({"credentials": app.http_credentials_path} if app.http_credentials_path else {}),
-    }
-    print(json.dumps(summary), flush=True)
-    # For clients that cannot know where the driver runs (--deploy-mode cluster): --warehouse.
-    app_endpoint.publish(cfg.warehouse, app.spark, {**summary, "http": app_endpoint.advertised_url(
-        cfg.http_host, app._sidecar.port, driver_host(str(app.spark.sparkContext.master),
-                                                      app.spark))})
-    progress(f"running: HTTP API at {summary['http']}, Delta tables under {cfg.warehouse}; "
+    http_url = announce(app)
+    progress(f"running: HTTP API at {http_url}, Delta tables under {cfg.warehouse}; "
              "Ctrl-C to stop")
     while not stop.wait(1.0) and app.fatal is None:
         pass

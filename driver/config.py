@@ -37,6 +37,9 @@ class AppConfig:
     # The voters' Kafka-protocol listeners are plaintext; beyond one host (any master but
     # local[N]) they listen on every interface, which must be allowed explicitly.
     listener_plaintext_allowed: bool = False
+    # The listeners take SASL/PLAIN with <data-dir>/quorum-users (kraft_spark.quorum_auth);
+    # true: no authentication at all (loud in the log).
+    listener_insecure: bool = False
     # The Spark Connect server for `kraft-spark sql` (driver/sql_server.py); port 0: none.
     sql_host: str = "127.0.0.1"
     sql_port: int = 15002
@@ -106,6 +109,7 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.http.credentials.file": ("http_credentials_file", str, None),
     "kraft.http.insecure": ("http_insecure", bool, None),
     "kraft.listener.plaintext.allowed": ("listener_plaintext_allowed", bool, None),
+    "kraft.listener.insecure": ("listener_insecure", bool, None),
     "kraft.sql.host": ("sql_host", str, None),
     "kraft.sql.port": ("sql_port", int, 0),
     "kraft.http.max.connections": ("http_max_connections", int, 1),

@@ -13,8 +13,12 @@ from typing import Any
 from driver.config import AppConfig
 from driver.console import progress
 from driver.control import ControlChannel
+from driver.security import client_security
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.log.checkpoints import atomic_write
 from kraft_spark.log.fs import RealFileSystem
+from kraft_spark.net.sasl_plain import SaslServerConfig
+from kraft_spark.quorum_auth import QuorumAuth
 
 log = logging.getLogger("driver.app")
 # A live resize stays within the local master's task slots (see Application.start()).
@@ -29,6 +33,16 @@ class VoterMembershipMixin:
     _resizing: threading.Event
     _reconcile_lock: threading.Lock
     _tasks: dict[int, Any]
+    quorum_auth: QuorumAuth | None
+
+    @property
+    def client_security(self) -> ClientSecurity:
+        return client_security(self.quorum_auth)
+
+    @property
+    def quorum_sasl(self) -> SaslServerConfig | None:
+        """The listeners' SASL of the application's nodes (None: no authentication)."""
+        return self.quorum_auth.sasl if self.quorum_auth is not None else None
 
     def _static_voters(self) -> int:
         """The first start's --voters (the static voter set), kept in the data directory; a
@@ -55,7 +69,8 @@ class VoterMembershipMixin:
 
         with self._reconcile_lock:
             boot = [f"{h['host']}:{h['port']}" for h in tasks.values()]
-            client = QuorumClient(boot, retry_budget_s=30.0)
+            client = QuorumClient(boot, retry_budget_s=30.0,
+                                  **self.client_security.client_kwargs())
             try:
                 reconcile(client, tasks, target, stopping=self.stopping, say=progress)
             finally:

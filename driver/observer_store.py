@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kraft_spark.client.client import AsyncQuorumClient
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.net.node import RaftNode
 from kraft_spark.store.cross_loop import LoopStore
 from kraft_spark.store.service import NodeStore
@@ -49,9 +50,12 @@ async def read_committed(node: RaftNode, start: int, limit_records: int
 class ObserverStore:
     """The observer's ``NodeStore``, replaced whenever the driver restarts its observer."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, cluster_id: Callable[[], str]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, cluster_id: Callable[[], str],
+                 security: Callable[[], ClientSecurity]) -> None:
+        """``security``: how its forwarding client authenticates to the voters."""
         self._loop = loop
         self._cluster_id = cluster_id
+        self._security = security
         self._store: NodeStore | None = None
         self._client: AsyncQuorumClient | None = None
         self.loop_store = LoopStore(lambda: self._store, lambda: self._loop)
@@ -65,7 +69,8 @@ class ObserverStore:
         def forwarder() -> AsyncQuorumClient:
             if self._client is None:
                 self._client = AsyncQuorumClient(bootstrap, cluster_id=self._cluster_id(),
-                                                 client_id="driver-observer-reads")
+                                                 client_id="driver-observer-reads",
+                                                 **self._security().client_kwargs())
             return self._client
 
         self._store = NodeStore(node, forwarder)

@@ -7,7 +7,9 @@ import os
 
 from driver.config import AppConfig
 from driver.console import progress
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
+from kraft_spark.quorum_auth import QuorumAuth, ensure_quorum_auth
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.spark_session import LOCAL_MASTER
 
@@ -25,6 +27,26 @@ def http_credentials(cfg: AppConfig) -> tuple[str | None, Credentials | None]:
     elif created:
         progress(f"HTTP credentials (admin, write and read tokens) created in {path}")
     return path, credentials
+
+
+def quorum_auth(cfg: AppConfig) -> QuorumAuth | None:
+    """The listeners' SASL/PLAIN credentials in the data directory (made on a first start);
+    None with kraft.listener.insecure=true (said loudly)."""
+    if cfg.listener_insecure:
+        progress("kraft.listener.insecure=true: the voters' Kafka-protocol listeners take every "
+                 "request without authentication; anyone who reaches them can read the log and "
+                 "change the voters")
+        return None
+    auth = ensure_quorum_auth(cfg.data_dir)
+    if auth.created:
+        progress(f"quorum credentials (SASL/PLAIN) created in {auth.users_file}")
+    return auth
+
+
+def client_security(auth: QuorumAuth | None) -> ClientSecurity:
+    """How the driver's clients (sidecar, observer, voter changes) authenticate: as the
+    administrator, since they also carry voter changes."""
+    return ClientSecurity(sasl=auth.sasl.client) if auth is not None else ClientSecurity()
 
 
 def check_voter_listeners(master: str, cfg: AppConfig) -> None:

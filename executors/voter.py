@@ -29,11 +29,12 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kraft_spark import aio
 from kraft_spark.http_auth import Credentials
+from kraft_spark.net.sasl_plain import SaslServerConfig
 
 log = logging.getLogger("kraft_spark.executor")
 
@@ -68,6 +69,9 @@ class VoterSettings:
     # kraft.cpu.affinity of the voters ("role": the leader on the lower half of the CPUs, the
     # others on the upper half, as `kraft-spark local` places its nodes on one machine)
     cpu_affinity: str = "none"
+    # SASL/PLAIN on the listeners (the users of the driver's <data-dir>/quorum-users, shipped
+    # in the task closure as the HTTP credentials are); None: no authentication.
+    sasl: SaslServerConfig | None = None
 
 
 def _host(settings: VoterSettings, ctx: Any = None) -> str:
@@ -200,6 +204,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         from kraft_spark.gc_tuning import tune_for_serving
         from kraft_spark.log.errors import LogError
         from kraft_spark.net.config import NodeConfig
+        from kraft_spark.quorum_auth import listener_fields
         from kraft_spark.raft.config import QuorumConfig
         from kraft_spark.state.policy import SnapshotConfig
 
@@ -235,6 +240,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             log_preallocate=settings.log_preallocate,
             snapshots=SnapshotConfig.from_properties(settings.quorum_properties),
             cpu_affinity=settings.cpu_affinity,
+            **listener_fields(settings.sasl),
             **_http_settings(settings, me, everyone),
         )
         hello = {
@@ -292,6 +298,3 @@ def _grandparent_pid() -> int:
 
     return parent_of(os.getppid())
 
-
-def settings_as_dict(settings: VoterSettings) -> dict[str, Any]:
-    return asdict(settings)

@@ -6,8 +6,10 @@
         print(result.base_offset, result.epoch, client.describe_quorum().leader_id)
 """
 
-from kraft_spark.client.client import AsyncQuorumClient, QuorumClient, parse_bootstrap
+from kraft_spark.client.blocking import QuorumClient
+from kraft_spark.client.client import AsyncQuorumClient, parse_bootstrap
 from kraft_spark.client.errors import (
+    AuthenticationError,
     ClientError,
     ClusterIdMismatchError,
     CommitTimeoutError,
@@ -35,6 +37,7 @@ __all__ = [
     "AppendResult",
     "AsyncKvClient",
     "AsyncQuorumClient",
+    "AuthenticationError",
     "ClientError",
     "ClusterIdMismatchError",
     "CommitTimeoutError",

@@ -20,16 +20,14 @@ from __future__ import annotations
 import asyncio
 import random
 import ssl
-import threading
 import time
-import uuid
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kraft_spark import aio
 from kraft_spark.client.coalesce import AppendCoalescer
 from kraft_spark.client.errors import (
+    AuthenticationError,
     ClientError,
     ClusterIdMismatchError,
     CommitTimeoutError,
@@ -42,6 +40,7 @@ from kraft_spark.client.errors import (
     snapshot_label,
 )
 from kraft_spark.client.leader_watch import DEFAULT_PROBE_AFTER_S, LeaderMovedError, LeaderWatch
+from kraft_spark.client.security import needs_authentication
 from kraft_spark.client.types import (
     AppendResult,
     CommittedRecord,
@@ -50,12 +49,13 @@ from kraft_spark.client.types import (
     ReplicaInfo,
 )
 from kraft_spark.client.voter_changes import VoterChangesMixin
+from kraft_spark.net.sasl_plain import PlainCredentials
 from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.net.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
 from kraft_spark.raft.producers import key_producer_id
 from kraft_spark.raft.records import Batch, Record
-from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, directory_text
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, directory_text
 
 T = TypeVar("T")
 
@@ -109,6 +109,7 @@ class AsyncQuorumClient(VoterChangesMixin):
         retry_backoff_s: float = 0.02,
         retry_backoff_max_s: float = 0.5,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: PlainCredentials | None = None,
         client_id: str = "kraft-spark-client",
         coalesce: bool = False,
         leader_probe_s: float = DEFAULT_PROBE_AFTER_S,
@@ -117,7 +118,9 @@ class AsyncQuorumClient(VoterChangesMixin):
         for servers that turn many requests into appends, such as the HTTP sidecar.
         ``leader_probe_s``: a request unanswered for this long makes the client ask the other
         nodes whether another leader was elected (see ``kraft_spark.client.leader_watch``); 0
-        waits for ``request_timeout_s`` instead."""
+        waits for ``request_timeout_s`` instead. ``sasl``: the SASL/PLAIN identity every
+        connection authenticates as (``client.security`` reads it from a client properties
+        file)."""
         self._endpoints = parse_bootstrap(bootstrap)
         self.cluster_id = cluster_id or ""
         self._expected_cluster = cluster_id
@@ -126,6 +129,7 @@ class AsyncQuorumClient(VoterChangesMixin):
         self._backoff_min = retry_backoff_s
         self._backoff_max = retry_backoff_max_s
         self._ssl = ssl_context
+        self._sasl = sasl
         self._client_id = client_id
         self._conns: dict[tuple[str, int], Connection] = {}
         self._leader: tuple[str, int] | None = None
@@ -155,6 +159,7 @@ class AsyncQuorumClient(VoterChangesMixin):
                 endpoint[0],
                 endpoint[1],
                 ssl_context=self._ssl,
+                sasl=self._sasl,
                 client_id=self._client_id,
                 reconnect_backoff_s=self._backoff_min,
             )
@@ -185,6 +190,10 @@ class AsyncQuorumClient(VoterChangesMixin):
         epoch = self._leader_epoch if endpoint == self._leader else -1
         reply: dict[str, Any] = await self._watch.await_unless_replaced(
             request, target=endpoint, target_epoch=epoch, others=others)
+        if needs_authentication(reply):
+            raise AuthenticationError(
+                f"{endpoint[0]}:{endpoint[1]} takes no request before SASL/PLAIN "
+                "authentication, and this client has no credentials (sasl=)")
         return reply
 
     async def _ask_leader(self, endpoint: tuple[str, int],
@@ -248,6 +257,8 @@ class AsyncQuorumClient(VoterChangesMixin):
                     follow = True
                     break
                 except TransportError as exc:
+                    if exc.auth_failed:
+                        raise AuthenticationError(f"{what}: {exc}") from None
                     last_error = str(exc)
                     self._forget_leader(endpoint)
                     if exc.not_kafka:
@@ -548,64 +559,6 @@ def _error_text(code: int) -> str:
         return f"{ErrorCode(code).name} ({code})"
     except ValueError:
         return f"error {code}"
-
-
-class QuorumClient:
-    """The blocking form: runs an ``AsyncQuorumClient`` on a private event-loop thread."""
-
-    def __init__(self, bootstrap: Sequence[str] | str, **kwargs: Any) -> None:
-        self._loop = aio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="quorum-client", daemon=True
-        )
-        self._thread.start()
-
-        async def make() -> AsyncQuorumClient:
-            return AsyncQuorumClient(bootstrap, **kwargs)
-
-        self._client = self._call(make())
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    @property
-    def cluster_id(self) -> str:
-        return self._client.cluster_id
-
-    def append(self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
-               idempotency_key: str | None = None) -> AppendResult:
-        return self._call(self._client.append(records, timeout_s=timeout_s,
-                                              idempotency_key=idempotency_key))
-
-    def read(self, from_offset: int, limit: int = 100) -> list[CommittedRecord]:
-        return self._call(self._client.read(from_offset, limit))
-
-    def describe_quorum(self) -> QuorumInfo:
-        return self._call(self._client.describe_quorum())
-
-    def leader_views(self, timeout_s: float = 1.0) -> dict[str, tuple[int, int]]:
-        return self._call(self._client.leader_views(timeout_s))
-
-    def add_voter(self, voter_id: int, directory_id: uuid.UUID,
-                  endpoints: tuple[Endpoint, ...], *, timeout_s: float = 30.0) -> None:
-        self._call(self._client.add_voter(voter_id, directory_id, endpoints,
-                                          timeout_s=timeout_s))
-
-    def remove_voter(self, voter_id: int, directory_id: uuid.UUID, *,
-                     timeout_s: float = 30.0) -> None:
-        self._call(self._client.remove_voter(voter_id, directory_id, timeout_s=timeout_s))
-
-    def close(self) -> None:
-        if self._loop.is_closed():
-            return
-        self._call(self._client.close())
-        aio.stop_thread_loop(self._loop, self._thread)
-
-    def __enter__(self) -> QuorumClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _snapshot_of(log_start: Any) -> str | None:

@@ -44,6 +44,12 @@ class NotKafkaEndpointError(ClientError):
     listeners. Not retriable: the bootstrap list is wrong."""
 
 
+class AuthenticationError(ClientError):
+    """The quorum's listeners require credentials this client was not given, or refused the
+    ones it gave (SASL/PLAIN). Not retriable: fix the client's configuration (``sasl=``, or the
+    commands' ``--command-config``)."""
+
+
 class OffsetBelowLogStartError(ClientError):
     """The offset asked for is below the log start offset (KIP-630): retention deleted those
     records after a snapshot captured their effect. Kafka's OFFSET_OUT_OF_RANGE on the wire.

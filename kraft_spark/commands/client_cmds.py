@@ -29,6 +29,8 @@ from kraft_spark.errors import CommandError, silence_stdout
 if TYPE_CHECKING:  # the client is imported when a command runs, to keep --help quick
     from kraft_spark.client import ClientError, CommittedRecord, NewRecord
 
+# The default --command-config, as etcdctl takes ETCDCTL_* for its flags: set it once per shell.
+COMMAND_CONFIG_ENV = "KRAFT_SPARK_COMMAND_CONFIG"
 FILE_BATCH = 500  # at most this many records per append when reading --file
 
 
@@ -75,7 +77,11 @@ def _bootstrap(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--bootstrap-server", dest="bootstrap_controller",
                        metavar="HOST:PORT[,...]", help="the same (Kafka's flag for brokers)")
     parser.add_argument("--command-config", metavar="FILE",
-                        help="add-controller: the new controller's properties file")
+                        default=os.environ.get(COMMAND_CONFIG_ENV) or None,
+                        help="client properties with Kafka's names (security.protocol, "
+                        "sasl.mechanism, sasl.jaas.config): how to authenticate, e.g. "
+                        "<data-dir>/admin.properties; add-controller: the new controller's "
+                        f"properties file (default: ${COMMAND_CONFIG_ENV})")
     parser.add_argument("--timeout", type=_seconds, default=15.0,
                         help="seconds to keep retrying while no leader answers (default 15)")
 
@@ -95,11 +101,20 @@ def _seconds(text: str) -> float:
 def _run(args: argparse.Namespace, make: Any) -> Any:
     """Run ``make(client)`` with a client, mapping client errors to one-line command errors."""
     from kraft_spark.client import AsyncQuorumClient, ClientError
+    from kraft_spark.client.security import ClientSecurity
+    from kraft_spark.raft.config import ConfigError
+
+    try:
+        security = (ClientSecurity.from_file(args.command_config) if args.command_config
+                    else ClientSecurity())
+    except ConfigError as exc:
+        raise CommandError(f"--command-config: {exc}") from None
 
     async def main() -> Any:
         try:
             client = AsyncQuorumClient(args.bootstrap_controller, retry_budget_s=args.timeout,
-                                       request_timeout_s=min(5.0, args.timeout))
+                                       request_timeout_s=min(5.0, args.timeout),
+                                       **security.client_kwargs())
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         try:
@@ -116,10 +131,13 @@ def _run(args: argparse.Namespace, make: Any) -> Any:
 def _command_error(exc: ClientError) -> CommandError:
     """Exit 1 (retry later) for a client error, 2 (fix the command) when no endpoint is a quorum
     node at all (they answered in HTTP)."""
-    from kraft_spark.client import NotKafkaEndpointError
+    from kraft_spark.client import AuthenticationError, NotKafkaEndpointError
 
     if isinstance(exc, NotKafkaEndpointError):
         return CommandError(f"{exc} (--bootstrap-controller)")
+    if isinstance(exc, AuthenticationError):
+        return CommandError(f"{exc}: pass --command-config <data-dir>/admin.properties (or "
+                            f"set ${COMMAND_CONFIG_ENV} to it)")
     return CommandError(str(exc), exit_code=1)
 
 

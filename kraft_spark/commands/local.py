@@ -6,6 +6,10 @@ with ``kraft-spark node`` (its log in ``DATA_DIR/logs/node-<id>.log``), waits un
 and prints one JSON line per node. It restarts nothing by itself; on SIGINT/SIGTERM it stops
 the nodes gracefully (the leader resigns with EndQuorumEpoch) and exits 0.
 
+The listeners take SASL/PLAIN (``kraft_spark.quorum_auth``): ``DATA_DIR/quorum-users`` is made
+on a first start, and ``DATA_DIR/admin.properties`` holds the administrator's client settings for
+``--command-config`` (``--quorum-insecure``: no authentication, said loudly).
+
 Two ways to serve the HTTP API: ``--http-port`` runs the sidecar in this process, in front of
 the quorum (it reaches the leader over TCP); ``--node-http-base-port B`` makes node i serve it
 itself on ``B + i`` (``kraft.http.listener``: an append to the leader goes straight into its
@@ -26,11 +30,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
 from kraft_spark.net.storage_failure import is_disk_failure
+from kraft_spark.quorum_auth import QuorumAuth, ensure_quorum_auth
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.secret_files import private_dir
 from kraft_spark.stop_signals import StopSignals
@@ -62,6 +68,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--http-insecure", action="store_true",
                         help="serve the HTTP API without authentication (anyone who reaches "
                         "it can append and change the voters)")
+    parser.add_argument("--quorum-insecure", action="store_true",
+                        help="run the Kafka-protocol listeners without authentication (anyone "
+                        "who reaches them can read the log and change the voters); by default "
+                        "they take SASL/PLAIN with <data-dir>/quorum-users, and clients use "
+                        "--command-config <data-dir>/admin.properties")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument(
         "--cpu-affinity", choices=AFFINITY_CHOICES, default=AFFINITY_ROLE,
@@ -213,6 +224,8 @@ def _run_local(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     credentials_path, credentials = _http_credentials(args, data_dir, say)
+    auth = _quorum_auth(args, data_dir, say)
+    listener_scheme = "SASL_PLAINTEXT://" if auth is not None else ""
     http_auth_property = (f"kraft.http.credentials.file={credentials_path}"
                           if credentials is not None else "kraft.http.insecure=true")
 
@@ -243,12 +256,15 @@ def _run_local(args: argparse.Namespace) -> int:
             conf = os.path.join(data_dir, f"node-{node_id}.properties")
             http_port = http_ports[node_id]
             node_props = [f"kraft.cpu.affinity={args.cpu_affinity}"]
+            if auth is not None:
+                node_props += auth.node_properties()
             if http_port is not None:
                 node_props.append(f"kraft.http.listener={args.host}:{http_port}")
                 node_props.append(http_auth_property)
             with open(conf, "w", encoding="utf-8") as fh:
                 fh.write(
-                    f"node.id={node_id}\nlog.dirs={log_dir}\nlisteners={args.host}:{port}\n"
+                    f"node.id={node_id}\nlog.dirs={log_dir}\n"
+                    f"listeners={listener_scheme}{args.host}:{port}\n"
                     f"controller.quorum.voters={voters}\n"
                     + "".join(e + "\n" for e in node_props + extra)
                 )
@@ -278,12 +294,16 @@ def _run_local(args: argparse.Namespace) -> int:
                 sidecar = start_sidecar([f"{args.host}:{p}" for p in ports], args.host,
                                         args.http_port, cluster_id=cluster_id,
                                         credentials=credentials, quorum=_quorum_of(extra),
-                                        registry=registry, http_urls=lambda: urls)
+                                        registry=registry, http_urls=lambda: urls,
+                                        security=ClientSecurity(sasl=auth.sasl.client)
+                                        if auth is not None else None)
             except RuntimeError as exc:
                 raise CommandError(str(exc), exit_code=1) from exc
             print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",
                               "docs": f"http://{args.host}:{sidecar.port}/docs",
-                              "credentials": credentials_path}), flush=True)
+                              "credentials": credentials_path,
+                              **({"command_config": auth.admin_properties}
+                                 if auth is not None else {})}), flush=True)
         while not stop.wait(0.2):
             supervisor.poll()
             if supervisor.running() == 0:
@@ -310,6 +330,22 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _quorum_auth(args: Any, data_dir: str, say: Callable[[str], None]) -> QuorumAuth | None:
+    """The listeners' SASL credentials (``quorum_auth``), or None with --quorum-insecure."""
+    if args.quorum_insecure:
+        say("--quorum-insecure: the Kafka-protocol listeners take every request without "
+            "authentication; anyone on this host can read the log and change the voters")
+        return None
+    try:
+        auth = ensure_quorum_auth(data_dir)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+    if auth.created:
+        say(f"quorum credentials (SASL/PLAIN) created in {auth.users_file}")
+    say(f"clients of the Kafka-protocol listeners: --command-config {auth.admin_properties}")
+    return auth
 
 
 def _http_credentials(args: Any, data_dir: str,

@@ -15,6 +15,7 @@ from api.app import create_app
 from api.limits import HttpLimits
 from api.server import ServerHandle, serve_in_thread
 from kraft_spark.client import AsyncQuorumClient
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.client.timeouts import ClientTimeouts
 from kraft_spark.gc_tuning import tune_for_serving
 from kraft_spark.http_auth import Credentials
@@ -36,20 +37,24 @@ def start_sidecar(
     routers: Sequence[Any] = (),
     http_urls: Callable[[], dict[int, str]] | None = None,
     store: KvStore | None = None,
+    security: ClientSecurity | None = None,
 ) -> ServerHandle:
     """Serve the HTTP API on ``host:port`` (0: any free port) until ``handle.stop()``. The
     client's timeouts follow ``quorum``'s settings (Kafka's defaults when not given).
     ``routers``: more FastAPI routers (the Spark application's ``/v1/app``), behind the same
     credentials. ``http_urls``: the HTTP API each node serves itself, for ``/v1/quorum``. ``store``:
     a copy of the store's state in this process (the Spark driver's observer), for reads by
-    key, conditional writes and watches; without one those answer 503 naming where to go."""
+    key, conditional writes and watches; without one those answer 503 naming where to go.
+    ``security``: how the sidecar authenticates to the quorum's listeners (the administrator's
+    SASL identity, as it also carries voter changes)."""
     tune_for_serving()
     endpoints = list(bootstrap)
     timeouts = ClientTimeouts.for_quorum(quorum or QuorumConfig())
 
     def backend() -> AsyncQuorumClient:
         return AsyncQuorumClient(endpoints, cluster_id=cluster_id, coalesce=True,
-                                 **timeouts.client_kwargs())
+                                 **timeouts.client_kwargs(),
+                                 **(security or ClientSecurity()).client_kwargs())
 
     app = create_app(backend_factory=backend, credentials=credentials, metrics=registry,
                      http_urls=http_urls, store=lambda: store)

@@ -54,10 +54,10 @@ async def discover_voters(
     servers and the last error when the quorum cannot be reached."""
     servers = ",".join(f"{h}:{p}" for h, p in config.bootstrap_servers)
     meta = read_meta_properties(config.log_dir)
-    tls = config.tls
     client = AsyncQuorumClient(
         servers, cluster_id=meta.cluster_id if meta is not None else None,
-        ssl_context=tls.client_context() if tls else None, retry_budget_s=PROGRESS_EVERY_S)
+        ssl_context=config.client_ssl(), sasl=config.client_sasl,
+        retry_budget_s=PROGRESS_EVERY_S)
     deadline = time.monotonic() + timeout_s
     try:
         while True:

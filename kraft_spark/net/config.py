@@ -23,6 +23,10 @@ names are ignored):
 * ``ssl.certificate.location`` / ``ssl.key.location`` / ``ssl.ca.location``: PEM files; when
   set, every connection (peers and clients) uses mutual TLS and a peer without a certificate
   signed by the CA is refused;
+* ``kraft.sasl.plain.users.file``: SASL/PLAIN on the listener (``listeners=SASL_PLAINTEXT://``;
+  ``net.sasl_plain``): a file, mode 0600, of ``<username> <password>`` lines; every connection
+  authenticates as one of them before any request, and this node authenticates to its peers as
+  ``kraft.sasl.plain.username`` (default ``admin``), so the quorum's nodes share the file;
 * ``metrics.port``: serve Prometheus text on ``http://<listener host>:<port>/metrics``;
 * ``kraft.http.listener``: ``host:port`` (0: any free port) on which the node also serves the
   HTTP API (``api.app``: append, read, describe) on its own event loop; a leader appends HTTP
@@ -60,6 +64,7 @@ from kraft_spark.config_keys import check_known
 from kraft_spark.http_auth import Credentials, resolve_http_credentials
 from kraft_spark.net.cluster_acl import PLAINTEXT_ALLOWED_KEY, ClusterAcl, check_listener
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_NONE
+from kraft_spark.net.sasl_plain import PlainCredentials, SaslServerConfig
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.state.policy import SnapshotConfig
 
@@ -177,6 +182,8 @@ class NodeConfig:
     quorum: QuorumConfig = field(default_factory=QuorumConfig)
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     tls: TlsConfig | None = None
+    # SASL/PLAIN on the listener and toward the peers (kraft.sasl.plain.users.file).
+    sasl: SaslServerConfig | None = None
     metrics_port: int | None = None
     disk_lost: bool = False
     # (host, port) of the embedded HTTP API; None: no HTTP.
@@ -208,6 +215,15 @@ class NodeConfig:
     @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
+
+    def client_ssl(self) -> ssl.SSLContext | None:
+        """The TLS context of this node's connections to other nodes (None: plaintext)."""
+        return self.tls.client_context() if self.tls is not None else None
+
+    @property
+    def client_sasl(self) -> PlainCredentials | None:
+        """Whom this node authenticates as toward other nodes (None: no SASL)."""
+        return self.sasl.client if self.sasl is not None else None
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> NodeConfig:
@@ -245,6 +261,7 @@ class NodeConfig:
         else:
             raise ConfigError("listeners is required for an observer (host:port to bind)")
         tls = TlsConfig.from_properties(props)
+        sasl = SaslServerConfig.from_properties(props)
         check_listener(host, tls is not None, parse_boolean(
             PLAINTEXT_ALLOWED_KEY, props.get(PLAINTEXT_ALLOWED_KEY), default=False))
         max_frame = _positive_int(props, "socket.request.max.bytes", DEFAULT_MAX_FRAME_BYTES)
@@ -298,7 +315,9 @@ class NodeConfig:
             quorum=quorum,
             max_frame_bytes=max_frame,
             tls=tls,
-            acl=ClusterAcl.configure(props.get("super.users"), tls is not None),
+            sasl=sasl,
+            acl=ClusterAcl.configure(props.get("super.users"),
+                                     tls is not None or sasl is not None),
             metrics_port=metrics_port,
             disk_lost=parse_boolean("node.disk.lost", props.get("node.disk.lost"), default=False),
             http_listener=http_listener,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from kraft_spark.net.principal import principal_of
+from kraft_spark.net.sasl_server import SASL_KEYS, SaslGate
 from kraft_spark.net.transport import (
     DEFAULT_MAX_FRAME_BYTES,
     FRAMES_PER_TURN,
@@ -43,6 +44,9 @@ class ServerConnection:
         # Kafka's principal: the client certificate's subject under mutual TLS, else anonymous
         # (connection_made runs after the TLS handshake, so the certificate is known here).
         self.principal = principal_of(transport)
+        # False until SASL authentication succeeds on a SASL listener (net.sasl_server).
+        self.authenticated = True
+        self.sasl_mechanism: str | None = None
         self.closed = False
         self.last_read = 0.0  # loop time of the last bytes received (see FrameServer idle)
 
@@ -170,6 +174,7 @@ class FrameServer:
         decode: RequestDecoder = decode_request,
         max_connections: int | None = None,
         idle_timeout_s: float | None = None,
+        sasl_gate: SaslGate | None = None,
     ) -> None:
         """``decode`` turns a request payload into its header and what ``handler`` gets as
         the body; it raises as ``decode_request`` does (whose dict bodies it defaults to).
@@ -178,7 +183,10 @@ class FrameServer:
         ``max.connections``); ``idle_timeout_s``: a connection that sent nothing for that long
         is closed (Kafka's ``connections.max.idle.ms``). Each connection costs a descriptor
         and up to a frame of buffer, so without them a peer opening thousands, or trickling
-        bytes, could exhaust the process's descriptors or memory; None: no limit."""
+        bytes, could exhaust the process's descriptors or memory; None: no limit.
+
+        ``sasl_gate``: what a connection must send before its requests reach ``handler``
+        (SASL/PLAIN when the gate holds users; otherwise SASL requests are refused)."""
         self.host = host
         self._port = port
         self._handler = handler
@@ -196,6 +204,7 @@ class FrameServer:
         self.refused_connections = 0  # over max_connections
         self.idle_closed = 0
         self._last_refusal_log = -1e9
+        self._gate = sasl_gate if sasl_gate is not None else SaslGate(None, name)
 
     @property
     def port(self) -> int:
@@ -250,6 +259,7 @@ class FrameServer:
     def _accept(self, transport: asyncio.Transport) -> ServerConnection:
         """A new connection: tracked, or closed at once when over ``max_connections``."""
         conn = ServerConnection(transport)
+        conn.authenticated = not self._gate.required
         loop = asyncio.get_running_loop()
         conn.last_read = loop.time()
         if self._closing:
@@ -298,6 +308,9 @@ class FrameServer:
                 ApiKey.API_VERSIONS, header.api_version, header.correlation_id, api_versions_body()
             )
             return True
+        if (not conn.authenticated or header.api_key in SASL_KEYS) and not self._gate.admit(
+                conn, header, body):
+            return not conn.closed
         try:
             self._handler(conn, header, body)
         except Exception:  # a bug in one request must not take the node down

@@ -59,6 +59,7 @@ from kraft_spark.net.fast_wire import FETCH_VERSION, decode_fetch_request, encod
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
 from kraft_spark.net.log_repair import note_damage, open_with_repair
 from kraft_spark.net.node_flush import GroupCommitMixin
+from kraft_spark.net.node_listener import node_listener
 from kraft_spark.net.node_peers import PeerRequestsMixin
 from kraft_spark.net.node_tokens import (
     EmbeddedHttpFactory,
@@ -224,18 +225,7 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         self.stats.boot_timestamp_ms = wall_ms()
         if self._placement is not None:
             self._placement.on_role(self._core.role is Role.LEADER)
-        tls = cfg.tls
-        self._server = FrameServer(
-            cfg.host,
-            cfg.port,
-            self._on_request,
-            ssl_context=tls.server_context() if tls else None,
-            max_frame_bytes=cfg.max_frame_bytes,
-            name=f"node {cfg.node_id}",
-            decode=self._decode_request,
-            max_connections=cfg.max_connections,
-            idle_timeout_s=cfg.connections_max_idle_ms / 1000,
-        )
+        self._server = node_listener(cfg, self._on_request, self._decode_request)
         await self._server.start()
         log.info(
             "node %d (%s) listening on %s:%d, cluster %s, log end offset %d",

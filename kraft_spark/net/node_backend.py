@@ -148,7 +148,8 @@ class NodeBackend:
                 [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in cfg.voters.values()],
                 cluster_id=self._node.cluster_id or None,
                 **self._timeouts.client_kwargs(),
-                ssl_context=cfg.tls.client_context() if cfg.tls is not None else None,
+                ssl_context=cfg.client_ssl(),
+                sasl=cfg.client_sasl,
                 client_id=f"node-{cfg.node_id}-http",
                 coalesce=True,
             )

@@ -46,11 +46,11 @@ class PeerRequestsMixin:
             endpoint = self._voter_address(node_id)
             if endpoint is None:
                 return None
-            tls = self.config.tls
             conn = Connection(
                 endpoint[0],
                 endpoint[1],
-                ssl_context=tls.client_context() if tls else None,
+                ssl_context=self.config.client_ssl(),
+                sasl=self.config.client_sasl,
                 client_id=f"raft-node-{self.node_id}",
                 max_frame_bytes=self.config.max_frame_bytes,
                 reconnect_backoff_s=self.config.quorum.retry_backoff_ms / 1000,

@@ -111,10 +111,10 @@ class VoterEndpointsMixin:
         self, conn: ServerConnection, header: RequestHeader, message: AddVoterRequest
     ) -> None:
         where = message.endpoints[0]
-        tls = self.config.tls
         refusal = await probe_new_voter(
             where.host, where.port, min(PROBE_TIMEOUT_S, self.config.quorum.request_timeout_ms
-                                        / 1000), tls.client_context() if tls else None)
+                                        / 1000), self.config.client_ssl(),
+            self.config.client_sasl)
         if self._stopping or self._core is None:
             conn.close()
         elif refusal is not None:

@@ -37,6 +37,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from kraft_spark.net.sasl_plain import PlainCredentials, SaslError, login
 from kraft_spark.protocol import (
     ApiKey,
     FrameDecoder,
@@ -63,14 +64,16 @@ class TransportError(Exception):
     request may have reached the peer (False: it certainly did not). ``refused`` is True only
     when connecting was actively refused (nothing listens at the endpoint); it implies
     ``sent`` is False. ``not_kafka`` is True when the peer answered in HTTP: the endpoint is
-    some HTTP server (an API port given for a Raft one), which will never take the request."""
+    some HTTP server (an API port given for a Raft one), which will never take the request.
+    ``auth_failed`` is True when SASL authentication was refused or is not offered."""
 
     def __init__(self, message: str, *, sent: bool = True, refused: bool = False,
-                 not_kafka: bool = False) -> None:
+                 not_kafka: bool = False, auth_failed: bool = False) -> None:
         super().__init__(message)
-        self.sent = sent and not refused and not not_kafka
+        self.sent = sent and not refused and not not_kafka and not auth_failed
         self.refused = refused
         self.not_kafka = not_kafka
+        self.auth_failed = auth_failed  # SASL authentication failed: retrying will not help
 
 
 _ERRNO = re.compile(r"\[Errno (\d+)\]")
@@ -147,8 +150,12 @@ class Connection:
         reconnect_backoff_s: float = 0.05,
         reconnect_backoff_max_s: float = 1.0,
         fail_fast_when_refused: bool = False,
+        sasl: PlainCredentials | None = None,
     ) -> None:
-        """``fail_fast_when_refused``: while waiting out the reconnect backoff after a refused
+        """``sasl``: authenticate every new connection with SASL/PLAIN before it carries a
+        request (a SASL_PLAINTEXT listener; ``net.sasl_plain``).
+
+        ``fail_fast_when_refused``: while waiting out the reconnect backoff after a refused
         attempt, fail new requests at once with ``refused`` instead of holding them until the
         next attempt. For callers with their own retry policy (the Raft shell): the peer was
         not listening a moment ago, and holding the request only delays what the caller learns.
@@ -156,6 +163,7 @@ class Connection:
         self.host = host
         self.port = port
         self._ssl = ssl_context
+        self._sasl = sasl
         self._client_id = client_id
         self._max_frame_bytes = max_frame_bytes
         self._connect_timeout_s = connect_timeout_s
@@ -225,6 +233,8 @@ class Connection:
                     sent=False,
                     refused=self._last_refused,
                 ) from exc
+            if self._sasl is not None:
+                await self._login(transport, loop)
             self._backoff = 0.0
             self._last_refused = False
             self._transport, self._protocol = transport, protocol
@@ -233,6 +243,40 @@ class Connection:
             fut, self._connecting = self._connecting, None
             if fut is not None and not fut.done():
                 fut.set_result(None)
+
+    async def _login(self, transport: asyncio.Transport,
+                     loop: asyncio.AbstractEventLoop) -> None:
+        """SASL/PLAIN on a new connection, before anyone else may use it; on failure the
+        connection is closed and the attempt backs off like a refused one."""
+        assert self._sasl is not None
+
+        async def request(api_key: int, api_version: int, body: Body) -> Body:
+            fut: asyncio.Future[Body] = loop.create_future()
+
+            def done(result: Body | None, error: BaseException | None) -> None:
+                if not fut.done():
+                    if error is not None:
+                        fut.set_exception(error)
+                    else:
+                        fut.set_result(cast(Body, result))
+
+            self._write(transport, api_key=api_key,
+                        encode=lambda corr, cid: encode_request(api_key, api_version, corr, cid,
+                                                                body),
+                        decode=lambda payload: decode_response(api_key, api_version, payload)[1],
+                        timeout_s=self._connect_timeout_s, done=done)
+            return await fut
+
+        try:
+            await login(request, self._sasl)
+        except (SaslError, TransportError) as exc:
+            transport.close()
+            if isinstance(exc, TransportError) and exc.not_kafka:
+                raise  # an HTTP port: say that, not that authentication failed
+            self._backoff = min(self._backoff_max, max(self._backoff_min, self._backoff * 2))
+            self._next_attempt = loop.time() + self._backoff
+            raise TransportError(f"cannot authenticate to {self.endpoint}: {exc}",
+                                 sent=False, auth_failed=isinstance(exc, SaslError)) from exc
 
     def start_request(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ssl
 
+from kraft_spark.net.sasl_plain import PlainCredentials
 from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.protocol import ApiKey
 from kraft_spark.raft.messages import ErrorCode
@@ -23,12 +24,13 @@ KRAFT_VERSION_FEATURE = "kraft.version"
 
 
 async def probe_new_voter(
-    host: str, port: int, timeout_s: float, ssl_context: ssl.SSLContext | None = None
+    host: str, port: int, timeout_s: float, ssl_context: ssl.SSLContext | None = None,
+    sasl: PlainCredentials | None = None,
 ) -> tuple[ErrorCode, str] | None:
     """None when ``host:port`` answers ApiVersions and supports kraft.version 1 (or says
     nothing about features, as Kafka 3.x nodes may); else (error code, reason)."""
     conn = Connection(host, port, ssl_context=ssl_context, connect_timeout_s=timeout_s,
-                      fail_fast_when_refused=True)
+                      fail_fast_when_refused=True, sasl=sasl)
     try:
         body = await conn.request(ApiKey.API_VERSIONS, PROBE_VERSION,
                                   {"client_software_name": "kraft-spark",

@@ -24,6 +24,7 @@ from typing import Any, Final
 from kraft_spark.protocol import messages as m
 from kraft_spark.protocol import messages_kip853 as k
 from kraft_spark.protocol import messages_metadata as md
+from kraft_spark.protocol import messages_sasl as sa
 from kraft_spark.protocol import messages_store as st
 from kraft_spark.protocol.exceptions import EncodeError, ProtocolError, UnsupportedVersionError
 from kraft_spark.protocol.primitives import Reader
@@ -41,7 +42,9 @@ class ApiKey(IntEnum):
     PRODUCE = 0
     FETCH = 1
     METADATA = 3
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
+    SASL_AUTHENTICATE = 36
     VOTE = 52
     BEGIN_QUORUM_EPOCH = 53
     END_QUORUM_EPOCH = 54
@@ -81,7 +84,10 @@ API_SPECS: dict[int, ApiSpec] = {
         _spec(ApiKey.PRODUCE, m.PRODUCE_REQUEST, m.PRODUCE_RESPONSE),
         _spec(ApiKey.FETCH, m.FETCH_REQUEST, m.FETCH_RESPONSE),
         _spec(ApiKey.METADATA, md.METADATA_REQUEST, md.METADATA_RESPONSE),
+        _spec(ApiKey.SASL_HANDSHAKE, sa.SASL_HANDSHAKE_REQUEST, sa.SASL_HANDSHAKE_RESPONSE),
         _spec(ApiKey.API_VERSIONS, m.API_VERSIONS_REQUEST, m.API_VERSIONS_RESPONSE),
+        _spec(ApiKey.SASL_AUTHENTICATE, sa.SASL_AUTHENTICATE_REQUEST,
+              sa.SASL_AUTHENTICATE_RESPONSE),
         _spec(ApiKey.VOTE, m.VOTE_REQUEST, m.VOTE_RESPONSE),
         _spec(
             ApiKey.BEGIN_QUORUM_EPOCH, m.BEGIN_QUORUM_EPOCH_REQUEST, m.BEGIN_QUORUM_EPOCH_RESPONSE

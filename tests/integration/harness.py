@@ -16,12 +16,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kraft_spark.client import ClientError, NewRecord, QuorumClient
+from kraft_spark.client.security import ClientSecurity
+from kraft_spark.commands.client_cmds import COMMAND_CONFIG_ENV
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
 from kraft_spark.log.codec import iter_batches
 from kraft_spark.log.errors import CorruptRecordError
 from kraft_spark.log.meta import format_log_dir
+from kraft_spark.quorum_auth import ADMIN_PROPERTIES, USERS_FILE
 from kraft_spark.raft.records import (
     CONTROL_TYPE_LEADER_CHANGE,
     Batch,
@@ -101,6 +105,22 @@ class LocalQuorum:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     @property
+    def command_config(self) -> str:
+        """The administrator's client properties `kraft-spark local` wrote (SASL/PLAIN)."""
+        return str(self.data_dir / ADMIN_PROPERTIES)
+
+    @property
+    def auth_args(self) -> list[str]:
+        """What a `kraft-spark` client command needs to authenticate to the listeners."""
+        return ["--command-config", self.command_config]
+
+    def client(self, bootstrap: list[str] | None = None, **kwargs: Any) -> QuorumClient:
+        """A client of the quorum authenticated as its administrator."""
+        security = ClientSecurity.from_file(self.command_config)
+        return QuorumClient(self.bootstrap if bootstrap is None else bootstrap, **kwargs,
+                            **security.client_kwargs())
+
+    @property
     def bootstrap(self) -> list[str]:
         return [str(n["endpoint"]) for n in self.nodes]
 
@@ -166,9 +186,16 @@ class Observer:
             f"controller.quorum.bootstrap.servers={quorum.nodes[-1]['endpoint']}" if bootstrap
             else f"controller.quorum.voters={voters}",
             *(f"{k}={v}" for k, v in FAST_SETTINGS.items()),
+            # The quorum's listeners take SASL/PLAIN: this node authenticates as its nodes do,
+            # and add-controller (Kafka's tool and ours read this file as the admin client's
+            # configuration too) as the administrator, as a Kafka operator would write it.
+            f"kraft.sasl.plain.users.file={data / USERS_FILE}", "super.users=User:admin",
+            *(line for line in (data / ADMIN_PROPERTIES).read_text().splitlines()
+              if not line.startswith("#")),
         ]
         self.config = data / f"node-{node_id}.properties"
         self.config.write_text("\n".join(lines) + "\n")
+        self.config.chmod(0o600)  # it holds the administrator's password
         self.out = open(data / "logs" / f"node-{node_id}.log", "ab")  # noqa: SIM115
         self._start()
 
@@ -199,8 +226,12 @@ class Observer:
 class LoadGenerator:
     """Appends unique keys in a thread; records (key → offset) for every acknowledgement."""
 
-    def __init__(self, bootstrap: list[str], *, batch: int = 1) -> None:
-        self.client = QuorumClient(bootstrap, retry_budget_s=15.0, request_timeout_s=2.0)
+    def __init__(self, target: LocalQuorum | list[str], *, batch: int = 1) -> None:
+        """``target``: a local quorum (its administrator's client) or the bootstrap of
+        hand-started nodes without authentication."""
+        timeouts: dict[str, Any] = {"retry_budget_s": 15.0, "request_timeout_s": 2.0}
+        self.client = (target.client(**timeouts) if isinstance(target, LocalQuorum)
+                       else QuorumClient(target, **timeouts))
         self.acked: dict[bytes, int] = {}
         self.errors: list[str] = []
         self.ack_times: list[tuple[float, int]] = []  # (when, epoch of the batch)
@@ -322,10 +353,18 @@ def leader_and_epoch(client: QuorumClient) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def running(quorum: LocalQuorum) -> Iterator[LocalQuorum]:
+    """``quorum`` started; `kraft-spark` commands run meanwhile authenticate as its
+    administrator (``KRAFT_SPARK_COMMAND_CONFIG``, as a user sets it once per shell)."""
+    before = os.environ.get(COMMAND_CONFIG_ENV)
     quorum.start()
+    os.environ[COMMAND_CONFIG_ENV] = quorum.command_config
     try:
         yield quorum
     finally:
+        if before is None:
+            os.environ.pop(COMMAND_CONFIG_ENV, None)
+        else:
+            os.environ[COMMAND_CONFIG_ENV] = before
         assert quorum.stop() == 0, "kraft-spark local did not exit 0 on SIGTERM"
 
 

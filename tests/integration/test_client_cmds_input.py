@@ -35,7 +35,7 @@ def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalQuorum]:
 
 @pytest.fixture(scope="module")
 def client(quorum: LocalQuorum) -> Iterator[QuorumClient]:
-    c = QuorumClient(quorum.bootstrap, retry_budget_s=15.0)
+    c = quorum.client(retry_budget_s=15.0)
     try:
         yield c
     finally:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from kraft_spark.client import QuorumClient
 from tests.integration.harness import (
     LoadGenerator,
     LocalQuorum,
@@ -84,7 +83,7 @@ def test_grow_to_five_shrink_to_three_and_replace_a_dead_voter_under_load(
     quorum = LocalQuorum(tmp_path / "data")
     with running(quorum):
         boot = quorum.bootstrap
-        load = LoadGenerator(boot).start()
+        load = LoadGenerator(quorum).start()
         try:
             load.wait_for_acks(20, 30)
             observers += [Observer(quorum, 3), Observer(quorum, 4)]
@@ -121,7 +120,7 @@ def test_grow_to_five_shrink_to_three_and_replace_a_dead_voter_under_load(
         finally:
             load.stop()
         assert not [e for e in load.errors if "refused" in e], load.errors
-        with QuorumClient(boot) as client:
+        with quorum.client() as client:
             deadline = time.monotonic() + 20
             while True:
                 info = client.describe_quorum()
@@ -151,7 +150,7 @@ def test_a_node_given_only_bootstrap_servers_finds_the_quorum_and_is_added(
             follower = next(b for i, b in enumerate(boot) if i != leader and listening(b))
             until_ok([follower], "--command-config", str(newcomer.config), "add-controller")
             assert voter_ids(boot) == [0, 1, 2, 3]
-            load = LoadGenerator(boot).start()  # four voters commit (three needed)
+            load = LoadGenerator(quorum).start()  # four voters commit (three needed)
             load.wait_for_acks(20, timeout_s=20)
             load.stop()
             # Back on another port, it corrects its VotersRecord entry (UpdateRaftVoter).

@@ -41,10 +41,10 @@ def _report(name: str, seconds: float) -> None:
 
 def test_kill_leader_then_restart_it(tmp_path: Path) -> None:
     with running(LocalQuorum(tmp_path)) as quorum:
-        load = LoadGenerator(quorum.bootstrap).start()
+        load = LoadGenerator(quorum).start()
         try:
             load.wait_for_acks(100, 20)
-            client = QuorumClient(quorum.bootstrap)
+            client = quorum.client()
             old, epoch = leader_and_epoch(client)
             killed_at = time.monotonic()
             os.kill(quorum.pid(old), signal.SIGKILL)
@@ -70,10 +70,10 @@ def test_kill_leader_with_default_timeouts_elects_without_the_fetch_timeout(
     port refuses connections, so the followers campaign after a short random delay instead of
     the whole fetch timeout; the figure is printed, the bound asserted is generous."""
     with running(LocalQuorum(tmp_path, settings={})) as quorum:
-        load = LoadGenerator(quorum.bootstrap).start()
+        load = LoadGenerator(quorum).start()
         try:
             load.wait_for_acks(100, 30)
-            client = QuorumClient(quorum.bootstrap)
+            client = quorum.client()
             old, epoch = leader_and_epoch(client)
             killed_at = time.monotonic()
             os.kill(quorum.pid(old), signal.SIGKILL)
@@ -102,8 +102,8 @@ def test_kill_leader_with_default_timeouts_elects_without_the_fetch_timeout(
 
 def test_sigstop_leader_resigns_and_nothing_is_lost(tmp_path: Path) -> None:
     with running(LocalQuorum(tmp_path)) as quorum:
-        load = LoadGenerator(quorum.bootstrap).start()
-        client = QuorumClient(quorum.bootstrap)
+        load = LoadGenerator(quorum).start()
+        client = quorum.client()
         try:
             load.wait_for_acks(100, 20)
             old = leader_id(client)
@@ -123,8 +123,8 @@ def test_sigstop_leader_resigns_and_nothing_is_lost(tmp_path: Path) -> None:
 
 def test_graceful_stop_of_the_leader_hands_over(tmp_path: Path) -> None:
     with running(LocalQuorum(tmp_path)) as quorum:
-        load = LoadGenerator(quorum.bootstrap).start()
-        client = QuorumClient(quorum.bootstrap)
+        load = LoadGenerator(quorum).start()
+        client = quorum.client()
         try:
             load.wait_for_acks(100, 20)
             old, epoch = leader_and_epoch(client)
@@ -155,7 +155,7 @@ def _raw_exchange(port: int, data: bytes) -> bytes:
 
 def test_bad_bytes_do_not_stop_the_quorum(tmp_path: Path) -> None:
     with running(LocalQuorum(tmp_path)) as quorum:
-        load = LoadGenerator(quorum.bootstrap).start()
+        load = LoadGenerator(quorum).start()
         try:
             load.wait_for_acks(50, 20)
             for node in range(3):
@@ -257,7 +257,7 @@ def test_cpu_placement_follows_leadership(tmp_path: Path) -> None:
     half = (len(cpus) + 1) // 2
     leading, others = frozenset(cpus[:half]), frozenset(cpus[half:])
     with running(LocalQuorum(tmp_path)) as quorum:
-        client = QuorumClient(quorum.bootstrap)
+        client = quorum.client()
         try:
             client.append([NewRecord(b"k", b"v")])
             old, epoch = leader_and_epoch(client)

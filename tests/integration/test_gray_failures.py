@@ -31,8 +31,9 @@ HOLD_S = 6.0  # the freeze or cut lasts this long: a resume before it ends was n
 
 def _run(tmp_path: Path, fault: str) -> None:
     system = LocalSystem(tmp_path, consecutive_free_ports(3))
-    client = QuorumClient(system.bootstrap, retry_budget_s=30.0)
-    writers = [Writers("native", NativeAppender(system.bootstrap)),
+    client = QuorumClient(system.bootstrap, retry_budget_s=30.0,
+                          **system.security.client_kwargs())
+    writers = [Writers("native", NativeAppender(system.bootstrap, system.security)),
                Writers("sidecar", HttpAppender(system.http_url, system.token))]
     try:
         time.sleep(1.0)

@@ -3,12 +3,16 @@
 too small a scope (on the sidecar and on a node's own API), a credentials file others can read,
 HTTP and Kafka-protocol listeners beyond loopback without authentication, and a search of every
 log, command line and answer for the secrets. Every attempt is refused with a clear error and
-nothing is changed. (Spark Connect without its token, and the secrets in the application's log
-and Delta tables: tests/spark/test_application.py. Voter changes over the Kafka port without a
-client certificate or with one whose principal is not allowed: tests/net/test_cluster_acl.py.)"""
+nothing is changed. The Kafka-protocol listeners (SASL/PLAIN by default): every request without
+credentials or with a wrong password, voter changes by a principal not in ``super.users``, and
+the password nowhere but in its two files. (Spark Connect without its token, and the secrets in
+the application's log and Delta tables: tests/spark/test_application.py. Voter changes under
+mutual TLS without a client certificate or with one whose principal is not allowed:
+tests/net/test_cluster_acl.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import stat
@@ -16,16 +20,23 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kraft_spark.client import AsyncQuorumClient, AuthenticationError
+from kraft_spark.client.security import ClientSecurity
+from kraft_spark.client.voter_changes import VoterChangeError
 from kraft_spark.http_auth import Credentials, Scope, required_scope
 from kraft_spark.log.meta import format_log_dir
-from tests.net.helpers import free_run
+from kraft_spark.net.sasl_plain import PlainCredentials
+from kraft_spark.protocol import ApiKey, ErrorCode, decode_response, encode_request
+from kraft_spark.quorum_auth import USERS_FILE
+from tests.net.helpers import free_run, send_raw
 
-from .harness import LocalQuorum, running
+from .harness import FAST_SETTINGS, LocalQuorum, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -164,3 +175,71 @@ def test_a_node_refuses_to_listen_beyond_loopback_without_authentication(
     assert done.returncode != 0
     assert why in done.stderr, done.stderr[-2000:]
     assert "0.0.0.0" in done.stderr
+
+
+async def _refusals(quorum: LocalQuorum) -> None:
+    """Without credentials and with a wrong password: no request of any kind gets through."""
+    boot = quorum.bootstrap
+    admin = ClientSecurity.from_file(quorum.command_config).sasl
+    assert admin is not None and admin.username == "admin"
+    for sasl in (None, PlainCredentials("admin", admin.password[:-1] + "x")):
+        client = AsyncQuorumClient(boot, sasl=sasl, retry_budget_s=5.0)
+        try:
+            for attempt in (client.describe_quorum(), client.read(0, 10),
+                            client.remove_voter(2, uuid.uuid4(), timeout_s=3)):
+                with pytest.raises(AuthenticationError) as refused:
+                    await attempt
+                assert ("Invalid username or password" if sasl else "no credentials") in str(
+                    refused.value)
+                assert admin.password not in str(refused.value)
+        finally:
+            await client.close()
+    # A raw AddRaftVoter, as any local process could send it: ILLEGAL_SASL_STATE, then closed.
+    frame = encode_request(ApiKey.ADD_RAFT_VOTER, 0, 9, "intruder", {
+        "cluster_id": None, "timeout_ms": 1000, "voter_id": 7,
+        "voter_directory_id": uuid.uuid4(), "listeners": [
+            {"name": "CONTROLLER", "host": "127.0.0.1", "port": 1}]})
+    for endpoint in boot:
+        raw = await send_raw(int(endpoint.rsplit(":", 1)[1]), frame)
+        _, body = decode_response(ApiKey.ADD_RAFT_VOTER, 0, raw[4:])
+        assert body["error_code"] == ErrorCode.ILLEGAL_SASL_STATE, body
+        assert "SASL/PLAIN" in body["error_message"]
+
+
+def test_the_kafka_port_refuses_everyone_without_the_quorums_credentials(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with running(LocalQuorum(data)) as quorum:
+        for name in (USERS_FILE, "admin.properties"):
+            assert stat.S_IMODE((data / name).stat().st_mode) == 0o600
+        with quorum.client() as client:
+            voters_before = sorted(v.replica_id for v in client.describe_quorum().voters)
+        asyncio.run(_refusals(quorum))
+        with quorum.client() as client:  # the administrator gets in; nothing changed
+            assert sorted(v.replica_id for v in client.describe_quorum().voters) == voters_before
+        # The password is in its two files only: not in a command line, a log, a node's
+        # properties or an answer.
+        password = (data / USERS_FILE).read_text().split()[1]
+        pids = [quorum.proc.pid] if quorum.proc else []
+        pids += [int(str(n["pid"])) for n in quorum.nodes]
+        texts = [Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                 for pid in pids]
+        texts += [p.read_text(errors="replace") for p in data.rglob("*")
+                  if p.is_file() and p.suffix in (".log", ".properties")
+                  and p.name != "admin.properties"]
+        assert texts and not any(password in text for text in texts)
+
+
+def test_voter_changes_need_a_principal_in_super_users(tmp_path: Path) -> None:
+    """An authenticated principal that ``super.users`` does not list (here the nodes' own
+    ``admin``, with ``super.users=User:ops``) may read, but not change the voters."""
+    quorum = LocalQuorum(tmp_path / "data",
+                         settings={**FAST_SETTINGS, "super.users": "User:ops"})
+    with running(quorum), quorum.client(retry_budget_s=10.0) as client:
+        # Authorization comes first: the directory id is not even looked at.
+        with pytest.raises(VoterChangeError) as refused:
+            client.remove_voter(2, uuid.uuid4(), timeout_s=3)
+        assert refused.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        assert "User:admin is not in super.users" in str(refused.value)
+        assert sorted(v.replica_id for v in client.describe_quorum().voters) == [0, 1, 2]

@@ -86,7 +86,7 @@ def test_a_full_disk_on_a_follower_is_survived_and_healed(tmp_path: Path) -> Non
     quorum = LocalQuorum(tmp_path, http=True)
     quorum.settings["metadata.log.segment.bytes"] = str(1024 * 1024)
     with small_disk(follower_dir, "6m"), running(quorum):
-        client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
+        client = quorum.client(retry_budget_s=30.0)
         acked: dict[bytes, int] = {}
         try:
             # ~12 MB of records: twice what node 2's disk holds.
@@ -127,7 +127,7 @@ def test_a_flipped_byte_in_a_sealed_segment_is_cut_away_and_fetched_again(
     quorum = LocalQuorum(tmp_path)
     quorum.settings["metadata.log.segment.bytes"] = str(256 * 1024)
     with running(quorum):
-        client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
+        client = quorum.client(retry_budget_s=30.0)
         acked: dict[bytes, int] = {}
 
         try:
@@ -163,7 +163,7 @@ def test_the_scrub_finds_bit_rot_on_a_running_follower_which_heals_itself(
     quorum.settings["metadata.log.segment.bytes"] = str(256 * 1024)
     quorum.settings["kraft.log.scrub.bytes.per.second"] = str(20 * 1024 * 1024)
     with running(quorum):
-        client = QuorumClient(quorum.bootstrap, retry_budget_s=30.0)
+        client = quorum.client(retry_budget_s=30.0)
         acked: dict[bytes, int] = {}
 
         try:
@@ -190,7 +190,7 @@ def test_a_node_that_cannot_start_does_not_stop_the_others(tmp_path: Path) -> No
     reports it and runs the other two, which elect a leader and commit."""
     first = LocalQuorum(tmp_path)
     # Formats the directories; the election writes each quorum-state.
-    with running(first), QuorumClient(first.bootstrap, retry_budget_s=30.0) as client:
+    with running(first), first.client(retry_budget_s=30.0) as client:
         wait_replicated(client, 3)
     state = tmp_path / "node-2" / "__cluster_metadata-0" / "quorum-state"
     assert state.exists()
@@ -200,7 +200,7 @@ def test_a_node_that_cannot_start_does_not_stop_the_others(tmp_path: Path) -> No
         assert "error" in quorum.nodes[2] and "error" not in quorum.nodes[0]
         log = (tmp_path / "logs" / "node-2.log").read_text()
         assert "quorum-state: not valid JSON" in log and "node.disk.lost=true" in log  # the fix
-        client = QuorumClient(quorum.bootstrap[:2], retry_budget_s=30.0)
+        client = quorum.client(quorum.bootstrap[:2], retry_budget_s=30.0)
         try:
             result = client.append([NewRecord(b"k", b"v")], timeout_s=30)
             assert result.base_offset > 0
@@ -219,12 +219,12 @@ def test_a_read_only_log_directory_is_survived_and_healed(tmp_path: Path) -> Non
     follower_dir = tmp_path / "node-2"
     with small_disk(follower_dir, "64m"):
         first = LocalQuorum(tmp_path)
-        with running(first), QuorumClient(first.bootstrap, retry_budget_s=30.0) as client:
+        with running(first), first.client(retry_budget_s=30.0) as client:
             wait_replicated(client, 3)
         subprocess.run(["mount", "-o", "remount,ro", str(follower_dir)], check=True, timeout=30)
         quorum = LocalQuorum(tmp_path)
         with running(quorum):
-            client = QuorumClient(quorum.bootstrap[:2], retry_budget_s=30.0)
+            client = quorum.client(quorum.bootstrap[:2], retry_budget_s=30.0)
             acked: dict[bytes, int] = {}
             try:
                 append_batches(client, acked, 0, 50, records=10, value=b"x" * 100)

@@ -5,6 +5,7 @@ AddRaftVoter and RemoveRaftVoter (KIP-853); with ``--bootstrap-server`` also Met
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from kraft_spark.commands.client_cmds import COMMAND_CONFIG_ENV
 from tests.integration.harness import LocalQuorum, Observer, running
 from tests.kafka.kafka_dist import KafkaUnavailable, ToolRun, run_kafka_tool
 
@@ -20,6 +22,11 @@ TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 
 
 def kafka_quorum(bootstrap: str, *args: str, flag: str = "--bootstrap-controller") -> ToolRun:
+    """Kafka's tool, as the quorum's administrator (the client properties ``running()``
+    names in ``KRAFT_SPARK_COMMAND_CONFIG``) unless ``args`` name another file."""
+    admin = os.environ.get(COMMAND_CONFIG_ENV)
+    if admin and "--command-config" not in args:
+        args = ("--command-config", admin, *args)
     try:
         return run_kafka_tool(TOOL, [flag, bootstrap, *args])
     except KafkaUnavailable as exc:

@@ -14,6 +14,7 @@ from kraft_spark.log.meta import format_log_dir
 from kraft_spark.net.cluster_acl import ClusterAcl
 from kraft_spark.net.config import NodeConfig, TlsConfig
 from kraft_spark.net.node import RaftNode
+from kraft_spark.net.sasl_plain import SaslServerConfig
 from kraft_spark.raft.config import QuorumConfig
 
 CLUSTER = "test-cluster"
@@ -77,6 +78,7 @@ def _bindable(port: int) -> bool:
 def make_nodes(
     tmp: Path, count: int = 3, *, tls: TlsConfig | None = None, quorum: QuorumConfig = FAST,
     inline_flush_max_ms: float = 2.0, acl: ClusterAcl | None = None,
+    sasl: SaslServerConfig | None = None,
 ) -> list[RaftNode]:
     ports = free_ports(count)
     voters = {i: ("127.0.0.1", p) for i, p in enumerate(ports)}
@@ -86,7 +88,7 @@ def make_nodes(
         format_log_dir(log_dir, cluster_id=CLUSTER, node_id=i, ignore_formatted=True)
         nodes.append(RaftNode(NodeConfig(i, log_dir, "127.0.0.1", ports[i], voters, quorum,
                                          tls=tls, inline_flush_max_ms=inline_flush_max_ms,
-                                         acl=acl or ClusterAcl())))
+                                         acl=acl or ClusterAcl(), sasl=sasl)))
     return nodes
 
 

@@ -14,6 +14,7 @@ import pytest
 from driver.observer_store import ObserverStore
 from kraft_spark.aio import stop_thread_loop
 from kraft_spark.client.kv import ConditionFailedError, KvClient
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.commands.sidecar import start_sidecar
 from kraft_spark.log.meta import format_log_dir
 from kraft_spark.net.config import NodeConfig
@@ -35,7 +36,7 @@ def endpoint(tmp_path: Path) -> Iterator[str]:
     log_dir = str(tmp_path / "observer")
     format_log_dir(log_dir, cluster_id=CLUSTER, node_id=OBSERVER_ID, ignore_formatted=True)
     observer = RaftNode(NodeConfig(OBSERVER_ID, log_dir, "127.0.0.1", 0, endpoints, FAST))
-    store = ObserverStore(loop, lambda: CLUSTER)
+    store = ObserverStore(loop, lambda: CLUSTER, ClientSecurity)
     nodes = [*voters, observer]
 
     async def start() -> None:

@@ -38,7 +38,9 @@ def test_supported_versions_table() -> None:
         {"api_key": 0, "min_version": 9, "max_version": 10},
         {"api_key": 1, "min_version": 12, "max_version": 12},
         {"api_key": 3, "min_version": 9, "max_version": 13},
+        {"api_key": 17, "min_version": 0, "max_version": 1},  # SaslHandshake
         {"api_key": 18, "min_version": 0, "max_version": 3},
+        {"api_key": 36, "min_version": 0, "max_version": 2},  # SaslAuthenticate
         {"api_key": 52, "min_version": 0, "max_version": 2},
         {"api_key": 53, "min_version": 0, "max_version": 1},
         {"api_key": 54, "min_version": 0, "max_version": 1},

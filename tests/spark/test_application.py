@@ -22,7 +22,10 @@ import pytest
 from pyspark.sql.functions import struct, to_json
 
 from bench.processes import stop_group
+from kraft_spark.client import AuthenticationError, QuorumClient
+from kraft_spark.client.security import ClientSecurity
 from kraft_spark.http_auth import Scope, token_in
+from kraft_spark.quorum_auth import ADMIN_PROPERTIES, USERS_FILE
 from tests.integration.harness import consecutive_free_ports, free_ports
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -83,6 +86,16 @@ class App:
         code = stop_group(self.proc, 120)  # SIGTERM to the driver only, as a user's kill does
         self.log.close()
         return code
+
+
+def _check_voter_listeners(app: App, voter_base: int) -> None:
+    bootstrap = [f"127.0.0.1:{voter_base + i}" for i in range(3)]
+    with pytest.raises(AuthenticationError, match="no credentials"), QuorumClient(
+            bootstrap, retry_budget_s=5.0) as anonymous:
+        anonymous.describe_quorum()
+    security = ClientSecurity.from_file(app.info["command_config"])
+    with QuorumClient(bootstrap, retry_budget_s=30.0, **security.client_kwargs()) as admin:
+        assert sorted(v.replica_id for v in admin.describe_quorum().voters) == [0, 1, 2]
 
 
 def _wait_materialized(spark: Any, warehouse: str, count: int, timeout_s: float = 120) -> None:
@@ -193,13 +206,19 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
             capture_output=True, text=True, timeout=120, check=False)
         assert intruder.returncode != 0
         assert "UNAUTHENTICATED" in intruder.stderr, intruder.stderr[-2000:]
-        # No secret (the SQL token, the HTTP tokens) in the log, the voters' logs, the
-        # warehouse's files or any row of the Delta tables.
-        secrets = [token_file.read_text().strip(), *(
+        # The voters' Kafka-protocol listeners take no request without the quorum's
+        # credentials (SASL/PLAIN); the administrator's client settings get in.
+        _check_voter_listeners(app, voter_base)
+        # No secret (the SQL token, the HTTP tokens, the quorum's password) in the log, the
+        # voters' logs, the warehouse's files or any row of the Delta tables.
+        users = tmp_path / USERS_FILE
+        assert stat.S_IMODE(users.stat().st_mode) == 0o600
+        secrets = [token_file.read_text().strip(), users.read_text().split()[1], *(
             line.split()[1] for line in (tmp_path / "http-credentials").read_text().splitlines()
             if line and not line.startswith("#"))]
+        holders = ("sql.token", "http-credentials", USERS_FILE, ADMIN_PROPERTIES)
         texts = [p.read_bytes().decode(errors="replace") for p in tmp_path.rglob("*")
-                 if p.is_file() and p.name not in ("sql.token", "http-credentials")
+                 if p.is_file() and p.name not in holders
                  and p.stat().st_size < 1_000_000]  # not the (preallocated) log segments
         for table in ("records", "snapshot", "quorum_events"):
             rows = spark.read.format("delta").load(f"{warehouse}/{table}")
