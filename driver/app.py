@@ -66,6 +66,7 @@ from driver.warehouse_open import open_warehouse
 from kraft_spark import aio, app_endpoint
 from kraft_spark.http_auth import Credentials
 from kraft_spark.metrics import AppMetrics, Registry
+from kraft_spark.net.tls_bundle import TlsBundle
 from kraft_spark.quorum_auth import QuorumAuth, listener_fields
 from kraft_spark.secret_files import private_dir
 from kraft_spark.sql_endpoint import publish, url_of, withdraw
@@ -240,6 +241,7 @@ class Application(VoterMembershipMixin):
                 http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
                 cpu_affinity=voter_affinity(cfg, local_master=is_local_master(self.spark)),
                 sasl=self.quorum_sasl,
+                tls=TlsBundle.read(cfg.tls) if cfg.tls is not None else None,
             )
             sc = self.spark.sparkContext
             sc.setJobGroup("kraft-spark-voters", f"voters generation {self.generation}")
@@ -347,7 +349,7 @@ class Application(VoterMembershipMixin):
                                    QuorumConfig.from_properties(props),
                                    log_preallocate=self.config.log_preallocate,
                                    snapshots=SnapshotConfig.from_properties(props),
-                                   **listener_fields(self.quorum_sasl)))
+                                   **listener_fields(self.quorum_sasl, self.config.tls)))
         await node.start()
         hold_observer_log(node, lambda: self._materialized)
         node.add_commit_listener(self._on_commit)

@@ -15,6 +15,7 @@ from kraft_spark.config_keys import APP_KEYS, NODE_KEYS, QUORUM_KEYS, check_know
 from kraft_spark.net.config import (
     DEFAULT_HTTP_HEADER_TIMEOUT_MS,
     DEFAULT_HTTP_MAX_CONNECTIONS,
+    TlsConfig,
     parse_boolean,
 )
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES
@@ -40,6 +41,10 @@ class AppConfig:
     # The listeners take SASL/PLAIN with <data-dir>/quorum-users (kraft_spark.quorum_auth);
     # true: no authentication at all (loud in the log).
     listener_insecure: bool = False
+    # ssl.certificate.location / ssl.key.location / ssl.ca.location (PEM files on the driver's
+    # host, as for `kraft-spark node`): the voters and the observer listen with mutual TLS
+    # (SASL over it), the files shipped to the executors in the voter task.
+    tls: TlsConfig | None = None
     # The Spark Connect server for `kraft-spark sql` (driver/sql_server.py); port 0: none.
     sql_host: str = "127.0.0.1"
     sql_port: int = 15002
@@ -143,7 +148,7 @@ def config_from_properties(props: dict[str, str]) -> AppConfig:
                         or k in QUORUM_KEYS or k.startswith("metadata."))}
     QuorumConfig.from_properties(quorum)  # ConfigError (a ValueError) names the key
     SnapshotConfig.from_properties(quorum)  # the KIP-630 keys, passed to every node
-    cfg = AppConfig(quorum_properties=quorum)
+    cfg = AppConfig(quorum_properties=quorum, tls=TlsConfig.from_properties(props))
     for key, raw in props.items():
         if key in _NODE_ONLY_KEYS and raw:
             log.warning("%s applies to `kraft-spark node` only; the application ignores it", key)

@@ -37,7 +37,7 @@ class VoterMembershipMixin:
 
     @property
     def client_security(self) -> ClientSecurity:
-        return client_security(self.quorum_auth)
+        return client_security(self.quorum_auth, self.config.tls)
 
     @property
     def quorum_sasl(self) -> SaslServerConfig | None:

@@ -34,7 +34,9 @@ from typing import Any
 
 from kraft_spark import aio
 from kraft_spark.http_auth import Credentials
+from kraft_spark.net.config import TlsConfig
 from kraft_spark.net.sasl_plain import SaslServerConfig
+from kraft_spark.net.tls_bundle import TlsBundle
 
 log = logging.getLogger("kraft_spark.executor")
 
@@ -72,6 +74,8 @@ class VoterSettings:
     # SASL/PLAIN on the listeners (the users of the driver's <data-dir>/quorum-users, shipped
     # in the task closure as the HTTP credentials are); None: no authentication.
     sasl: SaslServerConfig | None = None
+    # Mutual TLS on the listeners: the driver's PEM files, written beside the voter's log.
+    tls: TlsBundle | None = None
 
 
 def _host(settings: VoterSettings, ctx: Any = None) -> str:
@@ -240,7 +244,7 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             log_preallocate=settings.log_preallocate,
             snapshots=SnapshotConfig.from_properties(settings.quorum_properties),
             cpu_affinity=settings.cpu_affinity,
-            **listener_fields(settings.sasl),
+            **listener_fields(settings.sasl, _install_tls(settings)),
             **_http_settings(settings, me, everyone),
         )
         hello = {
@@ -258,6 +262,14 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         yield json.dumps(result)
 
     return run
+
+
+def _install_tls(settings: VoterSettings) -> TlsConfig | None:
+    """The TLS files shipped by the driver, written under the log root (``tls/``)."""
+    if settings.tls is None:
+        return None
+    root = os.path.expanduser(os.path.expandvars(settings.log_root))
+    return settings.tls.install(os.path.join(root, "tls"))
 
 
 def _http_settings(settings: VoterSettings, me: dict[str, Any],

@@ -20,6 +20,7 @@ from typing import Any
 
 from kraft_spark.client.security import admin_properties
 from kraft_spark.net.cluster_acl import ClusterAcl
+from kraft_spark.net.config import TlsConfig
 from kraft_spark.net.sasl_plain import ADMIN_USER, PlainUsers, SaslServerConfig
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.secret_files import SecretFileError, new_token, write_secret
@@ -44,17 +45,21 @@ class QuorumAuth:
                 f"kraft.sasl.plain.username={ADMIN_USER}", f"super.users={SUPER_USERS}"]
 
 
-def listener_fields(sasl: SaslServerConfig | None) -> dict[str, Any]:
+def listener_fields(sasl: SaslServerConfig | None,
+                    tls: TlsConfig | None = None) -> dict[str, Any]:
     """The ``NodeConfig`` fields of a node built in code (the Spark application's voters and
-    observer) whose listener takes ``sasl`` with ``super.users=User:admin``; none without."""
-    if sasl is None:
-        return {}
-    return {"sasl": sasl, "acl": ClusterAcl.configure(SUPER_USERS, tls=True)}
+    observer) whose listener takes ``sasl`` with ``super.users=User:admin``, over mutual TLS
+    when ``tls`` is given (SASL_SSL); none without either."""
+    fields: dict[str, Any] = {"tls": tls} if tls is not None else {}
+    if sasl is not None:
+        fields |= {"sasl": sasl, "acl": ClusterAcl.configure(SUPER_USERS, tls=True)}
+    return fields
 
 
-def ensure_quorum_auth(data_dir: str) -> QuorumAuth:
+def ensure_quorum_auth(data_dir: str, tls: TlsConfig | None = None) -> QuorumAuth:
     """The data directory's quorum credentials, made on a first start (and
-    ``admin.properties`` written again from the users file on every start)."""
+    ``admin.properties`` written again from the users file on every start; with ``tls``, for
+    SASL over mutual TLS with those files)."""
     users_file = os.path.join(data_dir, USERS_FILE)
     created = not os.path.exists(users_file)
     try:
@@ -63,7 +68,7 @@ def ensure_quorum_auth(data_dir: str) -> QuorumAuth:
         users = PlainUsers.load(users_file)
         admin = users.credentials(ADMIN_USER, users_file)
         path = os.path.join(data_dir, ADMIN_PROPERTIES)
-        write_secret(path, admin_properties(admin))
+        write_secret(path, admin_properties(admin, tls))
     except (SecretFileError, OSError) as exc:
         raise ConfigError(f"the quorum's credentials: {exc}") from None
     return QuorumAuth(users_file, path, SaslServerConfig(users, admin), created)

@@ -113,16 +113,21 @@ def _node_identity(props: Mapping[str, str]) -> ClientSecurity:
                           sasl.client if sasl is not None else None)
 
 
-def admin_properties(credentials: PlainCredentials) -> str:
-    """The text of a client properties file for ``credentials`` on a SASL_PLAINTEXT listener,
-    for kraft-spark's commands and Kafka's tools alike (``--command-config``)."""
+def admin_properties(credentials: PlainCredentials, tls: TlsConfig | None = None) -> str:
+    """The text of a client properties file for ``credentials`` on a SASL_PLAINTEXT listener
+    (SASL_SSL with ``tls``: the node-style PEM paths, which kraft-spark's commands read), for
+    kraft-spark's commands and Kafka's tools alike (``--command-config``)."""
     password = credentials.password.replace("\\", "\\\\").replace('"', '\\"')
-    return ("# The quorum administrator's client settings (Kafka's names), for kraft-spark's\n"
+    text = ("# The quorum administrator's client settings (Kafka's names), for kraft-spark's\n"
             "# commands and Kafka's tools: --command-config FILE. Keep this file private.\n"
-            "security.protocol=SASL_PLAINTEXT\n"
+            f"security.protocol={'SASL_SSL' if tls is not None else 'SASL_PLAINTEXT'}\n"
             f"sasl.mechanism={MECHANISM}\n"
             f"sasl.jaas.config={PLAIN_LOGIN_MODULE} required "
             f'username="{credentials.username}" password="{password}";\n')
+    if tls is not None:
+        text += (f"ssl.certificate.location={tls.certfile}\nssl.key.location={tls.keyfile}\n"
+                 f"ssl.ca.location={tls.cafile}\n")
+    return text
 
 
 def needs_authentication(reply: Mapping[str, Any]) -> bool:

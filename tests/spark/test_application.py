@@ -22,11 +22,12 @@ import pytest
 from pyspark.sql.functions import struct, to_json
 
 from bench.processes import stop_group
-from kraft_spark.client import AuthenticationError, QuorumClient
+from kraft_spark.client import ClientError, QuorumClient
 from kraft_spark.client.security import ClientSecurity
 from kraft_spark.http_auth import Scope, token_in
 from kraft_spark.quorum_auth import ADMIN_PROPERTIES, USERS_FILE
 from tests.integration.harness import consecutive_free_ports, free_ports
+from tests.net.helpers import make_certs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 class App:
     def __init__(self, data_dir: Path, http_port: int, voter_base: int,
                  extra: tuple[str, ...] = (), props: str = "") -> None:
+        self.data_dir = data_dir
         conf = data_dir / "app.properties"
         conf.write_text(f"kraft.voter.base.port={voter_base}\n"
                         "kraft.voter.http.base.port=0\n"
@@ -88,14 +90,27 @@ class App:
         return code
 
 
+def _tls_properties(directory: Path) -> str:
+    directory.mkdir()
+    node, _ = make_certs(directory)
+    Path(node.keyfile).chmod(0o600)
+    return (f"ssl.certificate.location={node.certfile}\nssl.key.location={node.keyfile}\n"
+            f"ssl.ca.location={node.cafile}\n")
+
+
 def _check_voter_listeners(app: App, voter_base: int) -> None:
+    """Nobody without the TLS certificate and the SASL credentials gets in (here: mutual TLS
+    refuses the handshake); the administrator's client settings (``command_config``:
+    SASL_SSL with the driver's PEM files) do."""
     bootstrap = [f"127.0.0.1:{voter_base + i}" for i in range(3)]
-    with pytest.raises(AuthenticationError, match="no credentials"), QuorumClient(
-            bootstrap, retry_budget_s=5.0) as anonymous:
+    with pytest.raises(ClientError), QuorumClient(bootstrap, retry_budget_s=3.0) as anonymous:
         anonymous.describe_quorum()
     security = ClientSecurity.from_file(app.info["command_config"])
+    assert security.ssl_context is not None and security.sasl is not None
     with QuorumClient(bootstrap, retry_budget_s=30.0, **security.client_kwargs()) as admin:
         assert sorted(v.replica_id for v in admin.describe_quorum().voters) == [0, 1, 2]
+    # The voters run mutual TLS with the shipped files, written owner-only beside their logs.
+    assert stat.S_IMODE((app.data_dir / "voters" / "tls" / "node.key").stat().st_mode) == 0o600
 
 
 def _wait_materialized(spark: Any, warehouse: str, count: int, timeout_s: float = 120) -> None:
@@ -140,9 +155,12 @@ def _check_tables(spark: Any, warehouse: str, log: list[dict[str, Any]]) -> None
 
 
 def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
+    """With mutual TLS on the voters' and the observer's listeners (SASL_SSL: the driver's
+    PEM files shipped to the executors): the default SASL_PLAINTEXT runs in the other tests."""
     http_port = free_ports(1)[0]
     voter_base = consecutive_free_ports(3)
-    app = App(tmp_path, http_port, voter_base)
+    tls = _tls_properties(tmp_path / "certs")
+    app = App(tmp_path, http_port, voter_base, props=tls)
     cluster_id = app.info["cluster_id"]
     try:
         assert app.post({"key": "a", "value": {"v": 1}})["epoch"] >= 1
@@ -167,7 +185,7 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
     spark.catalog.clearCache()
     _wait_materialized(spark, warehouse, 24, timeout_s=5)
 
-    app = App(tmp_path, http_port, voter_base)  # same data dir: resume, no duplicates
+    app = App(tmp_path, http_port, voter_base, props=tls)  # same data dir: resume
     try:
         app.post({"records": [{"key": "a", "value": None}, {"key": "c", "value": 3}]})
         log = app.records()
@@ -233,9 +251,9 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
     # but the warehouse kept: the application adopts the warehouse's cluster id and rebuilds
     # the quorum from it (issue 24); nothing acknowledged is lost and appends go on after it.
     for entry in tmp_path.iterdir():
-        if entry.name not in ("warehouse", "app.properties", "app.log"):
+        if entry.name not in ("warehouse", "app.properties", "app.log", "certs"):
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    app = App(tmp_path, http_port, voter_base)
+    app = App(tmp_path, http_port, voter_base, props=tls)
     try:
         assert app.info["cluster_id"] == cluster_id
         added = app.post({"key": "d", "value": 4})
