@@ -100,6 +100,8 @@ class Application(VoterMembershipMixin):
         self.control: ControlChannel | None = None
         # uvloop, as in every kraft-spark process (kraft_spark/aio.py)
         self._observer_loop = aio.new_event_loop()
+        self._observer_thread = threading.Thread(target=self._observer_loop.run_forever,
+                                                 name="observer-loop", daemon=True)
         self.observer_store = ObserverStore(self._observer_loop, lambda: self.cluster_id,
                                             lambda: self.client_security)
         self._observer: Any = None
@@ -171,8 +173,7 @@ class Application(VoterMembershipMixin):
                                         on_commit=self._on_table_commit)
         threading.Thread(target=self._warm_up_delta, name="delta-warm-up", daemon=True).start()
         self.control = ControlChannel(driver_host(master, self.spark))
-        threading.Thread(target=self._observer_loop.run_forever, name="observer-loop",
-                         daemon=True).start()
+        self._observer_thread.start()
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor",
                                             daemon=True)
         self._supervisor.start()
@@ -535,7 +536,12 @@ class Application(VoterMembershipMixin):
                                              self._observer_loop).result(30)
             asyncio.run_coroutine_threadsafe(self._observer.stop(graceful=False),
                                              self._observer_loop).result(30)
-        self._observer_loop.call_soon_threadsafe(self._observer_loop.stop)
+        # Ended as asyncio.run ends a loop: what is left is cancelled, the loop closed (a
+        # start that failed early never ran it).
+        if self._observer_thread.ident is None:
+            self._observer_loop.close()
+        else:
+            aio.stop_thread_loop(self._observer_loop, self._observer_thread)
         if self.control is not None:
             self.control.close()
         withdraw(self.config.data_dir)

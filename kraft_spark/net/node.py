@@ -92,6 +92,7 @@ from kraft_spark.net.wire import (
 )
 from kraft_spark.protocol import RequestHeader, decode_request
 from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.events import RoleChanged
 from kraft_spark.raft.messages import FetchRequest, FetchResponse, Response
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
@@ -451,10 +452,12 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         if core is None or self._failed is not None:
             return
         ready = core.take_ready()
+        role_changed = False
         for event in ready.events:
             log.info("node %d: %s", self.node_id, event)
-            self.stats.on_event(event, core)
-        if ready.events and self._placement is not None:  # role changes come as events
+            self.stats.on_event(event)
+            role_changed = role_changed or isinstance(event, RoleChanged)
+        if role_changed and self._placement is not None:
             self._placement.on_role(core.role is Role.LEADER)
         if ready.persist is not None or self._backlog or self._persisting:
             self._backlog.append(ready)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from kraft_spark.raft.events import CoreEvent, RoleChanged
 from kraft_spark.raft.messages import FetchRequest, ProduceRequest, Request
-
-if TYPE_CHECKING:
-    from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.state import Role
 
 
 @dataclass
@@ -41,11 +39,13 @@ class NodeStats:
         self.flush_seconds_total += seconds
         self.flush_seconds_max = max(self.flush_seconds_max, seconds)
 
-    def on_event(self, event: str, core: RaftCore) -> None:
+    def on_event(self, event: CoreEvent) -> None:
         """Role changes: time from losing a leader (candidacy) to knowing a new one."""
-        if event.startswith("became Candidate") and self._election_started is None:
+        if not isinstance(event, RoleChanged) or event.started:
+            return
+        if event.role is Role.CANDIDATE and self._election_started is None:
             self._election_started = time.monotonic()
-        elif event.startswith(("became Leader", "became Follower")) and (
+        elif event.role in (Role.LEADER, Role.FOLLOWER) and (
             self._election_started is not None
         ):
             seconds = time.monotonic() - self._election_started

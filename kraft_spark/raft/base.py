@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.raft.events import CoreEvent, RoleChanged, SnapshotEvent, SnapshotStep
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
 from kraft_spark.raft.messages import NO_LEADER, Request, Response, VoteRequest, VoteResponse
 from kraft_spark.raft.producers import ProducerStateTable
@@ -120,7 +121,7 @@ class CoreState:
         # --- outputs accumulated until take_ready()
         self.sends: list[Outbound] = []
         self.replies: list[Reply] = []
-        self.events: list[str] = []
+        self.events: list[CoreEvent] = []
         self.flush_requested = False
         self.hw_changed_to: int | None = None
         self.truncated_to: int | None = None
@@ -176,11 +177,11 @@ class CoreState:
         return self.node_id if self.role is Role.LEADER else self.leader_id
 
     def describe_role(self) -> str:
-        if self.role is Role.FOLLOWER:
-            return f"Follower(epoch={self.epoch}, leader={self.leader_id})"
-        if self.role is Role.UNATTACHED and self.voted_id != NO_LEADER:
-            return f"Unattached(epoch={self.epoch}, voted={self.voted_id})"
-        return f"{self.role.value}(epoch={self.epoch})"
+        return self.role_event().describe_role()
+
+    def role_event(self, *, started: bool = False) -> RoleChanged:
+        """The role this core is in now, as the event that reports it."""
+        return RoleChanged(self.role, self.epoch, self.leader_id, self.voted_id, started)
 
     def persisted_state(self) -> PersistedState:
         return PersistedState(
@@ -228,8 +229,8 @@ class CoreState:
         if self.download is not None:  # a snapshot download belongs to one leader and role
             self.download.abort()
             self.download = None
-            self.events.append("snapshot download aborted by a role change")
-        self.events.append(f"became {self.describe_role()}")
+            self.events.append(SnapshotEvent(SnapshotStep.ABORTED))
+        self.events.append(self.role_event())
 
     def become_unattached(self, epoch: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
@@ -312,7 +313,8 @@ class CoreState:
             try:
                 self.producers.load(self.snapshots.producer_state())
             except ValueError:
-                self.events.append("the newest snapshot's producer table is unreadable")
+                self.events.append(SnapshotEvent(SnapshotStep.UNREADABLE,
+                                                 detail="producer table is unreadable"))
             self.history.reset(self.snapshot_voters())
             offset = latest.offset
         first = offset
@@ -336,7 +338,8 @@ class CoreState:
         try:
             return decode_voters(raw)
         except ValueError as exc:
-            self.events.append(f"the newest snapshot's VotersRecord is unreadable: {exc}")
+            self.events.append(SnapshotEvent(SnapshotStep.UNREADABLE,
+                                             detail=f"VotersRecord is unreadable: {exc}"))
             return None
 
     # ------------------------------------------------------------------ provided by mixins

@@ -148,7 +148,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             self._arm_unattached_timer()
         if disk_lost and state.pending_catch_up != self.pending_catch_up:
             self._persist_needed = True
-        self.events.append(f"started as {self.describe_role()}")
+        self.events.append(self.role_event(started=True))
 
     # ------------------------------------------------------------------ the shell's interface
 

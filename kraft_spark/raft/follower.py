@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kraft_spark.raft.base import CoreState, InFlight
+from kraft_spark.raft.events import (
+    DiskLossCaughtUp,
+    ForeignCluster,
+    LeaderUnreachable,
+    LogTruncated,
+)
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse
 from kraft_spark.raft.records import Batch
@@ -32,7 +38,7 @@ class FollowerMixin(CoreState):
             self.log.truncate_to(offset)
             self.producers.on_truncate(offset)
             self.truncated_to = offset
-            self.events.append(f"truncated to {offset} (diverging epoch {diverging.epoch})")
+            self.events.append(LogTruncated(offset, diverging.epoch))
             if self.history.truncate(offset):
                 self.voters_changed()
 
@@ -95,7 +101,7 @@ class FollowerMixin(CoreState):
         ):
             self.pending_catch_up = False
             self._persist_needed = True
-            self.events.append("caught up after disk loss: voting again")
+            self.events.append(DiskLossCaughtUp())
 
     def maybe_hasten_election(self, refused: InFlight) -> None:
         """Our Fetch ``refused`` could not even connect: the leader's host answered that nothing
@@ -123,10 +129,7 @@ class FollowerMixin(CoreState):
         delay = leader_gone_delay_ms(self.rng, self.config.election_timeout_ms)
         if self.now + delay < self.fetch_deadline:
             self.fetch_deadline = self.now + delay
-            self.events.append(
-                f"leader {self.leader_id} refused a connection: campaigning in {delay} ms "
-                "unless a Fetch succeeds first"
-            )
+            self.events.append(LeaderUnreachable(self.leader_id, delay))
 
     def _poll_follower(self) -> None:
         if self.now >= self.fetch_deadline:
@@ -195,11 +198,7 @@ class FollowerMixin(CoreState):
         if self.now - self.foreign_cluster_noted_at < FOREIGN_CLUSTER_NOTE_MS:
             return
         self.foreign_cluster_noted_at = self.now
-        self.events.append(
-            f"fetch refused by node {dest}: INCONSISTENT_CLUSTER_ID (our cluster id "
-            f"{self.cluster_id!r} is not the quorum's): this log directory was formatted for "
-            "another cluster; format it with the quorum's cluster id"
-        )
+        self.events.append(ForeignCluster(dest, self.cluster_id))
 
     def _append_fetched(self, batches: Iterable[Batch]) -> None:
         appended = voters_moved = False

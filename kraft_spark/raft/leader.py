@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kraft_spark.raft.base import NEVER, CoreState
+from kraft_spark.raft.events import LeaderResigned
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     NO_LEADER,
@@ -199,9 +200,7 @@ class LeaderMixin(CoreState):
         request = self.end_quorum_epoch_request(successors)
         for voter in successors:
             self.send(voter, "end", request, self.config.request_timeout_ms)
-        self.events.append(
-            f"resigned ({'graceful' if graceful else 'check-quorum'}), successors {successors}"
-        )
+        self.events.append(LeaderResigned(graceful, tuple(successors)))
 
     # ------------------------------------------------------------------ timers
 

@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 
 from kraft_spark.raft.base import NEVER
+from kraft_spark.raft.events import VoterEvent, VoterStep
 from kraft_spark.raft.leader import LeaderMixin
 from kraft_spark.raft.messages import (
     NO_LEADER,
@@ -98,7 +99,7 @@ class MembershipMixin(LeaderMixin):
             return
         self.voter_set = voters
         self.voters = voters.ids()
-        self.events.append(f"voter set in force: {voters.describe()}")
+        self.events.append(VoterEvent(VoterStep.IN_FORCE, voters.describe()))
         ls = self.leader_state
         if self.role is Role.LEADER and ls is not None:
             if ls.reassignment_target == self.voters:
@@ -113,7 +114,7 @@ class MembershipMixin(LeaderMixin):
         if not is_voter and self.role in (Role.CANDIDATE, Role.RESIGNED):
             self.become_unattached(self.epoch)
         self.is_voter = is_voter
-        self.events.append("added to the voters" if is_voter else "removed from the voters")
+        self.events.append(VoterEvent(VoterStep.JOINED if is_voter else VoterStep.LEFT))
         if self.role is Role.UNATTACHED:
             self._arm_unattached_timer()
 
@@ -233,7 +234,8 @@ class MembershipMixin(LeaderMixin):
         self.log.append(batch)
         self.history.on_batch(batch)
         self.voter_change = PendingVoterChange(token, offset, self.now + timeout_ms, description)
-        self.events.append(f"{description}: VotersRecord at offset {offset}")
+        self.events.append(VoterEvent(VoterStep.CHANGE_APPENDED,
+                                      f"{description}: VotersRecord at offset {offset}"))
         self.voters_changed()
         self.request_flush()
         self._answer_parked(hw_moved=False)
@@ -247,7 +249,7 @@ class MembershipMixin(LeaderMixin):
         if change is None or self.high_watermark <= change.offset:
             return
         self.voter_change = None
-        self.events.append(f"{change.description} committed")
+        self.events.append(VoterEvent(VoterStep.CHANGE_COMMITTED, change.description))
         if change.token is not None:
             self.reply(change.token, self._change_response(ErrorCode.NONE, None))
         if self.node_id not in self.voters:
@@ -286,7 +288,7 @@ class MembershipMixin(LeaderMixin):
         # older set).
         if not self.voter_set.contains(self.node_id, self.directory_id):
             self.is_voter = False
-            self.events.append("not in the voter set in force: following as an observer")
+            self.events.append(VoterEvent(VoterStep.NOT_LISTED))
 
     def _step_down_removed(self) -> None:
         """Rule 4: hand over to the remaining voters, then follow as an observer."""
@@ -300,4 +302,4 @@ class MembershipMixin(LeaderMixin):
         request = self.end_quorum_epoch_request(successors)
         for voter in successors:
             self.send(voter, "end", request, self.config.request_timeout_ms)
-        self.events.append(f"removed from the voters: stepped down, successors {successors}")
+        self.events.append(VoterEvent(VoterStep.STEPPED_DOWN, str(successors)))

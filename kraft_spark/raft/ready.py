@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kraft_spark.raft.events import CoreEvent
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import Request, Response
 from kraft_spark.raft.state import PersistedState
@@ -57,7 +58,7 @@ class Ready:
     # Informational, for traces, metrics and checkers: the log was truncated to this offset.
     truncated_to: int | None = None
     # Human-readable notes of role changes in this step ("became Leader epoch 3").
-    events: list[str] = field(default_factory=list)
+    events: list[CoreEvent] = field(default_factory=list)
     next_deadline_ms: int = 0
 
     def is_empty(self) -> bool:

@@ -21,6 +21,7 @@ a snapshot only ever covers committed records, and the old log stays until one i
 from __future__ import annotations
 
 from kraft_spark.raft.base import CoreState, InFlight
+from kraft_spark.raft.events import SnapshotEvent, SnapshotStep
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import (
     ErrorCode,
@@ -80,13 +81,13 @@ class SnapshotFetchMixin(CoreState):
             try:
                 self.download = self.snapshots.begin_download(snapshot_id)
             except (InvalidSnapshotError, OSError) as exc:
-                self.events.append(f"cannot download snapshot {snapshot_id}: {exc}")
+                self.events.append(SnapshotEvent(SnapshotStep.UNAVAILABLE, str(snapshot_id),
+                                                 str(exc)))
                 self.next_fetch_at = self.now + self.config.retry_backoff_ms
                 return
-            self.events.append(
-                f"fetching snapshot {snapshot_id.offset}-{snapshot_id.epoch} from node {leader} "
-                f"(our log ends at {self.log.end_offset()})"
-            )
+            self.events.append(SnapshotEvent(
+                SnapshotStep.FETCHING, f"{snapshot_id.offset}-{snapshot_id.epoch}",
+                f"from node {leader} (our log ends at {self.log.end_offset()})"))
         self._send_fetch_snapshot(leader)
 
     def _send_fetch_snapshot(self, leader: int) -> None:
@@ -106,7 +107,7 @@ class SnapshotFetchMixin(CoreState):
 
     def abort_snapshot_fetch(self, why: str) -> None:
         if self.download is not None:
-            self.events.append(f"snapshot download aborted: {why}")
+            self.events.append(SnapshotEvent(SnapshotStep.ABORTED, detail=why))
             self.download.abort()
             self.download = None
 
@@ -140,7 +141,8 @@ class SnapshotFetchMixin(CoreState):
         except (InvalidSnapshotError, OSError) as exc:
             self.download = None
             download.abort()
-            self.events.append(f"snapshot {download.snapshot_id} refused: {exc}")
+            self.events.append(SnapshotEvent(SnapshotStep.REFUSED, str(download.snapshot_id),
+                                             str(exc)))
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
             return
         if not done:
@@ -165,7 +167,6 @@ class SnapshotFetchMixin(CoreState):
         if snapshot_id.offset > self.high_watermark:
             self.high_watermark = snapshot_id.offset
             self.hw_changed_to = snapshot_id.offset
-        self.events.append(
-            f"installed snapshot {snapshot_id.offset}-{snapshot_id.epoch}: the log now starts "
-            f"at {snapshot_id.offset}"
-        )
+        self.events.append(SnapshotEvent(SnapshotStep.INSTALLED,
+                                         f"{snapshot_id.offset}-{snapshot_id.epoch}",
+                                         str(snapshot_id.offset)))

@@ -21,6 +21,7 @@ The voter itself asks the leader to correct it:
 from __future__ import annotations
 
 from kraft_spark.raft.base import InFlight
+from kraft_spark.raft.events import VoterEvent, VoterStep
 from kraft_spark.raft.membership import MembershipMixin
 from kraft_spark.raft.messages import ErrorCode, UpdateVoterRequest, VoterChangeResponse
 from kraft_spark.raft.state import Role
@@ -84,9 +85,10 @@ class VoterUpdateMixin(MembershipMixin):
             return
         self.voter_update_in_flight = True
         self.next_voter_update_at = self.now + UPDATE_RETRY_MS
-        self.events.append(
+        self.events.append(VoterEvent(
+            VoterStep.ENDPOINTS_ASKED,
             f"our listed endpoints {[str(e) for e in voter.endpoints]} are not ours "
-            f"{[str(e) for e in self.local_endpoints]}: asking leader {self.leader_id}")
+            f"{[str(e) for e in self.local_endpoints]}: asking leader {self.leader_id}"))
         request = UpdateVoterRequest(
             self.cluster_id, self.epoch, self.node_id, self.directory_id, self.local_endpoints)
         self.send(self.leader_id, "update", request, self.config.request_timeout_ms)
@@ -94,7 +96,8 @@ class VoterUpdateMixin(MembershipMixin):
     def handle_update_voter_response(self, resp: VoterChangeResponse) -> None:
         self.voter_update_in_flight = False
         if resp.error != ErrorCode.NONE:
-            self.events.append(f"endpoint update refused: {resp.error.name} {resp.message}")
+            self.events.append(VoterEvent(VoterStep.ENDPOINTS_REFUSED,
+                                          f"{resp.error.name} {resp.message}"))
 
     def on_update_voter_lost(self, pending: InFlight) -> None:
         """The request failed or timed out: retried after ``UPDATE_RETRY_MS``."""

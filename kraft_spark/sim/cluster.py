@@ -24,6 +24,7 @@ from typing import Any
 from kraft_spark.log.errors import CorruptSegmentError, LogError
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.events import RoleChanged
 from kraft_spark.raft.messages import (
     ErrorCode,
     ProduceRequest,
@@ -394,13 +395,16 @@ class Cluster:
         if ready.persist is not None:
             node.persisted = ready.persist
             checker.on_persist(nid, ready.persist.epoch, ready.persist.voted_id)
-        for note in ready.events:
-            if note.startswith("became Candidate"):
-                self.elections += 1
-            self.trace.add(self.now, nid, None, note)
+        new_leader = False
+        for event in ready.events:
+            if isinstance(event, RoleChanged) and not event.started:
+                if event.role is Role.CANDIDATE:
+                    self.elections += 1
+                new_leader = new_leader or event.role is Role.LEADER
+            self.trace.add(self.now, nid, None, str(event))
         if ready.truncated_to is not None:
             checker.check_truncation(nid, ready.truncated_to)
-        if core.role is Role.LEADER and any(n.startswith("became Leader") for n in ready.events):
+        if core.role is Role.LEADER and new_leader:
             checker.on_leader(nid, core.epoch, node.log)
             note_new_leader(self, node)
             if self.on_new_leader is not None:

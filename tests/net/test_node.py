@@ -140,7 +140,10 @@ def test_bad_input_is_refused_and_the_quorum_keeps_committing(tmp_path: Path) ->
         reply = await conn.request(ApiKey.VOTE, 0, vote, 2.0)
         assert reply["error_code"] == ErrorCode.INCONSISTENT_CLUSTER_ID
         await conn.close()
-        assert leader_of(nodes) is leader  # the foreign vote changed nothing
+        # The foreign vote changed nothing: nobody took its epoch (99) or voted for its
+        # candidate. (Not "the leader is the same": on a loaded machine the quorum's 600 ms
+        # fetch timeout may elect another leader meanwhile, CI run 11 of this stop.)
+        assert all(n.describe()["epoch"] < 99 for n in nodes), [n.describe() for n in nodes]
         # A client that expects another cluster id is told so.
         stranger = AsyncQuorumClient(bootstrap(nodes), cluster_id="another-cluster",
                                      retry_budget_s=2)

@@ -14,6 +14,7 @@ import pytest
 
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
+from kraft_spark.raft.events import CoreEvent, ForeignCluster
 from kraft_spark.raft.messages import (
     BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
@@ -88,7 +89,7 @@ def test_an_observer_of_another_cluster_says_so_and_retries_slowly() -> None:
     core = RaftCore(node_id=9, cluster_id="wrong-cluster", voters=(1, 2, 3), log=MemoryLog(),
                     config=QuorumConfig(), rng=random.Random(3), now_ms=T0)
     core.take_ready()
-    notes: list[str] = []
+    notes: list[CoreEvent] = []
     now, refused_at = T0, []
     while now < T0 + 15_000:
         core.poll(now)
@@ -104,7 +105,8 @@ def test_an_observer_of_another_cluster_says_so_and_retries_slowly() -> None:
     gaps = [b - a for a, b in itertools.pairwise(refused_at)]
     assert len(refused_at) >= 10 and min(gaps) >= 1000, refused_at
     assert len(notes) == 2, notes  # at 0 s and 10 s
-    assert "INCONSISTENT_CLUSTER_ID (our cluster id 'wrong-cluster' is not" in notes[0]
+    assert isinstance(notes[0], ForeignCluster) and notes[0].cluster_id == "wrong-cluster"
+    assert "INCONSISTENT_CLUSTER_ID (our cluster id 'wrong-cluster' is not" in str(notes[0])
 
 
 def test_an_unlisted_candidate_is_heard_only_when_it_could_be_a_voter_we_do_not_know() -> None:
