@@ -66,6 +66,7 @@ from kraft_spark.net.cluster_acl import PLAINTEXT_ALLOWED_KEY, ClusterAcl, check
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_NONE
 from kraft_spark.net.sasl_plain import PlainCredentials, SaslServerConfig
 from kraft_spark.raft.config import ConfigError, QuorumConfig
+from kraft_spark.secret_files import SecretFileError, check_private
 from kraft_spark.state.policy import SnapshotConfig
 
 # The background scrub's pace (net.scrub): a 64 MiB segment re-verified in about a minute.
@@ -169,6 +170,10 @@ class TlsConfig:
         for key in keys:
             if not os.path.isfile(props[key]):
                 raise ConfigError(f"{key}: no such file {props[key]}")
+        try:
+            check_private(props["ssl.key.location"])  # a key others can read is theirs too
+        except SecretFileError as exc:
+            raise ConfigError(f"ssl.key.location: {exc}") from None
         return cls(*(props[k] for k in keys))
 
 

@@ -13,7 +13,7 @@ import pytest
 from kraft_spark.client import AsyncQuorumClient
 from kraft_spark.client.voter_changes import VoterChangeError
 from kraft_spark.net.cluster_acl import ClusterAcl, check_listener
-from kraft_spark.net.config import NodeConfig
+from kraft_spark.net.config import NodeConfig, TlsConfig
 from kraft_spark.net.node import RaftNode
 from kraft_spark.net.principal import ANONYMOUS, dn_of
 from kraft_spark.protocol import ErrorCode
@@ -112,3 +112,13 @@ def test_plaintext_with_super_users_refuses_anonymous_voter_changes(tmp_path: Pa
         await client.close()
 
     asyncio.run(run_quorum(tmp_path, body, acl=acl))
+
+
+def test_a_tls_key_others_can_read_is_refused_at_start(tmp_path: Path) -> None:
+    node, _ = make_certs(tmp_path)
+    props = {"ssl.certificate.location": node.certfile, "ssl.key.location": node.keyfile,
+             "ssl.ca.location": node.cafile}
+    assert TlsConfig.from_properties(props) == node  # openssl writes keys 0600
+    Path(node.keyfile).chmod(0o644)
+    with pytest.raises(ConfigError, match=r"ssl\.key\.location: .* too open .*chmod 600"):
+        TlsConfig.from_properties(props)
