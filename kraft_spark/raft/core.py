@@ -307,7 +307,11 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             if self.may_vote:
                 deadlines.append(self.election_deadline)
             elif self.fetch_in_flight is None:
-                deadlines.append(self.next_fetch_at)
+                # A Fetch waiting on the log's flush is sent by on_log_flushed; its timer, due
+                # already, busy-looped an observer that had just led with appends unflushed
+                # (seed 1793009: a leader that removed itself). Meanwhile: a recheck only.
+                deadlines.append(self.now + self.config.retry_backoff_ms if self.awaiting_flush
+                                 else self.next_fetch_at)
         else:
             deadlines.append(self.election_deadline)
         return max(min(deadlines), self.now)

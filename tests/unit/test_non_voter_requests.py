@@ -137,3 +137,24 @@ def test_an_unlisted_candidate_is_heard_only_when_it_could_be_a_voter_we_do_not_
     [reply] = core.take_ready().replies
     assert reply.message.error == ErrorCode.INCONSISTENT_VOTER_SET  # type: ignore[attr-defined]
     assert core.epoch == 1
+
+
+def test_an_observer_waiting_for_its_flush_sets_no_due_timer() -> None:
+    """Seed 1793009 of the membership faults: a leader removed itself and went on as an
+    observer (Unattached) with appends not yet flushed. Its next Fetch waits for the flush,
+    which the shell reports with on_log_flushed; next_deadline still counted the fetch timer,
+    due at once, so the node busy-looped until the flush ended."""
+    log = MemoryLog()
+    log.append(Batch(0, 1, (Record(b"k", b"v"),)))  # appended, not flushed
+    core = RaftCore(node_id=9, cluster_id="c", voters=(1, 2, 3), log=log,
+                    config=QuorumConfig(), rng=random.Random(1), now_ms=T0)
+    core.take_ready()
+    assert core.role is Role.UNATTACHED and not core.may_vote
+    now = T0 + 10_000
+    core.poll(now)
+    ready = core.take_ready()
+    assert ready.flush_log and not ready.sends  # the Fetch waits for the flush
+    assert core.next_deadline() > now  # and no timer is due meanwhile
+    log.flush()
+    core.on_log_flushed(now + 1)
+    assert [type(s.message) for s in core.take_ready().sends] == [FetchRequest]
