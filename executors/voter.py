@@ -100,14 +100,19 @@ def _port(host: str, base_port: int, voter_id: int) -> int:
         return port
 
 
+def _log_root(settings: VoterSettings) -> str:
+    """The voters' log root on this host (``kraft.voter.log.dir`` may name environment
+    variables and ``~``, expanded here)."""
+    return os.path.expanduser(os.path.expandvars(settings.log_root))
+
+
 def prepare_log_dir(settings: VoterSettings, voter_id: int) -> tuple[str, str, bool, bool]:
     """Format on first use; return ``(log_dir, directory_id, disk_lost, fresh)``; ``fresh``:
     formatted now (no log was there: a new or a lost disk). ``log_root`` may name environment
     variables, expanded on this host (kraft.voter.log.dir)."""
     from kraft_spark.log.meta import format_log_dir, read_meta_properties
 
-    root = os.path.expanduser(os.path.expandvars(settings.log_root))
-    log_dir = os.path.join(root, f"node-{voter_id}")
+    log_dir = os.path.join(_log_root(settings), f"node-{voter_id}")
     known = settings.known_directory_ids.get(voter_id)
     meta = read_meta_properties(log_dir)
     fresh = meta is None
@@ -268,8 +273,7 @@ def _install_tls(settings: VoterSettings) -> TlsConfig | None:
     """The TLS files shipped by the driver, written under the log root (``tls/``)."""
     if settings.tls is None:
         return None
-    root = os.path.expanduser(os.path.expandvars(settings.log_root))
-    return settings.tls.install(os.path.join(root, "tls"))
+    return settings.tls.install(os.path.join(_log_root(settings), "tls"))
 
 
 def _http_settings(settings: VoterSettings, me: dict[str, Any],

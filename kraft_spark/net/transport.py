@@ -223,10 +223,7 @@ class Connection:
                     self._connect_timeout_s,
                 )
             except (OSError, TimeoutError, ssl.SSLError) as exc:
-                self._backoff = min(
-                    self._backoff_max, max(self._backoff_min, self._backoff * 2)
-                )
-                self._next_attempt = loop.time() + self._backoff
+                self._back_off(loop)
                 self._last_refused = is_connection_refused(exc)
                 raise TransportError(
                     f"cannot connect to {self.endpoint}: {exc}",
@@ -244,6 +241,11 @@ class Connection:
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
+    def _back_off(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A failed attempt: the next one waits twice as long (within the bounds)."""
+        self._backoff = min(self._backoff_max, max(self._backoff_min, self._backoff * 2))
+        self._next_attempt = loop.time() + self._backoff
+
     async def _login(self, transport: asyncio.Transport,
                      loop: asyncio.AbstractEventLoop) -> None:
         """SASL/PLAIN on a new connection, before anyone else may use it; on failure the
@@ -251,21 +253,9 @@ class Connection:
         assert self._sasl is not None
 
         async def request(api_key: int, api_version: int, body: Body) -> Body:
-            fut: asyncio.Future[Body] = loop.create_future()
-
-            def done(result: Body | None, error: BaseException | None) -> None:
-                if not fut.done():
-                    if error is not None:
-                        fut.set_exception(error)
-                    else:
-                        fut.set_result(cast(Body, result))
-
-            self._write(transport, api_key=api_key,
-                        encode=lambda corr, cid: encode_request(api_key, api_version, corr, cid,
-                                                                body),
-                        decode=lambda payload: decode_response(api_key, api_version, payload)[1],
-                        timeout_s=self._connect_timeout_s, done=done)
-            return await fut
+            # On the new connection itself: it is not this Connection's transport yet.
+            return await self._call(api_key, api_version, body, self._connect_timeout_s,
+                                    transport)
 
         try:
             await login(request, self._sasl)
@@ -273,8 +263,7 @@ class Connection:
             transport.close()
             if isinstance(exc, TransportError) and exc.not_kafka:
                 raise  # an HTTP port: say that, not that authentication failed
-            self._backoff = min(self._backoff_max, max(self._backoff_min, self._backoff * 2))
-            self._next_attempt = loop.time() + self._backoff
+            self._back_off(loop)
             raise TransportError(f"cannot authenticate to {self.endpoint}: {exc}",
                                  sent=False, auth_failed=isinstance(exc, SaslError)) from exc
 
@@ -362,6 +351,12 @@ class Connection:
         self, api_key: int, api_version: int, body: Body, timeout_s: float
     ) -> Body:
         """Send one request and wait for its response body; raises :class:`TransportError`."""
+        return await self._call(api_key, api_version, body, timeout_s, None)
+
+    async def _call(self, api_key: int, api_version: int, body: Body, timeout_s: float,
+                    transport: asyncio.Transport | None) -> Body:
+        """``request``, on ``transport`` when given (a connection still logging in), else on
+        this Connection's own (connecting first when needed)."""
         fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
 
         def encode(corr: int, client_id: str) -> bytes:
@@ -379,7 +374,11 @@ class Connection:
                 assert result is not None
                 fut.set_result(result)
 
-        self.start_request(api_key, encode, decode, timeout_s, done)
+        if transport is None:
+            self.start_request(api_key, encode, decode, timeout_s, done)
+        else:
+            self._write(transport, api_key=api_key, encode=encode, decode=decode,
+                        timeout_s=timeout_s, done=done)
         return await fut
 
     def _lost(self, transport: asyncio.Transport, error: str, *, not_kafka: bool) -> None:
