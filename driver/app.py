@@ -402,7 +402,7 @@ class Application(VoterMembershipMixin):
         path) are rehearsed on scratch tables first: their first run costs another 6-9 s."""
         started = time.monotonic()
         try:
-            if not self._delta.direct_appends:
+            if not self._delta.in_process:
                 self._delta.warm_up()
             offsets = self._delta.prepare()
             if self.sql_port:
@@ -489,7 +489,7 @@ class Application(VoterMembershipMixin):
                     self._upkeep.maintain(materializer)
                     full_wait = full_cycle_wait(
                         cfg.materialize_full_interval_s, cycle_s,
-                        FULL_CYCLE_MAX_SHARE_RS if materializer.merges_in_process
+                        FULL_CYCLE_MAX_SHARE_RS if materializer.in_process
                         else FULL_CYCLE_MAX_SHARE)
                     if full_wait > cfg.materialize_full_interval_s:
                         log.info("quorum_events/snapshot cycle took %.1f s; next in %.1f s",

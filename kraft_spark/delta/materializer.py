@@ -31,31 +31,27 @@ history (``userMetadata``; the log's ``txn`` state as a fallback), never from a 
   one of the same ``txnAppId`` fails with Delta's ConcurrentTransactionException.
 - Tables holding commits of another ``txnAppId`` and none of ours are refused
   (``MaterializerError``) rather than resumed from offset 0 on top of another cluster's rows.
-- Direct appends fsync their Parquet file before the commit and the commit file after it, so
-  a power loss leaves no commit pointing at a torn file and no gap between commit files.
+- In-process commits fsync their Parquet file before the commit and the commit file after it,
+  so a power loss leaves no commit pointing at a torn file and no gap between commit files.
 
 How the commits are made
 ------------------------
-- ``records`` and ``quorum_events`` (appends), by default (``direct_appends``; the warehouse
-  is a local path): pyarrow writes the rows as one Parquet file and delta-rs commits it with
-  the ``txn`` action and ``userMetadata`` (``rs_append``; no JVM call: the JVM's commit forked
-  shells and ran hooks worth ~12 % of the voters' one-connection throughput). Without the
-  ``deltalake`` package, Delta's own ``OptimisticTransaction`` in the driver's JVM commits it,
-  the recorded transaction version read from the snapshot's checksum: 0.05-0.2 s per commit
-  on 2 cores next to the voters and the load (see ``_append_direct``). For a warehouse URI:
-  a Spark append (``txnAppId`` / ``txnVersion`` options) of an Arrow-built local relation:
-  Delta reconstructs the table's state to read the transaction version, then a one-task
-  write job: 0.4-0.6 s on 2 idle cores, 1-3 s on busy ones
-  (``spark.databricks.delta.snapshotPartitions=1`` in conf/spark-defaults.conf; Delta's default
-  of 50 partitions made it 2-3 s more).
-- ``snapshot``: a MERGE. For a local warehouse with the ``deltalake`` package installed (a
-  dependency), delta-rs runs it in the driver process (``rs_merge``: ~15 ms for 100 keys) and
-  reads the recorded transaction version itself (delta-rs writes no checksum: through the JVM
-  that read was a state reconstruction, a Spark job, every cycle); else a Spark MERGE (1-3 s on
-  2 cores), on a private session with one shuffle partition.
+- A warehouse that is a local path (``in_process``; a shared mount counts): every commit by
+  delta-rs in the driver process, on public APIs only. ``records`` and ``quorum_events``:
+  pyarrow writes the rows as one Parquet file and delta-rs commits it with the ``txn`` action
+  and ``userMetadata`` (``rs_append``). ``snapshot``: delta-rs's MERGE (``rs_merge``: ~15 ms
+  for 100 keys). delta-rs reads the recorded transaction version from its own table state, kept
+  up to date incrementally. No Spark job and no JVM call per commit: the JVM's commit forked
+  shells and ran hooks worth ~12 % of the voters' one-connection throughput.
+- A warehouse URI (``s3a://``, ``abfss://``, ``hdfs://`` ...): Delta's public Spark API, with
+  the connectors and credentials of the Spark configuration. The recorded version is read from
+  the table's history (the newest materializer commit's ``userMetadata``), then an append
+  (``txnAppId`` / ``txnVersion`` writer options) of an Arrow-built local relation, or a MERGE
+  on a private session with one shuffle partition: 0.4-0.6 s on 2 idle cores, 1-3 s on busy
+  ones (``spark.databricks.delta.snapshotPartitions=1`` in conf/spark-defaults.conf).
 - The first commits of a JVM pay class loading and code generation: ``prepare()`` (table
-  creation) takes most of it for direct appends (3-7 s cold); ``warm_up()`` rehearses the Spark
-  appends (6-9 s cold) on scratch tables.
+  creation) takes most of it (3-7 s cold); for a warehouse URI ``warm_up()`` rehearses the
+  Spark appends (6-9 s cold) on scratch tables.
 - ``checkpoint()`` writes Delta checkpoints on demand: ``records`` checkpoints automatically only
   every 100 commits (tables.py), the driver checkpoints it from its other thread.
 
@@ -78,9 +74,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.delta import rs_append, rs_merge
+from kraft_spark.delta import rs_append
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
-from kraft_spark.delta.direct_append import append_direct
 from kraft_spark.delta.log_rows import Rows, rows_from
 from kraft_spark.delta.maintenance import (
     Compaction,
@@ -99,7 +94,6 @@ from kraft_spark.delta.tables import (
     TABLES,
     CommitMetadata,
     MaterializerError,
-    delta_log_for,
     next_offset,
     table_path,
 )
@@ -170,17 +164,15 @@ class DeltaMaterializer:
         *,
         app_id: str = DEFAULT_APP_ID,
         on_commit: Callable[[TableCommit], None] | None = None,
-        direct_appends: bool | None = None,
+        in_process: bool | None = None,
     ) -> None:
         self.spark = spark
         self.warehouse = warehouse
         self.app_id = app_id
         self.on_commit = on_commit
-        # Appends (records, quorum_events) without a Spark job: see _append_direct. Needs a
-        # warehouse on the driver's file system; default: on when the warehouse is a local path.
-        self.direct_appends = (
-            _is_local_path(warehouse) if direct_appends is None else direct_appends
-        )
+        # Every commit by delta-rs in this process (rs_append, rs_merge; no Spark job, no JVM):
+        # a warehouse on the driver's file system. Else Spark's public Delta API commits.
+        self.in_process = _is_local_path(warehouse) if in_process is None else in_process
         self.last_commit_stats: CommitStats | None = None
         # Per-table resume offsets, cached; a missing table is read from Delta when needed.
         # Only the thread committing a table advances or drops its entry (_set_next/_drop_next),
@@ -200,11 +192,6 @@ class DeltaMaterializer:
         self._merge_session.conf.set("spark.sql.shuffle.partitions", "1")
 
     # ------------------------------------------------------------------ progress
-
-    @property
-    def merges_in_process(self) -> bool:
-        """The ``snapshot`` MERGE runs in delta-rs, in this process (no Spark job)."""
-        return self.direct_appends and rs_merge.available()
 
     def path(self, table: str) -> str:
         return table_path(self.warehouse, table)
@@ -332,7 +319,7 @@ class DeltaMaterializer:
     def checkpoint(self, table: str, min_commits: int = 10) -> int | None:
         """See ``maintenance.checkpoint_table`` (the driver calls it for ``records`` from the
         thread that commits the other tables)."""
-        if self.merges_in_process:
+        if self.in_process:
             return rs_append.checkpoint(self.path(table), min_commits)  # no Spark job
         return checkpoint_table(self.spark, self.path(table), min_commits)
 
@@ -340,7 +327,7 @@ class DeltaMaterializer:
         """See ``maintenance.compact_table``. With delta-rs committing, the file count is
         delta-rs's (its commits leave no checksum for the JVM to count from)."""
         files = None
-        if self.merges_in_process and min_files >= 1:
+        if self.in_process and min_files >= 1:
             try:
                 files = rs_append.data_file_count(self.path(table))
             except Exception:  # no table yet: compact_table says so
@@ -367,7 +354,7 @@ class DeltaMaterializer:
         delete them; the real tables are not touched. Returns the seconds spent.
 
         Call it once per JVM before serving. Cold, on 2 busy cores: creating the three tables
-        2-3 s; a direct append 1-2 s (a Spark append 6-9 s); a MERGE 2-7 s. By default the
+        2-3 s; a Spark append 6-9 s; a MERGE 2-7 s. By default the
         appends are rehearsed (what the latency of ``records`` depends on), not the MERGE of
         ``snapshot``, which pays its own first time on the thread that commits it. The scratch
         tables are removed through the local file system: under a warehouse that is a URI they
@@ -382,7 +369,7 @@ class DeltaMaterializer:
                 self.spark,
                 scratch,
                 app_id=f"{self.app_id}-warm-up",
-                direct_appends=self.direct_appends,
+                in_process=self.in_process,
             )
             log = _warm_up_log()
             # Two calls: the first creates the tables and commits to a new table, the second
@@ -401,32 +388,27 @@ class DeltaMaterializer:
             data = [r for r in rows.events if r[0] >= first]
         else:
             data = [r for r in rows.latest.values() if r[2] >= first]
-        if self.merges_in_process:
-            # delta-rs commits (rs_merge, rs_append) and writes no checksum, so a JVM
-            # transaction on these tables would find no recorded version and run Delta's whole
-            # state reconstruction (a Spark job) to get it: 0.7 of the driver JVM's core at
-            # ~900 appends/s, taken from the voters. delta-rs reads it from its own table
-            # state (kept up to date incrementally). The driver is the tables' only writer;
-            # the check below is the one that matters (Delta's own would let an overlapping
-            # range through).
+        if self.in_process:
+            # delta-rs reads the recorded version from its own table state (kept up to date
+            # incrementally) and commits at exactly the version it checked. The driver is the
+            # tables' only writer; the check is the one that matters (Delta's own would let an
+            # overlapping range through).
             rs_append.commit_in_process(
                 self.path(table), table, data, meta,
                 lambda recorded: _continues(table, recorded, meta))
             return len(data)
-        txn = self._delta_log(table).startTransaction()
-        if not _continues(table, _recorded_txn_version(txn, meta.app_id), meta):
+        # Through Spark (a warehouse URI): the recorded version from the table's history (the
+        # newest materializer commit's userMetadata), then an append or MERGE carrying
+        # txnAppId/txnVersion, which Delta itself skips when that version is already recorded.
+        recorded = next_offset(self.spark, self.path(table), meta.app_id) - 1
+        if not _continues(table, recorded, meta):
             return len(data)  # this very commit landed before (a retry after a failure)
         if table == SNAPSHOT and data:
             self._merge_snapshot(data, meta)
-        elif self.direct_appends:
-            self._append_direct(table, txn, data, meta)
         else:
             frames = {RECORDS: self._records_frame, QUORUM_EVENTS: self._events_frame}
             self._append(table, frames[table](data) if table in frames else None, meta)
         return len(data)
-
-    def _delta_log(self, table: str) -> Any:
-        return delta_log_for(self.spark, self.path(table))
 
     def _create_tables(self) -> None:
         with self._lock:
@@ -461,12 +443,6 @@ class DeltaMaterializer:
             .option("userMetadata", meta.to_json())
             .save(self.path(table))
         )
-
-    def _append_direct(
-        self, table: str, txn: Any, data: list[tuple[Any, ...]], meta: CommitMetadata
-    ) -> None:
-        """See ``kraft_spark.delta.direct_append``."""
-        append_direct(self.spark, self.path(table), table, txn, data=data, meta=meta)
 
     def _records_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
         if not data:
@@ -540,27 +516,6 @@ def _is_local_path(path: str) -> bool:
     from kraft_spark.warehouse.location import is_uri
 
     return not is_uri(path)
-
-
-def _recorded_txn_version(txn: Any, app_id: str) -> int:
-    """The ``txnVersion`` recorded for ``app_id`` in the snapshot ``txn`` read (-1 if none), and
-    the appId registered as read by ``txn`` (conflict detection against concurrent commits)."""
-    checksum = txn.snapshot().checksumOpt()
-    if checksum.isDefined():
-        known = checksum.get().setTransactions()
-        if known.isDefined():
-            # Delta's txnVersion() would register the read itself; we skip its state
-            # reconstruction, so register it here (readTxn is protected in Scala, public in the
-            # bytecode).
-            txn.readTxn().addOne(app_id)
-            transactions = known.get()
-            version = -1
-            for i in range(transactions.size()):
-                action = transactions.apply(i)
-                if action.appId() == app_id:
-                    version = max(version, int(action.version()))
-            return version
-    return int(txn.txnVersion(app_id))
 
 
 def _continues(table: str, recorded: int, meta: CommitMetadata) -> bool:

@@ -3,20 +3,20 @@ appends to ``records`` and ``quorum_events`` here, the ``snapshot`` MERGE in ``r
 each at exactly the version whose recorded txn version was checked (``commit_in_process``).
 No JVM call on the materializer's steady path.
 
-Why: the JVM commit of a direct append (``direct_append``) costs little per call, but around it
-Delta's log store forks a shell (``readlink``, ``chmod``: Hadoop's local file system without
-its native library) several times per commit, runs post-commit hooks and keeps the JIT busy;
-measured on the application at one connection, materialization took the voters' throughput
-from 1,043 to 913 appends/s (median of 4 windows each, 2026-11-26). delta-rs commits the same
-actions from Python.
+Why in process: a commit through Delta's JVM (``OptimisticTransaction``, which is not Delta's
+public API) forked a shell several times per commit (Hadoop's local file system without its
+native library), ran post-commit hooks and kept the JIT busy; measured on the application at
+one connection, materialization took the voters' throughput from 1,043 to 913 appends/s
+(median of 4 windows each, 2026-11-26). delta-rs commits the same actions from Python, and is
+the only commit path of a local warehouse.
 
-What stays the same as the JVM path (docs/concepts/delta-tables.md): the Parquet file is written by
-``direct_append.write_parquet`` (the same schema, statistics, and fsync before the commit);
-the commit carries the ``txn`` action (``txnAppId = app_id``, ``txnVersion = last offset``) and
-the ``userMetadata`` JSON of ``CommitMetadata`` in its commitInfo; the caller checks the
-recorded transaction version first (``materializer._continues``); the commit file and the log
-directory are fsync'd after the commit (the local log store does not). Tables stay readable by
-Spark and any Delta reader: reader 1 / writer 2 protocol, one ``add`` per commit.
+What every commit holds (docs/concepts/delta-tables.md): one Parquet file written by
+``parquet_file.write_parquet`` (fsync'd before the commit); the ``txn`` action
+(``txnAppId = app_id``, ``txnVersion = last offset``) and the ``userMetadata`` JSON of
+``CommitMetadata`` in its commitInfo; the caller checks the recorded transaction version first
+(``materializer._continues``); the commit file and the log directory are fsync'd after the
+commit. Tables stay readable by Spark and any Delta reader: reader 1 / writer 2 protocol, one
+``add`` per commit.
 Differences: delta-rs writes no ``.crc`` checksum (Spark readers then compute the table state
 themselves), and the commit's ``operationMetrics`` are delta-rs's, not Spark's WRITE metrics.
 """
@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.delta import direct_append, rs_merge
+from kraft_spark.delta import parquet_file, rs_merge
 from kraft_spark.delta.rs_merge import open_table
 from kraft_spark.delta.tables import SCHEMAS, SNAPSHOT
 
@@ -84,7 +84,7 @@ def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
     path = os.path.abspath(path)
     actions = []
     if data:
-        add = direct_append.write_parquet(path, SCHEMAS[table], data)
+        add = parquet_file.write_parquet(path, SCHEMAS[table], data)
         actions.append(AddAction(add["path"], int(add["size"]), {}, int(add["modificationTime"]),
                                  True, add["stats"]))
     version = int(delta.version()) + 1
@@ -116,7 +116,7 @@ def _make_commit_durable(path: str, version: int) -> None:
     """fsync commit ``version`` of the table at ``path`` and the log directory (delta-rs's
     local store does not): a later commit must not survive a power loss without it."""
     log_dir = os.path.join(path, "_delta_log")
-    direct_append.make_durable(os.path.join(log_dir, f"{version:020d}.json"), log_dir)
+    parquet_file.make_durable(os.path.join(log_dir, f"{version:020d}.json"), log_dir)
 
 
 def data_file_count(path: str) -> int:

@@ -37,15 +37,6 @@ _SOURCE_SCHEMA = pa.schema([
 _COLUMNS = ("key", "value", "offset", "epoch", "timestamp")
 
 
-def available() -> bool:
-    """True when the ``deltalake`` package can be imported."""
-    try:
-        import deltalake  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 _OPEN: dict[str, Any] = {}  # path -> DeltaTable, brought up to date before each use
 
 

@@ -28,8 +28,8 @@ from kraft_spark.delta import (
     snapshot,
     snapshot_version,
 )
-from kraft_spark.delta import direct_append as direct_append_module
 from kraft_spark.delta import materializer as materializer_module
+from kraft_spark.delta import parquet_file as parquet_file_module
 from kraft_spark.delta.materializer import WARM_UP_PREFIX, ResumeMismatch
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
@@ -330,50 +330,27 @@ def test_a_stale_writer_is_skipped_by_the_delta_transaction(spark: Any, tmp_path
     assert_tables_equal_log(spark, tmp_path, batches)
 
 
-# ---------------------------------------------------------------------------- direct appends
+# ------------------------------------------------------------- in-process and Spark commits
 
 
-def test_appends_through_spark_equal_direct_appends(spark: Any, tmp_path: Path) -> None:
+def test_appends_through_spark_equal_in_process_appends(spark: Any, tmp_path: Path) -> None:
     """The Spark path (a warehouse that is not local) writes the same tables, and a warehouse
     can switch between the two paths across restarts."""
     batches = logdata.log()
-    via_spark = DeltaMaterializer(spark, str(tmp_path), direct_appends=False)
-    assert not via_spark.direct_appends
+    via_spark = DeltaMaterializer(spark, str(tmp_path), in_process=False)
+    assert not via_spark.in_process
     assert via_spark.write(batches[:2], 5) == 5
     direct = DeltaMaterializer(spark, str(tmp_path))
-    assert direct.direct_appends
-    assert not DeltaMaterializer(spark, tmp_path.as_uri()).direct_appends  # URIs: Spark
+    assert direct.in_process
+    assert not DeltaMaterializer(spark, tmp_path.as_uri()).in_process  # URIs: Spark
     assert direct.write(batches[:4], 12) == 9
-    assert DeltaMaterializer(spark, str(tmp_path), direct_appends=False).write(batches, 16) == 16
+    assert DeltaMaterializer(spark, str(tmp_path), in_process=False).write(batches, 16) == 16
     assert_tables_equal_log(spark, tmp_path, batches)
     for table in TABLES:
         metas = commits_of(spark, tmp_path, table)
         assert [(m.first_offset, m.last_offset) for m in metas] == [(0, 4), (5, 8), (9, 15)]
     # The commit in the middle is delta-rs's (rs_append): a WRITE without Spark's metrics.
     assert _write_metrics(spark, tmp_path) == [("1", "4"), None, ("1", "7")]
-
-
-def test_jvm_direct_appends_without_deltalake(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without the deltalake package a local warehouse's appends are committed by Delta's
-    JVM transaction (direct_append), with the metrics a Spark write records."""
-    batches = logdata.log()
-    DeltaMaterializer(spark, str(tmp_path), direct_appends=False).write(batches[:2], 5)
-    monkeypatch.setattr(rs_merge, "available", lambda: False)
-    direct = DeltaMaterializer(spark, str(tmp_path))
-    assert direct.direct_appends and not direct.merges_in_process
-    assert direct.write(batches[:4], 12) == 9
-    assert_tables_equal_log(spark, tmp_path, batches[:4])
-    assert _write_metrics(spark, tmp_path) == [("1", "4"), ("1", "3")]
-    log_dir = tmp_path / RECORDS / "_delta_log"
-    actions = [json.loads(line) for line in (log_dir / f"{2:020d}.json").read_text().splitlines()]
-    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-    add = next(a["add"] for a in actions if "add" in a)
-    assert info["isBlindAppend"] is True
-    # DESCRIBE HISTORY shows what a Spark write job would have counted.
-    assert info["operationMetrics"] == {
-        "numFiles": "1", "numOutputRows": "3", "numOutputBytes": str(add["size"])}
 
 
 def _write_metrics(spark: Any, tmp_path: Path) -> list[tuple[str, str] | None]:
@@ -387,7 +364,7 @@ def _write_metrics(spark: Any, tmp_path: Path) -> list[tuple[str, str] | None]:
     ]
 
 
-def test_direct_append_files_and_statistics(spark: Any, tmp_path: Path) -> None:
+def test_in_process_append_files_and_statistics(spark: Any, tmp_path: Path) -> None:
     """Parquet as Spark writes it (INT64 UTC microseconds, required columns), file statistics
     that data skipping may trust, WRITE commits with the transaction and userMetadata."""
     import pyarrow.parquet as pq
@@ -426,23 +403,6 @@ def _clear_delta_log_cache(spark: Any) -> None:
     jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
-def test_direct_append_without_checksums_asks_delta(spark: Any, tmp_path: Path) -> None:
-    """The transaction version comes from the checksum (.crc) when there is one; without it
-    Delta's own txnVersion (a state reconstruction) decides, with the same result."""
-    batches = logdata.log()
-    assert DeltaMaterializer(spark, str(tmp_path)).write(batches[:2], 5) == 5
-    for crc in tmp_path.glob("*/_delta_log/*.crc"):
-        crc.unlink()
-    _clear_delta_log_cache(spark)
-    before = versions(spark, tmp_path)
-    stale = DeltaMaterializer(spark, str(tmp_path))
-    stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first writer committed
-    assert stale.write(batches[:2], 5) == 5
-    assert versions(spark, tmp_path) == before
-    assert stale.write(batches, 16) == 16
-    assert_tables_equal_log(spark, tmp_path, batches)
-
-
 def test_a_racing_writer_makes_a_delta_rs_append_check_again_not_duplicate(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -453,7 +413,7 @@ def test_a_racing_writer_makes_a_delta_rs_append_check_again_not_duplicate(
     batches = logdata.log()
     ours = DeltaMaterializer(spark, str(tmp_path))
     other = DeltaMaterializer(spark, str(tmp_path))
-    assert ours.merges_in_process
+    assert ours.in_process
     assert ours.write(batches[:2], 5) == 5
     other.table_offsets()
     read_version = rs_merge.recorded_txn_version
@@ -477,50 +437,18 @@ def test_a_racing_writer_makes_a_delta_rs_append_check_again_not_duplicate(
     assert_tables_equal_log(spark, tmp_path, batches)
 
 
-def test_a_racing_writer_makes_a_jvm_direct_append_fail_not_duplicate(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without deltalake, Delta's JVM transaction commits: another writer committing the same
-    appId between our read of the transaction version and our commit makes Delta's conflict
-    detection (the appId registered as read) reject ours."""
-    monkeypatch.setattr(rs_merge, "available", lambda: False)
-    batches = logdata.log()
-    ours = DeltaMaterializer(spark, str(tmp_path))
-    other = DeltaMaterializer(spark, str(tmp_path))
-    assert ours.write(batches[:2], 5) == 5
-    other.table_offsets()
-    read_version = materializer_module._recorded_txn_version
-    raced: list[int] = []
-
-    def racing(txn: Any, app_id: str) -> int:
-        version = read_version(txn, app_id)
-        if not raced:
-            raced.append(version)
-            other.write(batches[:4], 9, (RECORDS,))  # commits offsets 5..8 first
-        return version
-
-    monkeypatch.setattr(materializer_module, "_recorded_txn_version", racing)
-    with pytest.raises(Exception, match=r"(?i)concurrent"):
-        ours.write(batches[:4], 9, (RECORDS,))
-    monkeypatch.undo()
-    assert raced == [4]
-    assert read_records(spark, tmp_path) == logdata.record_rows(batches[:4])
-    # The failed call's table is re-read from Delta: the next call goes on from there.
-    assert ours.table_offsets()[RECORDS] == 9
-    assert ours.write(batches, 16) == 16
-    assert_tables_equal_log(spark, tmp_path, batches)
-
-
+@pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
 def test_a_stale_writer_grouping_differently_fails_not_duplicates(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, in_process: bool
 ) -> None:
     """A writer whose cached offsets are stale commits a range that overlaps what the table
     holds: Delta's own check (skip only if txnVersion <= recorded) would let it through and
-    duplicate the overlap, so the commit must start right after the recorded version."""
+    duplicate the overlap, so the commit must start right after the recorded version (read by
+    delta-rs in process, from the table's history through Spark)."""
     batches = logdata.log()
     current = DeltaMaterializer(spark, str(tmp_path))
     assert current.write(batches[:2], 5) == 5
-    stale = DeltaMaterializer(spark, str(tmp_path))
+    stale = DeltaMaterializer(spark, str(tmp_path), in_process=in_process)
     stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first commit
     before = versions(spark, tmp_path)
     with pytest.raises(ResumeMismatch, match=r"records: the table holds offsets below 5 .* 0-8"):
@@ -531,24 +459,21 @@ def test_a_stale_writer_grouping_differently_fails_not_duplicates(
     assert_tables_equal_log(spark, tmp_path, batches)
 
 
-def test_snapshot_merges_by_delta_rs_never_start_a_jvm_transaction(
+def test_snapshot_merges_in_delta_rs_keep_the_checks(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """delta-rs writes no checksum, so a JVM transaction on ``snapshot`` ran Delta's whole
-    state reconstruction (a Spark job) each cycle just to read the recorded version: delta-rs
-    reads it now. Its checks are the JVM path's: a retry is skipped, a stale writer grouping
-    differently fails and commits nothing."""
+    """A local warehouse's ``snapshot`` MERGE runs in delta-rs, never as a Spark job, with the
+    Spark path's checks: a retry is skipped, a stale writer grouping differently fails and
+    commits nothing."""
     batches = logdata.log()
     current = DeltaMaterializer(spark, str(tmp_path))
-    assert current.merges_in_process
+    assert current.in_process
     assert current.write(batches[:2], 5) == 5
-    jvm_log = materializer_module.DeltaMaterializer._delta_log
 
-    def no_jvm_for_snapshot(self: DeltaMaterializer, table: str) -> Any:
-        assert table != SNAPSHOT, "a JVM transaction was started on the snapshot table"
-        return jvm_log(self, table)
+    def no_spark_merge(self: DeltaMaterializer, *args: Any) -> None:
+        raise AssertionError("a Spark MERGE ran on a local warehouse")
 
-    monkeypatch.setattr(materializer_module.DeltaMaterializer, "_delta_log", no_jvm_for_snapshot)
+    monkeypatch.setattr(materializer_module.DeltaMaterializer, "_merge_snapshot", no_spark_merge)
     stale = DeltaMaterializer(spark, str(tmp_path))
     stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first commit
     before = versions(spark, tmp_path)
@@ -596,12 +521,12 @@ def test_a_history_read_racing_a_commit_is_not_cached(
     assert_tables_equal_log(spark, tmp_path, batches)
 
 
-def test_direct_appends_are_durable_before_and_after_their_commit(
+def test_in_process_appends_are_durable_before_and_after_their_commit(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Parquet file (and its directory entry) is fsync'd before the commit that adds it,
     and the commit file (and _delta_log) before the next commit starts."""
-    make_durable = direct_append_module.make_durable
+    make_durable = parquet_file_module.make_durable
     records = tmp_path / RECORDS
     seen: list[tuple[str, list[str]]] = []  # (path, the records commits at that moment)
 
@@ -612,7 +537,7 @@ def test_direct_appends_are_durable_before_and_after_their_commit(
 
     materializer = DeltaMaterializer(spark, str(tmp_path))
     materializer.prepare()
-    monkeypatch.setattr(direct_append_module, "make_durable", recording)
+    monkeypatch.setattr(parquet_file_module, "make_durable", recording)
     materializer.write(logdata.log()[:2], 5, (RECORDS,))
     data_file = next(records.glob("*.parquet"))
     created, commit = (f"{v:020d}.json" for v in (0, 1))
@@ -691,17 +616,13 @@ def test_prepare_and_warm_up(spark: Any, tmp_path: Path) -> None:
     assert DeltaMaterializer(spark, str(tmp_path)).prepare() == dict.fromkeys(TABLES, 5)
 
 
-@pytest.mark.parametrize("delta_rs", [True, False], ids=["delta-rs", "jvm"])
-def test_checkpoint_when_due(
-    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delta_rs: bool
-) -> None:
+@pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
+def test_checkpoint_when_due(spark: Any, tmp_path: Path, in_process: bool) -> None:
     """delta-rs writes the checkpoint when it commits (a local warehouse), Delta's JVM
-    otherwise; either way Spark reads the table from it and the offsets resume."""
-    if not delta_rs:
-        monkeypatch.setattr(rs_merge, "available", lambda: False)
+    otherwise (a warehouse URI); either way Spark reads the table from it and the offsets
+    resume."""
     batches = logdata.log()
-    materializer = DeltaMaterializer(spark, str(tmp_path))
-    assert materializer.merges_in_process == delta_rs
+    materializer = DeltaMaterializer(spark, str(tmp_path), in_process=in_process)
     assert materializer.checkpoint(RECORDS) is None  # no table yet
     for i in range(1, len(batches) + 1):
         materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
