@@ -146,6 +146,9 @@ class Application(VoterMembershipMixin):
         private_dir(cfg.data_dir)  # a first start: ./data does not exist yet (owner-only)
         if not is_uri(cfg.warehouse):
             private_dir(cfg.warehouse)
+            # A local warehouse is checked before anything else is written or started: one of
+            # another cluster is refused in a second, not after the JVM's start-up.
+            self.cluster_id, self.new_cluster = open_warehouse(cfg.data_dir, cfg.warehouse, None)
         self.http_credentials_path, self.http_credentials = http_credentials(cfg)
         self.quorum_auth = quorum_auth(cfg)
         # Room for growing to 5 voters live (resize) plus the Delta jobs; task slots are
@@ -165,8 +168,9 @@ class Application(VoterMembershipMixin):
         )
         if self.sql_port:
             publish(cfg.data_dir, url_of(cfg.sql_host, self.sql_port), sql_token)
-        self.cluster_id, self.new_cluster = open_warehouse(cfg.data_dir, cfg.warehouse,
-                                                           self.spark)
+        if is_uri(cfg.warehouse):  # reached through Spark's Hadoop file systems
+            self.cluster_id, self.new_cluster = open_warehouse(cfg.data_dir, cfg.warehouse,
+                                                               self.spark)
         from kraft_spark.delta import DeltaMaterializer
 
         self._delta = DeltaMaterializer(self.spark, cfg.warehouse, app_id=self.cluster_id,

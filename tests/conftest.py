@@ -89,6 +89,7 @@ SPARK_GROUPS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For ``pytest -n N --dist loadgroup`` (pytest-xdist, what ``make test`` runs): the Spark
     tests share two workers' groups (no more than two Spark applications competing for two

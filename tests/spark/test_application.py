@@ -274,12 +274,14 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
     assert "rebuilding the quorum from the warehouse" in output, output[-3000:]
 
     # A data directory of another cluster with this warehouse: refused before anything is
-    # written, exit 1, naming both clusters.
+    # written or started (no Spark: the three starts above are the log's only ones), exit 1,
+    # naming both clusters.
     (tmp_path / "cluster.id").write_text("another0cluster0id0xyz\n")
     with pytest.raises(AssertionError, match=r"exited \(1\) before it was ready"):
         App(tmp_path, http_port, voter_base)
     output = (tmp_path / "app.log").read_text(errors="replace")
     assert f"belongs to cluster {cluster_id}" in output, output[-3000:]
+    assert output.count("starting Spark") == 3, output[-3000:]
     assert spark.read.format("delta").load(f"{warehouse}/records").count() == 27
 
 
