@@ -110,3 +110,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = "kafka" if parts[0] == "kafka" else "/".join(parts)
         item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.path.relative_to(root).parts[0] != "spark")
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's hook, which appends "@<group>" to node ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker of ``--dist loadgroup``: the groups above must have reached xdist.
+    They once silently did not (pytest 9.2 with pytest-xdist 3.8: the Spark modules then ran
+    on every worker at once and module-scoped quorums started up to three times)."""
+    config = session.config
+    grouped = getattr(config.option, "loadgroup", False) and session.items
+    if grouped and "@" not in session.items[0].nodeid:
+        raise pytest.UsageError(
+            "pytest-xdist ignored the test groups (tests/conftest.py): use a pytest and "
+            "pytest-xdist pair that supports --dist loadgroup (pyproject.toml pins it)")
