@@ -255,6 +255,12 @@ class FrameServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
             self._server = None
+        # A connection the kernel accepted just before the close is handed over in callbacks a
+        # few loop turns later (asyncio's _accept_connection2: transport, connection_made,
+        # waiter): let them run, so _accept closes it (_closing) and its connection_lost
+        # releases the socket. Stopping the loop first leaked it (CI run 24, test_node_local).
+        for _ in range(4):
+            await asyncio.sleep(0)
 
     def _accept(self, transport: asyncio.Transport) -> ServerConnection:
         """A new connection: tracked, or closed at once when over ``max_connections``."""
