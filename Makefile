@@ -32,13 +32,15 @@ test: $(STAMP)
 	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop -n 3 --dist loadgroup --durations=10 \
 		tests/net tests/api
 
-# The inner loop for pure code (core, simulator scenarios, protocol, storage, state, unit): no
-# Spark, no node processes, none of the simulator's long seed campaigns (marked sim). CI runs
-# the full `make test`.
+# The inner loop for pure code (tests/ mirrors the packages: raft, sim, protocol, log, state,
+# store, client, driver, executors, warehouse, commands, metrics, docs): no Spark, no node
+# processes or servers (integration, kafka, lincheck, net, api, bench), none of the simulator's
+# long seed campaigns (marked sim). CI runs the full `make test`.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -m 'not slow and not sim' --durations=10 tests/protocol tests/log \
-		tests/state tests/unit tests/sim
+	$(VENV)/bin/pytest -m 'not slow and not sim' --durations=10 tests --ignore=tests/spark \
+		--ignore=tests/integration --ignore=tests/kafka --ignore=tests/lincheck \
+		--ignore=tests/net --ignore=tests/api --ignore=tests/bench
 
 # kraft-spark against etcd and PySyncObj (installs etcd-server and wrk with apt-get if missing);
 # writes bench/results/compare-*.{md,json,png} and bench/results/latest.md, then store-* and

@@ -4,7 +4,7 @@ import this module: ``kraft-spark node`` gives it ``serve_node_http`` (an
 ``EmbeddedHttpFactory``), so the library stays free of the web layer.
 
 Same process, same loop: a request to the leader reaches its ``RaftCore`` through
-``RaftNode.submit_local`` with no process hop (``kraft_spark.net.node_backend``). uvicorn's
+``RaftNode.submit_local`` with no process hop (``api.node_backend``). uvicorn's
 ``Server.serve()`` is not used: it installs SIGINT/SIGTERM handlers of its own, which would fight
 the node's (``kraft-spark node`` stops gracefully on those). This module drives the server's
 ``startup`` / ``shutdown`` steps itself and runs its once-a-tick housekeeping (the Date header)
@@ -23,11 +23,11 @@ import uvicorn
 
 from api.app import create_app
 from api.limits import HttpLimits, uvicorn_options
+from api.node_backend import NodeBackend
 from api.server import EagerAcceptServer
 from api.server import bind_tcp as bind_listener
 from kraft_spark.http_auth import Credentials
 from kraft_spark.net.config import NodeConfig
-from kraft_spark.net.node_backend import NodeBackend
 from kraft_spark.net.node_tokens import LocalNode
 from kraft_spark.store.service import NodeStore, StoreNode
 

@@ -6,7 +6,7 @@
   (``api.app.create_app``, plus the Spark application's ``POST /v1/app/voters``).
 
 ``make docs`` runs it before ``mkdocs build --strict``; run it by hand with
-``.venv/bin/python docs/gen_reference.py``. ``tests/unit/test_docs_build.py`` fails when a
+``.venv/bin/python docs/gen_reference.py``. ``tests/docs/test_docs_build.py`` fails when a
 command, flag or route is missing from these pages (the fix: ``make docs``).
 """
 

@@ -15,10 +15,10 @@ from kraft_spark.config_keys import APP_KEYS, NODE_KEYS, QUORUM_KEYS, check_know
 from kraft_spark.net.config import (
     DEFAULT_HTTP_HEADER_TIMEOUT_MS,
     DEFAULT_HTTP_MAX_CONNECTIONS,
-    TlsConfig,
     parse_boolean,
 )
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES
+from kraft_spark.tls_config import TlsConfig
 
 log = logging.getLogger("kraft_spark.driver")
 
@@ -186,7 +186,7 @@ def voter_affinity(cfg: AppConfig, *, local_master: bool) -> str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
-    from kraft_spark.net.config import load_properties
+    from kraft_spark.properties import load_properties
 
     parser = argparse.ArgumentParser(prog="driver/app.py",
                                      description="kraft-spark: the Spark application")

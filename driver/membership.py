@@ -17,7 +17,7 @@ from driver.security import client_security
 from kraft_spark.client.security import ClientSecurity
 from kraft_spark.log.checkpoints import atomic_write
 from kraft_spark.log.fs import RealFileSystem
-from kraft_spark.net.sasl_plain import SaslServerConfig
+from kraft_spark.protocol.sasl_plain import SaslServerConfig
 from kraft_spark.quorum_auth import QuorumAuth
 
 log = logging.getLogger("driver.app")

@@ -9,10 +9,10 @@ from driver.config import AppConfig
 from driver.console import progress
 from kraft_spark.client.security import ClientSecurity
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
-from kraft_spark.net.config import TlsConfig
 from kraft_spark.quorum_auth import QuorumAuth, ensure_quorum_auth
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.spark_session import LOCAL_MASTER
+from kraft_spark.tls_config import TlsConfig
 
 
 def http_credentials(cfg: AppConfig) -> tuple[str | None, Credentials | None]:

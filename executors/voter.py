@@ -34,9 +34,9 @@ from typing import Any
 
 from kraft_spark import aio
 from kraft_spark.http_auth import Credentials
-from kraft_spark.net.config import TlsConfig
-from kraft_spark.net.sasl_plain import SaslServerConfig
 from kraft_spark.net.tls_bundle import TlsBundle
+from kraft_spark.protocol.sasl_plain import SaslServerConfig
+from kraft_spark.tls_config import TlsConfig
 
 log = logging.getLogger("kraft_spark.executor")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from kraft_spark.client.security import admin_properties
 from kraft_spark.net.cluster_acl import ClusterAcl
-from kraft_spark.net.config import TlsConfig
-from kraft_spark.net.sasl_plain import ADMIN_USER, PlainUsers, SaslServerConfig
+from kraft_spark.protocol.sasl_plain import ADMIN_USER, PlainUsers, SaslServerConfig
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.secret_files import SecretFileError, new_token, write_secret
+from kraft_spark.tls_config import TlsConfig
 
 USERS_FILE = "quorum-users"
 ADMIN_PROPERTIES = "admin.properties"

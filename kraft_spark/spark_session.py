@@ -22,7 +22,7 @@ arguments of ``build_spark``, ``extra_conf``.
 ``conf/spark-defaults.conf`` is also the properties file of ``spark-submit --properties-file
 conf/spark-defaults.conf driver/app.py``, so it names the Delta jars itself
 (``spark.jars.packages``, kept equal to the installed delta-spark's by
-tests/unit/test_spark_submit.py) and the driver's log4j2 file relative to the repository's root.
+tests/test_spark_submit.py) and the driver's log4j2 file relative to the repository's root.
 ``build_spark`` computes both itself instead (the jars from the installed pip package or
 ``KRAFT_SPARK_DELTA_VERSION``; log4j2 by absolute path, so any working directory works).
 Under spark-submit the JVM is already running: without the Delta jars ``build_spark`` fails at

@@ -49,13 +49,13 @@ from kraft_spark.client.types import (
     ReplicaInfo,
 )
 from kraft_spark.client.voter_changes import VoterChangesMixin
-from kraft_spark.net.sasl_plain import PlainCredentials
-from kraft_spark.net.transport import Connection, TransportError
-from kraft_spark.net.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
+from kraft_spark.protocol.sasl_plain import PlainCredentials
+from kraft_spark.protocol.wire import ACKS_ALL, decode_record_set, first_partition, produce_batch
 from kraft_spark.raft.producers import key_producer_id
 from kraft_spark.raft.records import Batch, Record
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, directory_text
+from kraft_spark.transport import Connection, TransportError
 
 T = TypeVar("T")
 

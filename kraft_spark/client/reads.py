@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kraft_spark.client.client import _RETRIABLE, AsyncQuorumClient, _error_text
 from kraft_spark.client.errors import ClientError
-from kraft_spark.net import wire_reads
+from kraft_spark.protocol import wire_reads
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest
 
 

@@ -23,12 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kraft_spark.net.config import TlsConfig, load_properties
-from kraft_spark.net.sasl_plain import MECHANISM, PlainCredentials, SaslServerConfig
-from kraft_spark.net.wire import first_partition
+from kraft_spark.properties import load_properties
 from kraft_spark.protocol import ErrorCode
+from kraft_spark.protocol.sasl_plain import MECHANISM, PlainCredentials, SaslServerConfig
+from kraft_spark.protocol.wire import first_partition
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.secret_files import SecretFileError, check_private
+from kraft_spark.tls_config import TlsConfig
 
 PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"

@@ -8,8 +8,7 @@ import uuid
 from typing import Any
 
 from kraft_spark.client.errors import ClientError
-from kraft_spark.net import wire_voters
-from kraft_spark.protocol import ErrorCode
+from kraft_spark.protocol import ErrorCode, wire_voters
 from kraft_spark.raft.messages import AddVoterRequest, RemoveVoterRequest
 from kraft_spark.raft.voter_set import Endpoint
 

@@ -55,7 +55,8 @@ def configure_logging(level: int = logging.INFO) -> None:
 def _run_node(args: argparse.Namespace) -> int:
     from kraft_spark.gc_tuning import tune_for_serving
     from kraft_spark.log.errors import LogError
-    from kraft_spark.net.config import NodeConfig, load_properties
+    from kraft_spark.net.config import NodeConfig
+    from kraft_spark.properties import load_properties
     from kraft_spark.raft.config import ConfigError
 
     try:
@@ -96,7 +97,7 @@ async def _serve(config: Any, lock_timeout_s: float) -> None:
     from kraft_spark.store.lease_expiry import LeaseExpirer
 
     if config.bootstrap_servers and not config.voters:  # KIP-853: find the quorum first
-        from kraft_spark.net.bootstrap_servers import discover_voters
+        from kraft_spark.commands.bootstrap_servers import discover_voters
 
         config = await discover_voters(config)
     node = RaftNode(config, lock_timeout_s=lock_timeout_s, http=serve_node_http)

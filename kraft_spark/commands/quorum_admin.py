@@ -23,7 +23,7 @@ from typing import Any
 from kraft_spark.errors import CommandError
 from kraft_spark.log.errors import LogError
 from kraft_spark.log.meta import read_meta_properties
-from kraft_spark.net.config import load_properties, parse_endpoint
+from kraft_spark.properties import load_properties, parse_endpoint
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, directory_text, parse_directory
 

@@ -83,7 +83,7 @@ def _format(args: argparse.Namespace) -> int:
     from kraft_spark.errors import CommandError
     from kraft_spark.log.errors import LogError
     from kraft_spark.log.meta import format_log_dir
-    from kraft_spark.net.config import parse_endpoint
+    from kraft_spark.properties import parse_endpoint
     from kraft_spark.raft.config import ConfigError
     from kraft_spark.raft.voter_set import (
         Endpoint,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from kraft_spark.addresses import is_loopback
 from kraft_spark.net.frame_server import ServerConnection
 from kraft_spark.net.principal import ANONYMOUS
-from kraft_spark.net.wire import error_response_body
 from kraft_spark.protocol import ApiKey, ErrorCode, RequestHeader
+from kraft_spark.protocol.wire import error_response_body
 from kraft_spark.raft.config import ConfigError
 
 log = logging.getLogger("kraft_spark.net.cluster_acl")

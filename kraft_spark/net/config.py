@@ -12,7 +12,7 @@ names are ignored):
 * ``controller.quorum.voters``: ``id@host:port,...``;
 * ``controller.quorum.bootstrap.servers``: ``host:port,...`` of any nodes of the quorum, in
   place of ``controller.quorum.voters`` (KIP-853): the node asks them for the voters and their
-  endpoints before it starts (``net/bootstrap_servers``); the voter set itself comes from the
+  endpoints before it starts (``commands/bootstrap_servers``); the voter set itself comes from the
   log's VotersRecords;
 * ``controller.quorum.*`` timings (``kraft_spark.raft.config``);
 * ``socket.request.max.bytes``: the largest frame accepted (default 8 MiB);
@@ -55,7 +55,6 @@ names are ignored):
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,10 +63,11 @@ from kraft_spark.config_keys import check_known
 from kraft_spark.http_auth import Credentials, resolve_http_credentials
 from kraft_spark.net.cluster_acl import PLAINTEXT_ALLOWED_KEY, ClusterAcl, check_listener
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_NONE
-from kraft_spark.net.sasl_plain import PlainCredentials, SaslServerConfig
+from kraft_spark.properties import parse_endpoint, parse_voters
+from kraft_spark.protocol.sasl_plain import PlainCredentials, SaslServerConfig
 from kraft_spark.raft.config import ConfigError, QuorumConfig
-from kraft_spark.secret_files import SecretFileError, check_private
 from kraft_spark.state.policy import SnapshotConfig
+from kraft_spark.tls_config import TlsConfig
 
 # The background scrub's pace (net.scrub): a 64 MiB segment re-verified in about a minute.
 DEFAULT_SCRUB_BYTES_PER_SECOND = 1024 * 1024
@@ -79,102 +79,6 @@ DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
 # dependency on uvicorn, for the node's and the application's configuration).
 DEFAULT_HTTP_MAX_CONNECTIONS = 1000
 DEFAULT_HTTP_HEADER_TIMEOUT_MS = 10_000
-
-
-def load_properties(path: str) -> dict[str, str]:
-    """Parse a Java-style properties file (``key=value``, ``key: value``, ``#``/``!`` comments)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the configuration {path}: {exc.strerror}") from exc
-    return parse_properties(text)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    props: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        eq, colon = line.find("="), line.find(":")
-        cut = min(i for i in (eq, colon, len(line)) if i >= 0)
-        props[line[:cut].strip()] = line[cut + 1 :].strip()
-    return props
-
-
-def parse_endpoint(text: str, what: str) -> tuple[str, int]:
-    """``host:port`` (an optional ``NAME://`` prefix is dropped; IPv6 in brackets)."""
-    value = text.split("://", 1)[-1].strip()
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"{what}: expected host:port, got {text!r}")
-    try:
-        number = int(port)
-    except ValueError:
-        raise ConfigError(f"{what}: port must be a number, got {text!r}") from None
-    if not 0 <= number <= 65535:
-        raise ConfigError(f"{what}: port {number} out of range")
-    return host.strip("[]"), number
-
-
-def parse_voters(text: str) -> dict[int, tuple[str, int]]:
-    """``controller.quorum.voters``: ``id@host:port,...`` → {id: (host, port)}."""
-    voters: dict[int, tuple[str, int]] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        ident, sep, endpoint = item.partition("@")
-        if not sep:
-            raise ConfigError(
-                f"controller.quorum.voters: expected id@host:port, got {item!r}"
-            )
-        try:
-            node = int(ident)
-        except ValueError:
-            raise ConfigError(f"controller.quorum.voters: bad id in {item!r}") from None
-        if node in voters:
-            raise ConfigError(f"controller.quorum.voters: voter {node} listed twice")
-        voters[node] = parse_endpoint(endpoint, "controller.quorum.voters")
-    if not voters:
-        raise ConfigError("controller.quorum.voters is empty: list the voters as id@host:port")
-    return voters
-
-
-@dataclass(frozen=True)
-class TlsConfig:
-    certfile: str
-    keyfile: str
-    cafile: str
-
-    def server_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=self.cafile)
-        ctx.load_cert_chain(self.certfile, self.keyfile)
-        ctx.verify_mode = ssl.CERT_REQUIRED  # mutual TLS: no certificate, no connection
-        return ctx
-
-    def client_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.cafile)
-        ctx.load_cert_chain(self.certfile, self.keyfile)
-        # Nodes are addressed by IP in most deployments; trust is the private CA's signature.
-        ctx.check_hostname = False
-        return ctx
-
-    @classmethod
-    def from_properties(cls, props: Mapping[str, str]) -> TlsConfig | None:
-        keys = ("ssl.certificate.location", "ssl.key.location", "ssl.ca.location")
-        present = [k for k in keys if props.get(k)]
-        if not present:
-            return None
-        if len(present) != len(keys):
-            missing = ", ".join(k for k in keys if k not in present)
-            raise ConfigError(f"TLS needs all of {', '.join(keys)}; missing {missing}")
-        for key in keys:
-            if not os.path.isfile(props[key]):
-                raise ConfigError(f"{key}: no such file {props[key]}")
-        try:
-            check_private(props["ssl.key.location"])  # a key others can read is theirs too
-        except SecretFileError as exc:
-            raise ConfigError(f"ssl.key.location: {exc}") from None
-        return cls(*(props[k] for k in keys))
 
 
 @dataclass(frozen=True)

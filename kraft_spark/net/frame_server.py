@@ -14,12 +14,6 @@ from typing import Any, cast
 
 from kraft_spark.net.principal import principal_of
 from kraft_spark.net.sasl_server import SASL_KEYS, SaslGate
-from kraft_spark.net.transport import (
-    DEFAULT_MAX_FRAME_BYTES,
-    FRAMES_PER_TURN,
-    Body,
-    api_versions_body,
-)
 from kraft_spark.protocol import (
     ApiKey,
     ErrorCode,
@@ -30,8 +24,14 @@ from kraft_spark.protocol import (
     decode_request,
     encode_response,
 )
+from kraft_spark.transport import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAMES_PER_TURN,
+    Body,
+    api_versions_body,
+)
 
-log = logging.getLogger("kraft_spark.net.transport")
+log = logging.getLogger("kraft_spark.transport")
 
 
 class ServerConnection:

@@ -9,7 +9,7 @@ Everything the core decides happens on the event loop thread; the shell only car
    once, their answers coming back as callbacks (``Connection.start_request``: no task per
    request); replies go back on the connection the request came from. Fetch requests and
    responses, the two messages of every commit, use the hand-written codecs of
-   ``kraft_spark.net.fast_wire``, every other message the generic Kafka codec;
+   ``kraft_spark.protocol.fast_wire``, every other message the generic Kafka codec;
 3. **flush the log** with group commit: one flush runs at a time
    (``SegmentedLog.begin_flush`` / ``sync_flush`` / ``end_flush``); appends that arrive during it
    wait for the next one, so N concurrent appends cost one fsync. While the disk is fast (recent
@@ -55,7 +55,6 @@ from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.cluster_acl import refused_unauthorized
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
-from kraft_spark.net.fast_wire import FETCH_VERSION, decode_fetch_request, encode_fetch_response
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
 from kraft_spark.net.log_repair import note_damage, open_with_repair
 from kraft_spark.net.node_flush import GroupCommitMixin
@@ -82,20 +81,25 @@ from kraft_spark.net.scrub import LogScrubber
 from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
 from kraft_spark.net.stats import NodeStats
 from kraft_spark.net.storage_failure import STORAGE_FAILURE_EXIT, storage_failure_text
-from kraft_spark.net.transport import Connection
-from kraft_spark.net.wire import (
+from kraft_spark.protocol import RequestHeader, decode_request
+from kraft_spark.protocol.fast_wire import (
+    FETCH_VERSION,
+    decode_fetch_request,
+    encode_fetch_response,
+)
+from kraft_spark.protocol.wire import (
     VERSIONS,
     WireError,
     error_response_body,
     request_from_wire,
     response_to_wire,
 )
-from kraft_spark.protocol import RequestHeader, decode_request
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.events import RoleChanged
 from kraft_spark.raft.messages import FetchRequest, FetchResponse, Response
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
+from kraft_spark.transport import Connection
 
 log = logging.getLogger(__name__)
 

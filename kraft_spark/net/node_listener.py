@@ -8,7 +8,7 @@ from __future__ import annotations
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.frame_server import FrameServer, Handler, RequestDecoder
 from kraft_spark.net.sasl_server import SaslGate
-from kraft_spark.net.wire import error_response_body
+from kraft_spark.protocol.wire import error_response_body
 
 
 def node_listener(cfg: NodeConfig, handler: Handler, decode: RequestDecoder) -> FrameServer:

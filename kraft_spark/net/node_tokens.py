@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kraft_spark.net.config import NodeConfig
-from kraft_spark.net.fast_wire import FETCH_VERSION, decode_fetch_response
 from kraft_spark.net.frame_server import ServerConnection
-from kraft_spark.net.wire import response_from_wire
 from kraft_spark.protocol import ApiKey, RequestHeader, decode_response
+from kraft_spark.protocol.fast_wire import FETCH_VERSION, decode_fetch_response
+from kraft_spark.protocol.wire import response_from_wire
 from kraft_spark.raft.messages import (
     BeginQuorumEpochRequest,
     DescribeQuorumRequest,

@@ -13,9 +13,9 @@ from kraft_spark.log.meta import MetaProperties
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.frame_server import ServerConnection
 from kraft_spark.net.voter_probe import probe_new_voter
-from kraft_spark.net.wire_metadata import metadata_body
-from kraft_spark.net.wire_voters import describe_cluster_body, error_body
 from kraft_spark.protocol import ApiKey, RequestHeader
+from kraft_spark.protocol.wire_metadata import metadata_body
+from kraft_spark.protocol.wire_voters import describe_cluster_body, error_body
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import AddVoterRequest
 from kraft_spark.raft.state import Role

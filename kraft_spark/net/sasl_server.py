@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from kraft_spark.net.sasl_plain import AUTH_FAILED, MECHANISM, PlainUsers
 from kraft_spark.protocol import ApiKey, ErrorCode, RequestHeader
+from kraft_spark.protocol.sasl_plain import AUTH_FAILED, MECHANISM, PlainUsers
 
 log = logging.getLogger("kraft_spark.net.sasl")
 
@@ -61,7 +61,7 @@ def _no_error_body(api_key: int, error: int, message: str) -> dict[str, Any]:
 
 class SaslGate:
     """Decides, per request, whether it passes to the node (``admit``). ``error_body(api_key,
-    code, message)`` builds the error response of another API (``net.wire``'s)."""
+    code, message)`` builds the error response of another API (``protocol.wire``'s)."""
 
     def __init__(self, users: PlainUsers | None, name: str,
                  error_body: ErrorBody = _no_error_body) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from kraft_spark.net.config import TlsConfig
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.secret_files import SecretFileError, check_private, write_secret
+from kraft_spark.tls_config import TlsConfig
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ssl
 
-from kraft_spark.net.sasl_plain import PlainCredentials
-from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.protocol import ApiKey
+from kraft_spark.protocol.sasl_plain import PlainCredentials
 from kraft_spark.raft.messages import ErrorCode
 from kraft_spark.raft.voter_set import KRAFT_VERSION_DYNAMIC
+from kraft_spark.transport import Connection, TransportError
 
 # ApiVersions v3 is flexible and carries SupportedFeatures (kraft.version among them).
 PROBE_VERSION = 3

@@ -10,7 +10,7 @@ brokers before anything else, at the highest version both sides know. Kafka 4.4 
 9 (the first flexible version) lets admin clients back to Kafka 2.4 in too, and every version
 from there on is only a field or two apart, which the version strings below express. Field
 versions are Kafka's own (a field older than 9 keeps its ``"0+"``), so the JSON files can be
-compared line by line. The quorum has no topics (see ``kraft_spark.net.wire_metadata``), so
+compared line by line. The quorum has no topics (see ``kraft_spark.protocol.wire_metadata``), so
 the partition part of the response is only ever empty, but it is declared in full: a client
 decodes by the schema, not by what we happen to send.
 """

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from api.app import create_app
+from api.local_appends import Settle
 from api.server import serve_in_thread
 from kraft_spark.client.errors import ClientError, CommitTimeoutError, NoLeaderError
 from kraft_spark.client.types import AppendResult, NewRecord, QuorumInfo
-from kraft_spark.net.local_appends import Settle
 from kraft_spark.net.node import RaftNode
 from tests.metrics_text import samples
 from tests.net.helpers import leader_of, the_leader, wait_for

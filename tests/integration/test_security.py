@@ -31,8 +31,8 @@ from kraft_spark.client.security import ClientSecurity
 from kraft_spark.client.voter_changes import VoterChangeError
 from kraft_spark.http_auth import Credentials, Scope, required_scope
 from kraft_spark.log.meta import format_log_dir
-from kraft_spark.net.sasl_plain import PlainCredentials
 from kraft_spark.protocol import ApiKey, ErrorCode, decode_response, encode_request
+from kraft_spark.protocol.sasl_plain import PlainCredentials
 from kraft_spark.quorum_auth import USERS_FILE
 from tests.net.helpers import free_run, send_raw
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from kraft_spark.log.meta import format_log_dir
 from kraft_spark.net.cluster_acl import ClusterAcl
-from kraft_spark.net.config import NodeConfig, TlsConfig
+from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.node import RaftNode
-from kraft_spark.net.sasl_plain import SaslServerConfig
+from kraft_spark.protocol.sasl_plain import SaslServerConfig
 from kraft_spark.raft.config import QuorumConfig
+from kraft_spark.tls_config import TlsConfig
 
 CLUSTER = "test-cluster"
 # Short timeouts keep elections quick in tests; still well above loopback latencies.

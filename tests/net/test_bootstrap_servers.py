@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kraft_spark.net.bootstrap_servers import discover_voters
+from kraft_spark.commands.bootstrap_servers import discover_voters
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.raft.config import ConfigError
 from tests.net.helpers import free_ports

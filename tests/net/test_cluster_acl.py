@@ -13,11 +13,12 @@ import pytest
 from kraft_spark.client import AsyncQuorumClient
 from kraft_spark.client.voter_changes import VoterChangeError
 from kraft_spark.net.cluster_acl import ClusterAcl, check_listener
-from kraft_spark.net.config import NodeConfig, TlsConfig
+from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.node import RaftNode
 from kraft_spark.net.principal import ANONYMOUS, dn_of
 from kraft_spark.protocol import ErrorCode
 from kraft_spark.raft.config import ConfigError
+from kraft_spark.tls_config import TlsConfig
 
 from .helpers import make_certs, make_client_cert, run_quorum
 

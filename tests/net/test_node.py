@@ -14,8 +14,8 @@ from kraft_spark.client.errors import ClusterIdMismatchError, NoLeaderError
 from kraft_spark.log import DEFAULT_SEGMENT_BYTES
 from kraft_spark.log.codec import iter_batches
 from kraft_spark.net.node import RaftNode
-from kraft_spark.net.transport import Connection
 from kraft_spark.protocol import ApiKey, ErrorCode
+from kraft_spark.transport import Connection
 from tests.metrics_text import samples
 
 from .helpers import leader_of, make_certs, run_quorum, send_raw, wait_for
@@ -232,7 +232,7 @@ def test_metrics_endpoint_serves_kafka_raft_names(tmp_path: Path) -> None:
 
 
 def test_a_retried_produce_never_appends_twice_even_after_failover(tmp_path: Path) -> None:
-    from kraft_spark.net.wire import produce_batch
+    from kraft_spark.protocol.wire import produce_batch
     from kraft_spark.raft.records import Record
 
     data = produce_batch((Record(b"once", b"1", 5),), producer_id=77, producer_epoch=0,

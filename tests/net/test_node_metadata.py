@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kraft_spark.net.node import RaftNode
-from kraft_spark.net.transport import Connection
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
+from kraft_spark.transport import Connection
 
 from .helpers import CLUSTER, make_nodes, run_quorum, send_raw, the_leader, wait_for
 

@@ -16,9 +16,9 @@ import pytest
 
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
 from kraft_spark.net.node import RaftNode
-from kraft_spark.net.transport import FRAMES_PER_TURN
 from kraft_spark.protocol import ApiKey, ProtocolError
 from kraft_spark.protocol.api import MAX_REQUEST_ARRAY_ELEMENTS, decode_request, encode_request
+from kraft_spark.transport import FRAMES_PER_TURN
 
 pytestmark = pytest.mark.timeout(60)
 

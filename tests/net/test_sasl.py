@@ -21,14 +21,14 @@ from kraft_spark.net.cluster_acl import ClusterAcl
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
 from kraft_spark.net.node import RaftNode
-from kraft_spark.net.sasl_plain import PlainCredentials, PlainUsers, SaslServerConfig
 from kraft_spark.net.sasl_server import SaslGate
-from kraft_spark.net.transport import Connection, TransportError
-from kraft_spark.net.wire import error_response_body
 from kraft_spark.protocol import ApiKey, ErrorCode, RequestHeader, decode_response, encode_request
+from kraft_spark.protocol.sasl_plain import PlainCredentials, PlainUsers, SaslServerConfig
+from kraft_spark.protocol.wire import error_response_body
 from kraft_spark.quorum_auth import ensure_quorum_auth
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.secret_files import SecretFileError
+from kraft_spark.transport import Connection, TransportError
 
 from .helpers import run_quorum, send_raw
 from .test_cluster_acl import _remove_voter_2

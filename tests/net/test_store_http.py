@@ -28,6 +28,15 @@ async def put(node: RaftNode, key: str, value: Any, conditions: list[Any] | None
     return await http(url_of(node), "POST", "/v1/records", body)
 
 
+async def put_expecting(status: int, node: RaftNode, key: str, value: Any,
+                        conditions: list[Any] | None = None) -> Any:
+    """``put`` that must get ``status``; a failure shows the answer (a 504's names its timeout)
+    and what the node reports of itself (role, epoch, leader, high watermark) by then."""
+    got, answer = await put(node, key, value, conditions)
+    assert got == status, (got, answer, node.describe())
+    return answer
+
+
 def test_reads_conditional_writes_and_revisions_on_every_node(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = the_leader(nodes)
@@ -84,7 +93,7 @@ def test_reads_conditional_writes_and_revisions_on_every_node(tmp_path: Path) ->
 def test_a_leader_cut_off_from_the_quorum_answers_no_linearizable_read(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = the_leader(nodes)
-        assert (await put(leader, "k", 1))[0] == 200
+        await put_expecting(200, leader, "k", 1)
         await alone_as_leader(nodes)  # the others are gone: it cannot prove it still leads
         status, answer = await http(url_of(leader), "GET", "/v1/kv/k")
         assert status in (503, 504), answer
@@ -129,8 +138,8 @@ def test_watch_streams_effective_writes_and_resumes(tmp_path: Path) -> None:
         follower = next(n for n in nodes if n is not leader)
         status, first = await put(leader, "w/a", 1)
         assert status == 200
-        assert (await put(leader, "w/a", 2, [{"key": "w/a", "version": 9}]))[0] == 409
-        assert (await put(leader, "other", 0))[0] == 200
+        await put_expecting(409, leader, "w/a", 2, [{"key": "w/a", "version": 9}])
+        await put_expecting(200, leader, "other", 0)
         live = asyncio.ensure_future(sse_events(url_of(follower), "/v1/watch?prefix=w/", 2))
         await asyncio.sleep(0.3)
         status, second = await put(follower, "w/b", "x")
@@ -165,13 +174,13 @@ def test_an_idempotent_retry_of_a_conditional_write_returns_its_first_outcome(
     async def body(nodes: list[RaftNode]) -> None:
         leader = the_leader(nodes)
         follower = next(n for n in nodes if n is not leader)
-        assert (await put(leader, "r", 1))[0] == 200
+        await put_expecting(200, leader, "r", 1)
         request = {"records": [{"key": "r", "value": 2}],
                    "conditions": [{"key": "r", "version": 5}]}
         key = {"Idempotency-Key": "retry-1"}
         status, first = await http(url_of(leader), "POST", "/v1/records", request, headers=key)
         assert status == 409, first
-        assert (await put(leader, "r", 3))[0] == 200  # the key moves on meanwhile
+        await put_expecting(200, leader, "r", 3)  # the key moves on meanwhile
         for node in (leader, follower):  # the retry, through any node: the same answer
             status, again = await http(url_of(node), "POST", "/v1/records", request,
                                        headers=key)

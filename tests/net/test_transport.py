@@ -13,8 +13,8 @@ import pytest
 import uvloop
 
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
-from kraft_spark.net.transport import Connection, TransportError
 from kraft_spark.protocol import ApiKey, RequestHeader, encode_request
+from kraft_spark.transport import Connection, TransportError
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])]
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from kraft_spark.net.transport import Connection, TransportError, is_connection_refused
 from kraft_spark.protocol import ApiKey
+from kraft_spark.transport import Connection, TransportError, is_connection_refused
 
 from .helpers import free_ports
 

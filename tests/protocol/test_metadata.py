@@ -1,5 +1,5 @@
 """Metadata (api key 3): the schema against bytes Kafka 4.4's own classes wrote, and the answer
-a node gives (``kraft_spark.net.wire_metadata``), with DescribeCluster's matching broker view.
+a node gives (``kraft_spark.protocol.wire_metadata``), with DescribeCluster's matching broker view.
 
 The ``KAFKA_*`` hex strings were produced once with ``MetadataRequestData`` /
 ``MetadataResponseData`` from kafka-clients 4.4.0 (``MessageUtil.toByteBufferAccessor``): two
@@ -14,8 +14,6 @@ import uuid
 
 import pytest
 
-from kraft_spark.net.wire_metadata import metadata_body
-from kraft_spark.net.wire_voters import describe_cluster_body
 from kraft_spark.protocol import (
     ApiKey,
     ErrorCode,
@@ -25,6 +23,8 @@ from kraft_spark.protocol import (
 )
 from kraft_spark.protocol.messages_metadata import METADATA_REQUEST, METADATA_RESPONSE
 from kraft_spark.protocol.primitives import NIL_UUID
+from kraft_spark.protocol.wire_metadata import metadata_body
+from kraft_spark.protocol.wire_voters import describe_cluster_body
 from kraft_spark.raft.voter_set import VoterSet
 
 TOPIC_ID = uuid.UUID("01020304-0506-0708-090a-0b0c0d0e0f10")

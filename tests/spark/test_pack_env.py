@@ -5,7 +5,7 @@ own working directories as a cluster's would: every voter must run its interpret
 
 Marked slow (excluded from the default suite): the build alone is about the suite's budget for
 one test, and four executor JVMs start on top of it. The command line it submits is checked
-without Spark in tests/unit/test_spark_submit.py."""
+without Spark in tests/test_spark_submit.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """KIP-853's voter keys in Vote, BeginQuorumEpoch and EndQuorumEpoch: a request names the voter
 (id, directory id) it is meant for, and a node on another disk of that id does not answer as
 that voter. Real cores, driven directly and through ``tests.core_net.Net``; the wire forms in
-``net/wire_elections``."""
+``protocol/wire_elections``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import random
 import uuid
 from collections.abc import Callable
 
-from kraft_spark.net.wire import request_from_wire, request_to_wire
 from kraft_spark.protocol import ApiKey, decode_request, encode_request
+from kraft_spark.protocol.wire import request_from_wire, request_to_wire
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import (

@@ -42,6 +42,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Final
 
+from api.local_appends import (
+    LOCAL_WAIT_MARGIN_S,
+    LocalAppends,
+    Settle,
+    produce_result,
+)
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
 from kraft_spark.client.errors import (
     ClientError,
@@ -57,12 +63,6 @@ from kraft_spark.client.types import (
     NewRecord,
     QuorumInfo,
     ReplicaInfo,
-)
-from kraft_spark.net.local_appends import (
-    LOCAL_WAIT_MARGIN_S,
-    LocalAppends,
-    Settle,
-    produce_result,
 )
 from kraft_spark.net.node_tokens import LocalNode, LocalRequest, NodeStoppedError
 from kraft_spark.raft.messages import (

@@ -6,20 +6,20 @@ from typing import Any
 
 import pytest
 
-from kraft_spark.net.wire import (
-    WireError,
-    error_response_body,
-    request_from_wire,
-    request_to_wire,
-    response_from_wire,
-    response_to_wire,
-)
 from kraft_spark.protocol import (
     ApiKey,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
+)
+from kraft_spark.protocol.wire import (
+    WireError,
+    error_response_body,
+    request_from_wire,
+    request_to_wire,
+    response_from_wire,
+    response_to_wire,
 )
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import (

@@ -5,8 +5,8 @@ force is it (real cores; the CLI drives the steps in tests/integration/test_dyna
 
 from __future__ import annotations
 
-from kraft_spark.net.wire import response_from_wire, response_to_wire
 from kraft_spark.protocol import ApiKey, decode_response, encode_response
+from kraft_spark.protocol.wire import response_from_wire, response_to_wire
 from kraft_spark.raft.messages import (
     AddVoterRequest,
     DescribeQuorumRequest,
@@ -14,7 +14,7 @@ from kraft_spark.raft.messages import (
     ErrorCode,
     RemoveVoterRequest,
 )
-from tests.unit.test_membership import CLUSTER, DIRS, ask, endpoints, three_voters_and_observers
+from tests.raft.test_membership import CLUSTER, DIRS, ask, endpoints, three_voters_and_observers
 
 
 def target_of(net: object, leader: object) -> tuple[int, ...]:

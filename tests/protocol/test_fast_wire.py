@@ -1,4 +1,4 @@
-"""The hand-written Fetch codecs (``kraft_spark.net.fast_wire``) agree with the generic path:
+"""The hand-written Fetch codecs (``kraft_spark.protocol.fast_wire``) agree with the generic path:
 the same bytes out, the same messages in, and ``None`` (never a different answer) for any input
 the generic path would refuse or read differently."""
 
@@ -11,19 +11,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kraft_spark.net.fast_wire import (
-    decode_fetch_request,
-    decode_fetch_response,
-    encode_fetch_request,
-    encode_fetch_response,
-)
-from kraft_spark.net.wire import (
-    WireError,
-    request_from_wire,
-    request_to_wire,
-    response_from_wire,
-    response_to_wire,
-)
 from kraft_spark.protocol import (
     ApiKey,
     ProtocolError,
@@ -31,6 +18,19 @@ from kraft_spark.protocol import (
     decode_response,
     encode_request,
     encode_response,
+)
+from kraft_spark.protocol.fast_wire import (
+    decode_fetch_request,
+    decode_fetch_response,
+    encode_fetch_request,
+    encode_fetch_response,
+)
+from kraft_spark.protocol.wire import (
+    WireError,
+    request_from_wire,
+    request_to_wire,
+    response_from_wire,
+    response_to_wire,
 )
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse

@@ -24,7 +24,8 @@ from kraft_spark.client.client import AsyncQuorumClient
 from kraft_spark.client.errors import ClientError
 from kraft_spark.client.types import QuorumInfo
 from kraft_spark.log.meta import read_meta_properties
-from kraft_spark.net.config import NodeConfig, parse_endpoint
+from kraft_spark.net.config import NodeConfig
+from kraft_spark.properties import parse_endpoint
 from kraft_spark.raft.config import ConfigError
 
 log = logging.getLogger(__name__)

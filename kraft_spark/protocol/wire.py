@@ -24,9 +24,16 @@ from typing import Any
 
 from kraft_spark.log.codec import decode_batches, encode_batch
 from kraft_spark.log.errors import CorruptRecordError
-from kraft_spark.net import wire_elections, wire_reads, wire_snapshot, wire_voters
-from kraft_spark.net.wire_elections import split_error
-from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
+from kraft_spark.protocol import (
+    METADATA_TOPIC,
+    ApiKey,
+    ErrorCode,
+    wire_elections,
+    wire_reads,
+    wire_snapshot,
+    wire_voters,
+)
+from kraft_spark.protocol.wire_elections import split_error
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import (
     AddVoterRequest,

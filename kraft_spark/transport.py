@@ -37,7 +37,6 @@ import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from kraft_spark.net.sasl_plain import PlainCredentials, SaslError, login
 from kraft_spark.protocol import (
     ApiKey,
     FrameDecoder,
@@ -46,6 +45,7 @@ from kraft_spark.protocol import (
     encode_request,
     supported_api_versions,
 )
+from kraft_spark.protocol.sasl_plain import PlainCredentials, SaslError, login
 
 log = logging.getLogger(__name__)
 

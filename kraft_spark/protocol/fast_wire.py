@@ -3,12 +3,12 @@
 
 Each commit crosses them twice (the leader's answer carrying the new batch, the follower's next
 Fetch acknowledging it), and the generic schema codec (``kraft_spark.protocol.codec``) plus the
-dict ↔ dataclass mapping of ``kraft_spark.net.wire`` cost 25-40 µs per message on a loaded
+dict ↔ dataclass mapping of ``kraft_spark.protocol.wire`` cost 25-40 µs per message on a loaded
 2-core machine, more than the fsync. These functions go straight between the core's dataclasses
 and frames with a few precompiled ``struct`` calls.
 
-Contract (held by ``tests/net/test_fast_wire.py`` against the generic path, on generated messages
-and on mutated bytes):
+Contract (held by ``tests/protocol/test_fast_wire.py`` against the generic path, on generated
+messages and on mutated bytes):
 
 * ``encode_*`` produce exactly the bytes of the generic path (``request_to_wire`` /
   ``response_to_wire`` + ``encode_request`` / ``encode_response``).
@@ -25,10 +25,10 @@ from __future__ import annotations
 import struct
 import uuid
 
-from kraft_spark.net.wire import decode_record_set, encode_batches
-from kraft_spark.net.wire_elections import split_error
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, RequestHeader
 from kraft_spark.protocol.primitives import write_uvarint
+from kraft_spark.protocol.wire import decode_record_set, encode_batches
+from kraft_spark.protocol.wire_elections import split_error
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse
 from kraft_spark.raft.voter_set import NIL_DIRECTORY

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from api.local_appends import produce_result
+from api.node_backend import NodeBackend
 from kraft_spark.client.errors import (
     ClientError,
     CommitTimeoutError,
@@ -18,9 +20,7 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
 )
 from kraft_spark.client.types import AppendResult, NewRecord
-from kraft_spark.net.local_appends import produce_result
 from kraft_spark.net.node import NodeStoppedError, RaftNode
-from kraft_spark.net.node_backend import NodeBackend
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     DescribeQuorumRequest,

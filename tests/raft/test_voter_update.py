@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import uuid
 
-from kraft_spark.net.wire import (
+from kraft_spark.protocol import decode_request, decode_response, encode_request, encode_response
+from kraft_spark.protocol.wire import (
     request_from_wire,
     request_to_wire,
     response_from_wire,
     response_to_wire,
 )
-from kraft_spark.protocol import decode_request, decode_response, encode_request, encode_response
 from kraft_spark.raft.messages import ErrorCode, UpdateVoterRequest, VoterChangeResponse
 from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.raft.voter_set import Endpoint
 from tests.core_net import Net
-from tests.unit.test_membership import (
+from tests.raft.test_membership import (
     CLUSTER,
     DIRS,
     add,

@@ -12,6 +12,9 @@ from kraft_spark.net.config import NodeConfig
 from kraft_spark.raft.config import ConfigError
 from kraft_spark.secret_files import write_secret
 
+# No event loop: the same code on both passes (the uvloop pass skips it).
+pytestmark = pytest.mark.loop_free
+
 BASE = {
     "node.id": "1",
     "log.dirs": "/tmp/unused",

@@ -8,6 +8,9 @@ from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import RolePlacement, split_cpus
 from kraft_spark.raft.config import ConfigError
 
+# No event loop: the same code on both passes (the uvloop pass skips it).
+pytestmark = pytest.mark.loop_free
+
 
 def test_split_gives_the_leader_the_lower_half() -> None:
     assert split_cpus([1, 0]) == (frozenset({0}), frozenset({1}))

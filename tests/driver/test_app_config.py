@@ -9,7 +9,7 @@ import pytest
 from driver.app import FULL_CYCLE_MAX_SHARE, full_cycle_wait
 from driver.config import _APP_KEYS, AppConfig, config_from_properties, parse_args
 from kraft_spark.config_keys import APP_KEYS
-from kraft_spark.net.config import load_properties
+from kraft_spark.properties import load_properties
 from kraft_spark.raft.config import QuorumConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from kraft_spark.spark_session import (
 )
 from kraft_spark.spark_submit import choose_master, missing_delta_message, working_command
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = REPO / "conf" / "spark-defaults.conf"
 
 
