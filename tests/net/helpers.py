@@ -8,6 +8,7 @@ import random
 import socket
 import subprocess
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from kraft_spark.log.meta import format_log_dir
@@ -22,6 +23,12 @@ CLUSTER = "test-cluster"
 # Short timeouts keep elections quick in tests; still well above loopback latencies.
 FAST = QuorumConfig(fetch_timeout_ms=600, election_timeout_ms=300, request_timeout_ms=500,
                     fetch_max_wait_ms=200)
+# For tests about something other than elections: an in-process quorum runs its nodes on one
+# event loop, which a loaded CI machine can stall for longer than FAST's 600 ms fetch timeout;
+# the election that follows answers a write in flight with 504 ("may still commit"), as it
+# should, and fails a test that expects the write acknowledged (CI run 31). The first election
+# stays as quick (election timeout 300 ms).
+STEADY = replace(FAST, fetch_timeout_ms=4000)
 
 
 def _ephemeral_low() -> int:

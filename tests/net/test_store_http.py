@@ -14,7 +14,7 @@ import pytest
 
 from kraft_spark.net.node import RaftNode
 
-from .helpers import alone_as_leader, the_leader
+from .helpers import STEADY, alone_as_leader, the_leader
 from .test_node_http import http, http_nodes, run_nodes, url_of
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,7 +87,7 @@ def test_reads_conditional_writes_and_revisions_on_every_node(tmp_path: Path) ->
         status, bad = await http(url_of(leader), "GET", "/v1/kv/x?consistency=eventual")
         assert status == 422, bad
 
-    asyncio.run(run_nodes(http_nodes(tmp_path), body))
+    asyncio.run(run_nodes(http_nodes(tmp_path, quorum=STEADY), body))
 
 
 def test_a_leader_cut_off_from_the_quorum_answers_no_linearizable_read(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_watch_streams_effective_writes_and_resumes(tmp_path: Path) -> None:
         assert [(e["id"], e["value"]) for e in past] == [
             (first["base_offset"], 1), (third["base_offset"], None)]
 
-    asyncio.run(run_nodes(http_nodes(tmp_path), body))
+    asyncio.run(run_nodes(http_nodes(tmp_path, quorum=STEADY), body))
 
 
 def test_openapi_documents_the_store_routes(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_openapi_documents_the_store_routes(tmp_path: Path) -> None:
         assert "ConditionalBatchIn" in json.dumps(paths["/v1/records"]["post"]["requestBody"])
         assert {"404", "503", "504"} <= set(paths["/v1/kv/{key}"]["get"]["responses"])
 
-    asyncio.run(run_nodes(http_nodes(tmp_path), body))
+    asyncio.run(run_nodes(http_nodes(tmp_path, quorum=STEADY), body))
 
 
 def test_an_idempotent_retry_of_a_conditional_write_returns_its_first_outcome(
@@ -188,4 +188,4 @@ def test_an_idempotent_retry_of_a_conditional_write_returns_its_first_outcome(
             assert again["base_offset"] == first["base_offset"]
             assert again["failed"] == first["failed"]
 
-    asyncio.run(run_nodes(http_nodes(tmp_path), body))
+    asyncio.run(run_nodes(http_nodes(tmp_path, quorum=STEADY), body))
