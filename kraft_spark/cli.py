@@ -55,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from kraft_spark.commands.quorum_admin import join_directory_ids
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_directory_ids(sys.argv[1:] if argv is None else argv))
     try:
         from kraft_spark.app_endpoint import resolve_args
         from kraft_spark.commands.http_token import resolve_token
