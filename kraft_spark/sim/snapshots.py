@@ -138,7 +138,15 @@ class SimSnapshots:
                     continue
                 if batch.base_offset >= hw:
                     break
-                state.apply(batch)
+                try:
+                    state.apply(batch)
+                except ValueError as exc:
+                    # The state machine refuses a batch that does not continue it: the node's
+                    # state (from a snapshot it took or installed) and its log have diverged.
+                    raise InvariantViolation(
+                        "state-equals-replay",
+                        f"node {node_id}: the committed log does not continue the state ({exc})",
+                    ) from None
                 ns.bytes_since += batch.size_estimate()
                 moved = True
             if not moved:

@@ -63,3 +63,16 @@ def test_the_sweep_command_prints_a_replayable_row_per_range() -> None:
     refused = subprocess.run([sys.executable, "-m", "kraft_spark", "sim-bugs", "--starts", "x"],
                              capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode == 2 and "--starts must be a comma list" in refused.stderr
+
+
+def test_a_crashed_sweep_is_an_error_not_a_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that dies with a traceback (exit 1, no VIOLATION line) once read as "not caught"
+    (CI run 63: snapshot-past-hw made the state machine raise, and the range looked clean)."""
+    import subprocess
+
+    from kraft_spark.sim import bug_sweep
+
+    crashed = subprocess.CompletedProcess([], 1, stdout="", stderr="Traceback ...\nValueError: x")
+    monkeypatch.setattr(bug_sweep.subprocess, "run", lambda *a, **k: crashed)
+    with pytest.raises(RuntimeError, match="ValueError: x"):
+        bug_sweep.sweep_one("snapshot-past-hw", 0, 1)
