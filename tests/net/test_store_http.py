@@ -100,7 +100,7 @@ def test_a_leader_cut_off_from_the_quorum_answers_no_linearizable_read(tmp_path:
         status, stale = await http(url_of(leader), "GET", "/v1/kv/k?consistency=serializable")
         assert status == 200 and stale["value"] == 1, stale
 
-    asyncio.run(run_nodes(http_nodes(tmp_path), body))
+    asyncio.run(run_nodes(http_nodes(tmp_path, quorum=STEADY), body))
 
 
 async def sse_events(url: str, path: str, count: int, timeout_s: float = 20.0
