@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -84,6 +85,7 @@ class _ServerProtocol(asyncio.Protocol):
 
     def __init__(self, server: FrameServer) -> None:
         self._server = server
+        server._live.add(self)  # until connection_lost: see FrameServer.close
         self._conn: ServerConnection | None = None
         self._transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(server._max_frame_bytes)
@@ -97,6 +99,7 @@ class _ServerProtocol(asyncio.Protocol):
         self._conn = self._server._accept(self._transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._server._live.discard(self)
         conn = self._conn
         if conn is not None:
             if exc is not None:
@@ -137,6 +140,11 @@ class _ServerProtocol(asyncio.Protocol):
         frames, self._backlog = self._backlog, []
         if self._conn is not None and not self._conn.closed:
             self._dispatch_turn(frames)
+
+    def abort(self) -> None:
+        """Drop the connection now, with whatever it still had to write."""
+        if self._transport is not None:
+            self._transport.abort()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -196,6 +204,11 @@ class FrameServer:
         self._name = name
         self._server: asyncio.Server | None = None
         self._connections: set[ServerConnection] = set()
+        # Every protocol made and not yet lost, including a connection accepted as the server
+        # closes (not yet in _connections) and one closing with unsent bytes: close() waits
+        # for them, so no socket outlives the server.
+        # Weak: a protocol whose TLS handshake failed never hears connection_lost.
+        self._live: weakref.WeakSet[_ServerProtocol] = weakref.WeakSet()
         self._closing = False
         self.rejected = 0  # connections closed for bad input (a metric and a test hook)
         self._max_connections = max_connections
@@ -247,6 +260,7 @@ class FrameServer:
                 await self._sweeper
             self._sweeper = None
         if self._server is not None:
+            await self._stop_accepting(self._server)
             self._server.close()
         for conn in list(self._connections):
             conn.close()
@@ -255,12 +269,50 @@ class FrameServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
             self._server = None
-        # A connection the kernel accepted just before the close is handed over in callbacks a
-        # few loop turns later (asyncio's _accept_connection2: transport, connection_made,
-        # waiter): let them run, so _accept closes it (_closing) and its connection_lost
-        # releases the socket. Stopping the loop first leaked it (CI run 24, test_node_local).
-        for _ in range(4):
+        await self._release_sockets()
+
+    @staticmethod
+    async def _stop_accepting(server: asyncio.Server) -> None:
+        """On asyncio's own loop, stop accepting a turn before the listener closes.
+
+        Python 3.11 hands an accepted socket to a task that makes its transport a turn later;
+        if Server.close ran in between, making the transport fails an assertion (the server
+        has no sockets), the error is swallowed and the socket leaks (reproduced in
+        tests/net/test_transport.py). Removing the listener's reader first (public loop API)
+        and letting the tasks already created run avoids that window. uvloop accepts in libuv
+        and has no such window."""
+        loop = asyncio.get_running_loop()
+        if not isinstance(loop, asyncio.SelectorEventLoop):
+            return
+        for sock in server.sockets:
+            loop.remove_reader(sock.fileno())
+        for _ in range(2):
             await asyncio.sleep(0)
+
+    async def _release_sockets(self, grace_s: float = 0.5) -> None:
+        """Wait until every connection this server accepted has released its socket.
+
+        Python 3.11's Server.close leaves accepted transports alone, and two kinds outlive a
+        plain close: a connection the kernel accepted just before the listener closed (asyncio
+        hands it over in callbacks a few loop turns later; _accept then closes it, since
+        _closing), and one whose peer does not read the bytes it still has to write (a
+        transport closes only once its buffer is flushed). A loop stopping before either
+        leaked the socket (CI runs 24 and 71). So: wait ``grace_s`` for them to finish, then
+        abort what is left; the node is stopping, its unsent answers are lost either way."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        await asyncio.sleep(0)  # accept tasks already created make their protocols now
+        while self._live and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        for protocol in list(self._live):
+            protocol.abort()
+        for _ in range(4):  # abort's connection_lost runs a turn later; it closes the socket
+            if not self._live:
+                break
+            await asyncio.sleep(0)
+        if self._live:
+            log.warning("%s: %d connection(s) still open after close", self._name,
+                        len(self._live))
 
     def _accept(self, transport: asyncio.Transport) -> ServerConnection:
         """A new connection: tracked, or closed at once when over ``max_connections``."""

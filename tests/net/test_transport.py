@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import os
+import socket
+import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -200,3 +204,68 @@ def test_a_peer_that_closes_every_connection_at_once_fails_requests_cleanly(
             await server.wait_closed()
 
     run_on(loop_kind, body)
+
+
+def unclosed_server_sockets(run: Callable[[], None]) -> list[str]:
+    """``run`` (which starts and ends its own loop), then the ResourceWarnings the garbage
+    collector raises for the server side's sockets and transports it left open."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        run()
+        gc.collect()
+    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def open_sockets() -> int:
+    """The process's open sockets (not all descriptors: libuv keeps one on /dev/null)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+def test_closing_releases_a_connection_that_still_has_answers_to_send(loop_kind: str) -> None:
+    """A transport closes only once its buffer is flushed: a peer that reads nothing kept the
+    server's socket open after close(), and a loop ending then leaked it (CI run 71). After
+    close() the only socket left is the peer's own."""
+    answer = bytes(4 * 1024 * 1024)
+
+    def big_answer(conn: ServerConnection, header: RequestHeader, _: Any) -> None:
+        conn.send_frame((len(answer) + 4).to_bytes(4, "big")
+                        + header.correlation_id.to_bytes(4, "big") + answer)
+
+    async def body() -> None:
+        server = FrameServer("127.0.0.1", 0, big_answer)
+        before = open_sockets()
+        await server.start()
+        peer = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            for corr in range(4):
+                peer.sendall(encode_request(ApiKey.DESCRIBE_QUORUM, 0, corr, "t", DESCRIBE))
+            await asyncio.sleep(0.2)  # the answers are written, the peer reads none of them
+            await server.close()
+            assert open_sockets() == before + 1  # the peer's socket, nothing of the server
+        finally:
+            peer.close()
+
+    assert unclosed_server_sockets(lambda: run_on(loop_kind, body)) == []
+
+
+def test_closing_releases_connections_accepted_as_the_listener_closes(loop_kind: str) -> None:
+    """A connection the kernel accepted just before close() is handed to the server a few loop
+    turns later; close() must release it too (CI run 24). Where the hand-over is when close()
+    starts depends on how many turns ran since the connect: each count up to 6 is tried."""
+
+    async def body() -> None:
+        for turns in range(7):
+            server = FrameServer("127.0.0.1", 0, answer_api_versions)
+            await server.start()
+            peers = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            await server.close()
+            for peer in peers:
+                peer.close()
+
+    assert unclosed_server_sockets(lambda: run_on(loop_kind, body)) == []
