@@ -55,7 +55,13 @@ from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.observer_store import ObserverStore, read_committed
 from driver.placement import driver_host, is_local_master, load_hosts, save_hosts, voter_stage
 from driver.security import check_voter_listeners, http_credentials, quorum_auth
-from driver.sql_server import choose_port, connect_conf, register_tables, server_token
+from driver.sql_server import (
+    choose_port,
+    connect_conf,
+    register_tables,
+    server_token,
+    token_for_the_jvm,
+)
 from driver.table_upkeep import (
     FULL_CYCLE_MAX_SHARE,
     FULL_CYCLE_MAX_SHARE_RS,
@@ -160,12 +166,13 @@ class Application(VoterMembershipMixin):
             else "first start resolves Delta's jars"))
         self.sql_port = choose_port(cfg.sql_host, cfg.sql_port)
         sql_token = server_token()
-        self.spark = build_spark(
-            "kraft-spark", master=master, warehouse_dir=_catalog_dir(cfg),
-            extra_conf={"spark.dynamicAllocation.enabled": "false",
-                        "spark.task.maxFailures": "1",
-                        **connect_conf(cfg.sql_host, self.sql_port, sql_token)},
-        )
+        with token_for_the_jvm(sql_token) as token_conf:
+            self.spark = build_spark(
+                "kraft-spark", master=master, warehouse_dir=_catalog_dir(cfg),
+                extra_conf={"spark.dynamicAllocation.enabled": "false",
+                            "spark.task.maxFailures": "1",
+                            **connect_conf(cfg.sql_host, self.sql_port), **token_conf},
+            )
         if self.sql_port:
             publish(cfg.data_dir, url_of(cfg.sql_host, self.sql_port), sql_token)
         if is_uri(cfg.warehouse):  # reached through Spark's Hadoop file systems

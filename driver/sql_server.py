@@ -14,17 +14,23 @@ driver's environment sets it, else generated at each start. While the applicatio
 ``<data-dir>/sql.endpoint`` holds its ``sc://host:port`` URL and ``<data-dir>/sql.token`` (mode
 0600) the token, which ``kraft-spark sql --data-dir`` reads (``kraft_spark.sql_endpoint``). A
 token holder can do whatever Spark can in the application: the token never goes to a log (Spark
-redacts configuration keys matching ``token``) nor onto a command line.
+redacts configuration keys matching ``token``) nor onto a command line: pyspark passes every
+setting as ``--conf key=value`` on the command line of the JVM it launches, which ``ps`` shows
+to every user of the host, so the server takes the token from that JVM's environment instead
+(``token_for_the_jvm``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from kraft_spark.delta.lease_views import register_lease_views
 from kraft_spark.secret_files import new_token
+from kraft_spark.spark_submit import under_spark_submit
 
 PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 DEFAULT_PORT = 15002
@@ -53,16 +59,40 @@ def server_token() -> str:
     return os.environ.get(TOKEN_ENV, "").strip() or new_token()
 
 
-def connect_conf(host: str, port: int, token: str) -> dict[str, str]:
-    """The Spark settings that start the server with the context (none for port 0)."""
+def connect_conf(host: str, port: int) -> dict[str, str]:
+    """The Spark settings that start the server with the context (none for port 0); the token
+    goes by ``token_for_the_jvm``."""
     if port == 0:
         return {}
     return {
         "spark.plugins": PLUGIN,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        "spark.connect.authenticate.token": token,
     }
+
+
+@contextlib.contextmanager
+def token_for_the_jvm(token: str) -> Iterator[dict[str, str]]:
+    """Deliver the server's token while the context starts; yields the settings to add.
+
+    When this process launches the JVM (``make run``, ``kraft-spark run``), the token goes in
+    the JVM's environment, where the server reads ``$SPARK_CONNECT_AUTHENTICATE_TOKEN``, and
+    only the JVM's user can read it (``/proc/<pid>/environ``): a setting would be on the java
+    command line. This process's environment is restored once the JVM runs. Under spark-submit
+    the JVM runs already and settings reach it over py4j, not a command line: the token goes
+    as ``spark.connect.authenticate.token``."""
+    if under_spark_submit():
+        yield {"spark.connect.authenticate.token": token}
+        return
+    before = os.environ.get(TOKEN_ENV)
+    os.environ[TOKEN_ENV] = token
+    try:
+        yield {}
+    finally:
+        if before is None:
+            del os.environ[TOKEN_ENV]
+        else:
+            os.environ[TOKEN_ENV] = before
 
 
 def register_tables(spark: Any, warehouse: str) -> None:

@@ -242,6 +242,9 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
             rows = spark.read.format("delta").load(f"{warehouse}/{table}")
             texts += [str(r[0]) for r in rows.select(to_json(struct("*"))).collect()]
         assert not [s for s in secrets if any(s in text for text in texts)]
+        # Nor on any process's command line, which every user of the host can read with ps
+        # (pyspark puts every Spark setting on the java command line it launches).
+        assert not [s for s in secrets if any(s in line for line in command_lines())]
     finally:
         assert app.stop() == 0
     assert not (tmp_path / "sql.endpoint").exists()  # withdrawn at the stop
@@ -408,3 +411,14 @@ def test_an_unwritable_voter_log_directory_stops_the_start_with_the_fix(tmp_path
     assert re.search(r"failed to start: voter \d on .*: cannot use its log directory under "
                      r".*a-file/voters .*set kraft.voter.log.dir to a writable local directory "
                      r"on every executor host", output), output[-3000:]
+
+
+def command_lines() -> list[str]:
+    """Every process's command line, as ``ps`` shows it to any user."""
+    lines = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(entry.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # gone meanwhile
+            continue
+    return lines
