@@ -14,16 +14,24 @@ import secrets
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.appends import client_error
 from api.conditional import no_store_error
 from api.lease_writes import MAX_LEASE_ID
+from api.middleware import identity_of
 from api.models import ApiError, QuorumBackend
 from kraft_spark.client.errors import ClientError, CommitTimeoutError
 from kraft_spark.client.types import NewRecord
-from kraft_spark.store.leases import LEASE_OP_HEADER, MAX_TTL_MS, MIN_TTL_MS, encode_op
+from kraft_spark.http_auth import Scope
+from kraft_spark.store.leases import (
+    LEASE_OP_HEADER,
+    MAX_TTL_MS,
+    MIN_TTL_MS,
+    NOT_OWNER,
+    encode_op,
+)
 from kraft_spark.store.service import KvStore, ReadTimeoutError
 
 LeaseId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="The lease id.")]
@@ -49,6 +57,9 @@ class LeaseInfo(BaseModel):
     keys: list[str]
     granted_offset: int
     keepalive_offset: int = Field(description="Offset of its last keep-alive (or grant).")
+    owner: str = Field(description="The name of the credential that granted it (empty on a "
+                       "server without credentials): only it, or an admin, may keep it alive "
+                       "or revoke it.")
 
 
 class LeasesOut(BaseModel):
@@ -69,7 +80,15 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
             raise no_store_error()
         return found
 
-    async def operate(op: str, lease_id: int, **fields: int) -> None:
+    def caller(request: Request) -> dict[str, str]:
+        """``by``: the caller's credential, which must own the lease; none for an admin (or a
+        server without credentials), who may act on any lease."""
+        identity = identity_of(request.scope)
+        if identity is None or identity.scope >= Scope.ADMIN:
+            return {}
+        return {"by": identity.name}
+
+    async def operate(op: str, lease_id: int, **fields: int | str) -> None:
         """Append one lease operation; raise its failure as the HTTP error."""
         kv = store()
         record = NewRecord(None, None, ((LEASE_OP_HEADER, encode_op(op, lease_id, **fields)),))
@@ -83,21 +102,24 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
         except ClientError as exc:
             raise client_error(exc) from None
         if failure is not None:
-            status = 404 if "not found" in failure.reason else 409
+            status = (404 if "not found" in failure.reason
+                      else 403 if NOT_OWNER in failure.reason else 409)
             raise ApiError(status, failure.reason or f"the lease {op} failed")
 
     @router.post("/v1/leases", response_model=LeaseOut, responses=answers,
                  summary="Grant a lease")
-    async def grant(body: LeaseIn) -> LeaseOut:
+    async def grant(body: LeaseIn, request: Request) -> LeaseOut:
         # Random ids below 2**53: JSON numbers stay exact in every client (JavaScript too).
         lease_id = body.lease_id or secrets.randbits(52) + 1
-        await operate("grant", lease_id, ttl_ms=body.ttl_ms)
+        identity = identity_of(request.scope)
+        owner = {"owner": identity.name} if identity is not None else {}
+        await operate("grant", lease_id, ttl_ms=body.ttl_ms, **owner)
         return LeaseOut(lease_id=lease_id, ttl_ms=body.ttl_ms)
 
     @router.post("/v1/leases/{lease_id}/keepalive", response_model=LeaseOut, responses=answers,
                  summary="Keep a lease alive for another TTL")
-    async def keepalive(lease_id: LeaseId) -> LeaseOut:
-        await operate("keepalive", lease_id)
+    async def keepalive(lease_id: LeaseId, request: Request) -> LeaseOut:
+        await operate("keepalive", lease_id, **caller(request))
         _, leases = await store().leases(linearizable=False, timeout_s=commit_timeout_s,
                                          only=lease_id)
         ttl = leases[0].ttl_ms if leases else 0
@@ -105,8 +127,8 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
 
     @router.delete("/v1/leases/{lease_id}", response_model=LeaseOut, responses=answers,
                    summary="Revoke a lease and delete its keys")
-    async def revoke(lease_id: LeaseId) -> LeaseOut:
-        await operate("revoke", lease_id)
+    async def revoke(lease_id: LeaseId, request: Request) -> LeaseOut:
+        await operate("revoke", lease_id, **caller(request))
         return LeaseOut(lease_id=lease_id, ttl_ms=0)
 
     @router.get("/v1/leases", response_model=LeasesOut, responses=answers,
@@ -124,7 +146,7 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
             raise client_error(exc) from None
         return LeasesOut(offset=offset, leases=[
             LeaseInfo(lease_id=x.lease_id, ttl_ms=x.ttl_ms, granted_offset=x.granted_offset,
-                      keepalive_offset=x.keepalive_offset,
+                      keepalive_offset=x.keepalive_offset, owner=x.owner,
                       keys=sorted(k.decode("utf-8", errors="replace") for k in x.keys))
             for x in leases])
 

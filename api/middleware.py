@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kraft_spark.http_auth import Credentials, bearer_token, required_scope
+from kraft_spark.http_auth import Credentials, Identity, bearer_token, required_scope
 from kraft_spark.metrics import HttpMetrics
 
 log = logging.getLogger("api.app")
@@ -48,6 +48,15 @@ class HttpMetricsMiddleware:
                 status,
                 (time.perf_counter() - start) * 1000.0,
             )
+
+
+IDENTITY_KEY = "kraft_spark.identity"  # in an authenticated request's ASGI scope
+
+
+def identity_of(scope: Scope) -> Identity | None:
+    """The credential an authenticated request came with; None on a server without any."""
+    found = scope.get(IDENTITY_KEY)
+    return found if isinstance(found, Identity) else None
 
 
 class BearerAuthMiddleware:
@@ -101,6 +110,7 @@ class BearerAuthMiddleware:
             )
             await response(scope, receive, send)
             return
+        scope[IDENTITY_KEY] = identity  # who asks: routes that act on what a caller owns
         await self.app(scope, receive, send)
 
 

@@ -24,6 +24,7 @@ from kraft_spark.client.types import (
     NewRecord,
     payload_bytes,
 )
+from kraft_spark.store.leases import LEASE_OP_HEADER
 
 PARAM_KINDS: Final = {"query": "query parameter ", "header": "header ", "path": "path parameter "}
 JSON_TYPES: Final = {
@@ -147,6 +148,11 @@ def to_new_records(records: Iterable[RecordFields]) -> list[NewRecord]:
                 422, f"records[{index}].headers: a header name or value is not valid Unicode "
                 "text (a lone surrogate escape such as \\ud800): fix the header"
             )
+        if headers and LEASE_OP_HEADER in headers:
+            # Lease operations name their caller (kraft_spark.store.leases): only /v1/leases,
+            # which names the one that authenticated, may append them.
+            raise ApiError(422, f"records[{index}].headers: {LEASE_OP_HEADER} is reserved: "
+                                "grant, keep alive and revoke leases with /v1/leases")
         out.append(
             NewRecord(
                 key=key.encode("utf-8"),

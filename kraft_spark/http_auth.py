@@ -4,8 +4,10 @@ Scopes are ordered, each including the ones below it, as etcd's roles and Kafka'
 use from administration:
 
 * ``read``: every ``GET`` (records, keys, watches, the quorum, metrics, the API's docs);
-* ``write``: appends, conditional writes and deletes, leases (grant, keep alive, revoke);
-* ``admin``: changing the voters (``/v1/quorum/voters``, the application's ``/v1/app/...``).
+* ``write``: appends, conditional writes and deletes, leases (grant; keep alive and revoke the
+  ones it granted: ``kraft_spark.store.leases``);
+* ``admin``: changing the voters (``/v1/quorum/voters``, the application's ``/v1/app/...``),
+  keeping alive and revoking any lease.
 
 ``/healthz`` and ``/readyz`` stay open (probes carry no credentials; they tell only whether a
 leader is known).

@@ -19,6 +19,14 @@ does, so a holder that kept its lease alive through the old leader is never expi
 
 A write attached to a lease that does not exist (never granted, expired or revoked) does not
 apply: it fails like a conditional write whose condition failed (``FailedTxn.reason``).
+
+**Whose lease it is.** A grant may name its ``owner`` (the HTTP credential that granted it), and
+a keep-alive or revocation the credential asking (``by``). One that names a different credential
+than the owner fails (``NOT_OWNER``): a lease is kept alive and revoked by whoever holds it, as a
+lock must be. An operation without ``by`` (an administrator's, the leader's expiry, a server
+without credentials) acts on any lease. The HTTP API fills both fields from the caller's
+credential and refuses ``kraft.lease.op`` in records appended directly, so a caller cannot
+name someone else.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ LEASE_OP_HEADER: Final = "kraft.lease.op"
 LEASE_HEADER: Final = "kraft.lease"
 MAX_TTL_MS: Final = 24 * 3600 * 1000
 MIN_TTL_MS: Final = 500
+MAX_NAME_CHARS: Final = 200  # an owner's or a caller's name
+NOT_OWNER: Final = "belongs to"  # in the reason of an operation refused to a non-owner
 
 
 @dataclass(slots=True)
@@ -41,9 +51,10 @@ class Lease:
     # The offset of its last keep-alive (the grant counts as one).
     keepalive_offset: int
     keys: set[bytes] = field(default_factory=set)
+    owner: str = ""  # the credential that granted it ("": anyone's)
 
 
-def encode_op(op: str, lease_id: int, **fields: int) -> bytes:
+def encode_op(op: str, lease_id: int, **fields: int | str) -> bytes:
     return json.dumps({"op": op, "id": lease_id, **fields}, separators=(",", ":")).encode()
 
 
@@ -60,6 +71,11 @@ def decode_op(raw: bytes | None) -> dict[str, Any]:
         value = body.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"kraft.lease.op {name} is a non-negative integer")
+    for name in ("owner", "by"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > MAX_NAME_CHARS):
+            raise ValueError(f"kraft.lease.op {name} is a name of at most {MAX_NAME_CHARS} "
+                             "characters")
     return body
 
 
@@ -92,10 +108,15 @@ class LeaseTable:
             ttl = body["ttl_ms"]
             if not MIN_TTL_MS <= ttl <= MAX_TTL_MS:
                 return f"ttl_ms {ttl} is outside {MIN_TTL_MS}..{MAX_TTL_MS}", []
-            self.leases[lease_id] = Lease(lease_id, ttl, offset, offset)
+            self.leases[lease_id] = Lease(lease_id, ttl, offset, offset,
+                                          owner=body.get("owner") or "")
             return "", []
         if lease is None:
             return f"lease {lease_id} not found (expired or revoked)", []
+        caller = body.get("by")
+        if caller is not None and lease.owner and caller != lease.owner:
+            return (f"lease {lease_id} {NOT_OWNER} the credential {lease.owner!r}: only it, or "
+                    "a credential of scope admin, may keep it alive or revoke it"), []
         if op == "keepalive":
             lease.keepalive_offset = offset
             return "", []
@@ -124,16 +145,23 @@ class LeaseTable:
             self.deleted = {o: k for o, k in self.deleted.items() if o >= offset}
 
     def export(self, since: int = 0) -> dict[str, Any]:
-        """What a snapshot stores: the leases (``[id, ttl_ms, granted, last keep-alive]``)
-        and the deletions at or after ``since`` (``[offset, [key hex, ...]]``)."""
-        return {"leases": [[x.lease_id, x.ttl_ms, x.granted_offset, x.keepalive_offset]
+        """What a snapshot stores: the leases (``[id, ttl_ms, granted, last keep-alive]``,
+        then the owner when there is one) and the deletions at or after ``since``
+        (``[offset, [key hex, ...]]``)."""
+        return {"leases": [[x.lease_id, x.ttl_ms, x.granted_offset, x.keepalive_offset,
+                            *((x.owner,) if x.owner else ())]
                            for _, x in sorted(self.leases.items())],
                 "deleted": [[o, [k.hex() for k in keys]]
                             for o, keys in sorted(self.deleted.items()) if o >= since]}
 
     def load(self, data: dict[str, Any], keys: dict[int, set[bytes]]) -> None:
         """Raises ValueError (or TypeError) if ``data`` is malformed."""
-        self.leases = {int(i): Lease(int(i), int(t), int(g), int(k), set(keys.get(int(i), ())))
-                       for i, t, g, k in data.get("leases", [])}
+        self.leases = {}
+        for entry in data.get("leases", []):
+            i, t, g, k, *owner = entry  # no owner in snapshots written before owners
+            if len(owner) > 1 or not all(isinstance(o, str) for o in owner):
+                raise ValueError(f"a lease entry of a snapshot is malformed: {entry!r}")
+            self.leases[int(i)] = Lease(int(i), int(t), int(g), int(k),
+                                        set(keys.get(int(i), ())), owner[0] if owner else "")
         self.deleted = {int(o): tuple(bytes.fromhex(k) for k in ks)
                         for o, ks in data.get("deleted", [])}

@@ -4,21 +4,25 @@ node), and `kraft-spark lock` as a real child process frozen past its TTL."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from api.node_http import serve_node_http
 from kraft_spark.client.concurrency import Election, Lock
 from kraft_spark.client.kv import AsyncKvClient, ConditionFailedError, KvError
+from kraft_spark.http_auth import Credential, Credentials, Scope
 from kraft_spark.net.node import RaftNode
 from kraft_spark.store.lease_expiry import LeaseExpirer
 
-from .helpers import the_leader, wait_for
+from .helpers import STEADY, the_leader, wait_for
 from .test_node_http import http, http_nodes, url_of
 from .test_node_http import run_nodes as run_plain_nodes
 
@@ -175,3 +179,51 @@ def test_a_frozen_lock_holder_is_taken_over_and_its_stale_writes_refused(
 
     asyncio.run(run_nodes(http_nodes(tmp_path), body))
 
+
+
+def test_a_lease_is_kept_alive_and_revoked_by_its_owner_or_an_admin(tmp_path: Path) -> None:
+    """Two writers and an administrator (etcd's users, Kafka's principals): bob can neither
+    keep alive nor revoke alice's lease, nor slip a lease operation into a raw append; the
+    administrator can revoke it. Every refusal changes nothing."""
+    tokens = {"alice": "alice-token", "bob": "bob-token", "root": "root-token"}
+    credentials = Credentials([Credential(Scope.WRITE, tokens["alice"], "alice"),
+                               Credential(Scope.WRITE, tokens["bob"], "bob"),
+                               Credential(Scope.ADMIN, tokens["root"], "root")])
+    nodes = [RaftNode(replace(n.config, http_credentials=credentials), http=serve_node_http)
+             for n in http_nodes(tmp_path, quorum=STEADY)]
+
+    def as_(name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {tokens[name]}"}
+
+    async def body(nodes: list[RaftNode]) -> None:
+        url = url_of(the_leader(nodes))
+        status, granted = await http(url, "POST", "/v1/leases", {"ttl_ms": 60_000},
+                                     headers=as_("alice"))
+        assert status == 200, granted
+        lease = granted["lease_id"]
+        status, put = await http(url, "POST", "/v1/records", {"key": "lock/a", "value": "alice",
+                                                               "lease_id": lease},
+                                 headers=as_("alice"))
+        assert status == 200, put
+        for method, path in (("POST", f"/v1/leases/{lease}/keepalive"),
+                             ("DELETE", f"/v1/leases/{lease}")):
+            status, refused = await http(url, method, path, headers=as_("bob"))
+            assert status == 403, refused
+            assert "belongs to the credential 'alice'" in refused["error"], refused
+        op = json.dumps({"op": "revoke", "id": lease})
+        status, refused = await http(url, "POST", "/v1/records",
+                                     {"key": "x", "value": 1, "headers": {"kraft.lease.op": op}},
+                                     headers=as_("bob"))
+        assert status == 422 and "kraft.lease.op is reserved" in refused["error"], refused
+        status, listed = await http(url, "GET", "/v1/leases", headers=as_("bob"))
+        assert [(x["lease_id"], x["owner"], x["keys"]) for x in listed["leases"]] == [
+            (lease, "alice", ["lock/a"])], listed
+        status, kept = await http(url, "POST", f"/v1/leases/{lease}/keepalive",
+                                  headers=as_("alice"))
+        assert status == 200, kept
+        status, revoked = await http(url, "DELETE", f"/v1/leases/{lease}", headers=as_("root"))
+        assert status == 200, revoked
+        status, gone = await http(url, "GET", "/v1/kv/lock/a", headers=as_("bob"))
+        assert status == 404, gone
+
+    asyncio.run(run_nodes(nodes, body))
