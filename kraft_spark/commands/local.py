@@ -335,8 +335,13 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
 def _quorum_auth(args: Any, data_dir: str, say: Callable[[str], None]) -> QuorumAuth | None:
     """The listeners' SASL credentials (``quorum_auth``), or None with --quorum-insecure."""
     if args.quorum_insecure:
-        say("--quorum-insecure: the Kafka-protocol listeners take every request without "
-            "authentication; anyone on this host can read the log and change the voters")
+        if any(item.startswith("ssl.certificate.location=") for item in args.set):
+            say("--quorum-insecure: no SASL; the listeners take mutual TLS connections only "
+                "(a client certificate from ssl.ca.location), and super.users says who may "
+                "change the voters")
+        else:
+            say("--quorum-insecure: the Kafka-protocol listeners take every request without "
+                "authentication; anyone on this host can read the log and change the voters")
         return None
     try:
         auth = ensure_quorum_auth(data_dir)

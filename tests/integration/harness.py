@@ -68,6 +68,8 @@ class LocalQuorum:
     token: str | None = None
     # ``--set`` overrides; the fast test timings unless a test wants Kafka's defaults ({}).
     settings: dict[str, str] = field(default_factory=lambda: dict(FAST_SETTINGS))
+    # More arguments of `kraft-spark local` (``--quorum-insecure``...).
+    args: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         base = consecutive_free_ports(self.voters)
@@ -75,6 +77,7 @@ class LocalQuorum:
                "--data-dir", str(self.data_dir), "--base-port", str(base)]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
+        cmd += self.args
         if self.http:
             cmd += ["--http-port", "0"]
         if self.node_http:

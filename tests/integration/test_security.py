@@ -5,16 +5,18 @@ HTTP and Kafka-protocol listeners beyond loopback without authentication, and a 
 log, command line and answer for the secrets. Every attempt is refused with a clear error and
 nothing is changed. The Kafka-protocol listeners (SASL/PLAIN by default): every request without
 credentials or with a wrong password, voter changes by a principal not in ``super.users``, and
-the password nowhere but in its two files. (Spark Connect without its token, and the secrets in
-the application's log and Delta tables: tests/spark/test_application.py. Voter changes under
-mutual TLS without a client certificate or with one whose principal is not allowed:
-tests/net/test_cluster_acl.py.)"""
+the password nowhere but in its two files. Under mutual TLS (Kafka's production setting): no
+answer without a client certificate, voter changes refused to a certificate whose principal
+``super.users`` does not list. (Spark Connect without its token, every route of the
+application's HTTP APIs, and the secrets in the application's log, Delta tables and command
+lines: tests/spark/test_application.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import ssl
 import stat
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from typing import Any
 import pytest
 
 from kraft_spark.client import AsyncQuorumClient, AuthenticationError
+from kraft_spark.client.errors import ClientError
 from kraft_spark.client.security import ClientSecurity
 from kraft_spark.client.voter_changes import VoterChangeError
 from kraft_spark.http_auth import Credentials, Scope, required_scope
@@ -34,7 +37,7 @@ from kraft_spark.log.meta import format_log_dir
 from kraft_spark.protocol import ApiKey, ErrorCode, decode_response, encode_request
 from kraft_spark.protocol.sasl_plain import PlainCredentials
 from kraft_spark.quorum_auth import USERS_FILE
-from tests.net.helpers import free_run, send_raw
+from tests.net.helpers import free_run, make_certs, make_client_cert, send_raw
 
 from .harness import FAST_SETTINGS, LocalQuorum, running
 
@@ -243,3 +246,56 @@ def test_voter_changes_need_a_principal_in_super_users(tmp_path: Path) -> None:
         assert refused.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         assert "User:admin is not in super.users" in str(refused.value)
         assert sorted(v.replica_id for v in client.describe_quorum().voters) == [0, 1, 2]
+
+
+def test_voter_changes_over_mutual_tls_need_a_certificate_and_an_allowed_principal(
+    tmp_path: Path,
+) -> None:
+    """Kafka's production setting on real processes: `kraft-spark local` with mutual TLS (the
+    nodes' certificate, CN=node) and ``super.users`` naming the administrator's certificate.
+    A client without a certificate gets no answer at all; one whose certificate is the nodes'
+    is refused both voter changes (CLUSTER_AUTHORIZATION_FAILED); the administrator's passes
+    the authorizer. The voters never change."""
+    node, _ = make_certs(tmp_path)
+    admin = make_client_cert(tmp_path, "admin", "/OU=ops/CN=admin")
+    settings = {**FAST_SETTINGS, "ssl.certificate.location": node.certfile,
+                "ssl.key.location": node.keyfile, "ssl.ca.location": node.cafile,
+                "super.users": "User:CN=admin,OU=ops"}
+    quorum = LocalQuorum(tmp_path / "data", settings=settings, args=["--quorum-insecure"])
+
+    async def tries(boot: list[str]) -> None:
+        no_certificate = ssl.create_default_context(cafile=node.cafile)
+        no_certificate.check_hostname = False
+        anonymous = AsyncQuorumClient(boot, ssl_context=no_certificate, retry_budget_s=3.0)
+        try:
+            for attempt in (anonymous.describe_quorum(),
+                            anonymous.add_voter(7, uuid.uuid4(), (), timeout_s=2),
+                            anonymous.remove_voter(2, uuid.uuid4(), timeout_s=2)):
+                with pytest.raises(ClientError):
+                    await attempt
+        finally:
+            await anonymous.close()
+        peer = AsyncQuorumClient(boot, ssl_context=node.client_context())
+        try:
+            for change in (peer.add_voter(7, uuid.uuid4(), (), timeout_s=2),
+                           peer.remove_voter(2, uuid.uuid4(), timeout_s=2)):
+                with pytest.raises(VoterChangeError) as refused:
+                    await change
+                assert refused.value.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                assert "User:CN=node is not in super.users" in str(refused.value)
+            assert sorted(v.replica_id for v in (await peer.describe_quorum()).voters) == [
+                0, 1, 2]
+        finally:
+            await peer.close()
+        boss = AsyncQuorumClient(boot, ssl_context=admin.client_context())
+        try:  # past the authorizer: the leader judges the change (no voter 9 to remove)
+            with pytest.raises(VoterChangeError) as judged:
+                await boss.remove_voter(9, uuid.uuid4(), timeout_s=2)
+            assert judged.value.code == ErrorCode.VOTER_NOT_FOUND, judged.value
+            assert sorted(v.replica_id for v in (await boss.describe_quorum()).voters) == [
+                0, 1, 2]
+        finally:
+            await boss.close()
+
+    with running(quorum):
+        asyncio.run(tries(quorum.bootstrap))
