@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import ssl
 import stat
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,7 @@ from kraft_spark.client import AsyncQuorumClient, AuthenticationError
 from kraft_spark.client.errors import ClientError
 from kraft_spark.client.security import ClientSecurity
 from kraft_spark.client.voter_changes import VoterChangeError
-from kraft_spark.http_auth import Credentials, Scope, required_scope
+from kraft_spark.http_auth import Credentials, Scope
 from kraft_spark.log.meta import format_log_dir
 from kraft_spark.protocol import ApiKey, ErrorCode, decode_response, encode_request
 from kraft_spark.protocol.sasl_plain import PlainCredentials
@@ -40,41 +37,9 @@ from kraft_spark.quorum_auth import USERS_FILE
 from tests.net.helpers import free_run, make_certs, make_client_cert, send_raw
 
 from .harness import FAST_SETTINGS, LocalQuorum, running
+from .http_guard import assert_every_route_guarded, call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-def _call(url: str, method: str = "GET", token: str | None = None,
-          body: Any = None) -> tuple[int, dict[str, Any], dict[str, str]]:
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else (b"{}" if method in (
-        "POST", "PUT") else None)
-    request = urllib.request.Request(url, data, headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read().decode()
-            status, answer_headers = response.status, dict(response.headers)
-    except urllib.error.HTTPError as err:
-        text, status, answer_headers = err.read().decode(), err.code, dict(err.headers)
-        err.close()
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = {"text": text}
-    return status, parsed if isinstance(parsed, dict) else {"list": parsed}, answer_headers
-
-
-def _routes(base: str, token: str) -> list[tuple[str, str]]:
-    """Every (method, concrete path) of the served OpenAPI schema (path parameters filled)."""
-    status, schema, _ = _call(f"{base}/openapi.json", token=token)
-    assert status == 200, schema
-    routes = []
-    for path, operations in schema["paths"].items():
-        concrete = re.sub(r"\{[^}]+\}", "7", path.replace("{key:path}", "k"))
-        routes += [(method.upper(), concrete) for method in operations]
-    return routes
 
 
 def _voter_set(quorum: dict[str, Any]) -> list[tuple[int, list[str]]]:
@@ -97,38 +62,21 @@ def test_every_http_route_refuses_missing_wrong_and_too_small_credentials(
         assert all(tokens.values())
         admin = tokens[Scope.ADMIN]
         assert admin is not None
-        status, before, _ = _call(f"{quorum.http_url}/v1/records?limit=1000", token=admin)
+        status, before, _ = call(f"{quorum.http_url}/v1/records?limit=1000", token=admin)
         assert status == 200
-        voters_before = _voter_set(_call(f"{quorum.http_url}/v1/quorum", token=admin)[1])
+        voters_before = _voter_set(call(f"{quorum.http_url}/v1/quorum", token=admin)[1])
         for base in (quorum.http_url, quorum.http_urls[1]):  # the sidecar, a node's own API
-            routes = _routes(base, admin)
-            assert ("POST", "/v1/records") in routes and ("POST", "/v1/quorum/voters") in routes
-            for method, route in routes:
-                needed = required_scope(method, route.split("?")[0])
-                if needed is None:  # the probes stay open
-                    assert route in ("/healthz", "/readyz")
-                    continue
-                for token in (None, "not-a-token", admin[:-1] + "x"):
-                    status, answer, headers = _call(f"{base}{route}", method, token)
-                    assert status == 401, (method, route, token, status, answer)
-                    assert "Authorization: Bearer <token>" in answer["error"]
-                    assert headers["www-authenticate"].startswith("Bearer")
-                for scope in Scope:
-                    if scope >= needed:
-                        continue
-                    status, answer, headers = _call(f"{base}{route}", method, tokens[scope])
-                    assert status == 403, (method, route, scope, status, answer)
-                    assert f"needs scope {needed.label}" in answer["error"]
-                    assert "insufficient_scope" in headers["www-authenticate"]
+            tried = assert_every_route_guarded(base, {s: t for s, t in tokens.items() if t})
+            assert ("POST", "/v1/records") in tried and ("POST", "/v1/quorum/voters") in tried
         # Nothing was appended and the voters are the same.
-        after = _call(f"{quorum.http_url}/v1/records?limit=1000", token=admin)[1]
+        after = call(f"{quorum.http_url}/v1/records?limit=1000", token=admin)[1]
         assert after["records"] == before["records"]
-        assert _voter_set(_call(f"{quorum.http_url}/v1/quorum", token=admin)[1]) == voters_before
+        assert _voter_set(call(f"{quorum.http_url}/v1/quorum", token=admin)[1]) == voters_before
         # The right scope gets in: a writer appends, a reader reads it back.
-        status, appended, _ = _call(f"{quorum.http_url}/v1/records", "POST",
+        status, appended, _ = call(f"{quorum.http_url}/v1/records", "POST",
                                     tokens[Scope.WRITE], {"key": "ok", "value": 1})
         assert status == 200, appended
-        status, read, _ = _call(f"{quorum.http_url}/v1/records?from_offset="
+        status, read, _ = call(f"{quorum.http_url}/v1/records?from_offset="
                                 f"{appended['base_offset']}", token=tokens[Scope.READ])
         assert status == 200 and read["records"][0]["key"] == "ok"
         # No secret in a command line (ps), a log, a properties file or an answer.
@@ -138,9 +86,9 @@ def test_every_http_route_refuses_missing_wrong_and_too_small_credentials(
         texts = [command_lines.decode(errors="replace")]
         texts += [p.read_text(errors="replace") for p in (tmp_path / "data").rglob("*")
                   if p.is_file() and p.suffix in (".log", ".properties")]
-        texts.append(json.dumps(_call(f"{quorum.http_url}/v1/quorum", token=admin)[1]))
-        texts.append(json.dumps(_call(f"{quorum.http_url}/openapi.json", token=admin)[1]))
-        texts.append(_call(f"{quorum.http_url}/metrics", token=admin)[1]["text"])
+        texts.append(json.dumps(call(f"{quorum.http_url}/v1/quorum", token=admin)[1]))
+        texts.append(json.dumps(call(f"{quorum.http_url}/openapi.json", token=admin)[1]))
+        texts.append(call(f"{quorum.http_url}/metrics", token=admin)[1]["text"])
         for token in tokens.values():
             assert token is not None
             assert not any(token in text for text in texts)

@@ -27,6 +27,7 @@ from kraft_spark.client.security import ClientSecurity
 from kraft_spark.http_auth import Scope, token_in
 from kraft_spark.quorum_auth import ADMIN_PROPERTIES, USERS_FILE
 from tests.integration.harness import consecutive_free_ports, free_ports
+from tests.integration.http_guard import assert_every_route_guarded, routes
 from tests.net.helpers import make_certs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -164,17 +165,17 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
     cluster_id = app.info["cluster_id"]
     try:
         assert app.post({"key": "a", "value": {"v": 1}})["epoch"] >= 1
-        # The application's own admin route (resize) needs an admin token: a writer gets 403,
-        # nobody 401, and nothing is resized.
-        writer = token_in(app.info["credentials"], Scope.WRITE)
-        for headers, status in (({}, 401), ({"Authorization": f"Bearer {writer}"}, 403)):
-            resize = urllib.request.Request(
-                f"{app.url}/v1/app/voters", b'{"voters": 5}',
-                {"Content-Type": "application/json", **headers}, method="POST")
-            with pytest.raises(urllib.error.HTTPError) as refused:
-                urllib.request.urlopen(resize, timeout=30)
-            assert refused.value.code == status
-            refused.value.close()
+        # Every route of the application's endpoint and of each voter's own API refuses no
+        # token, a wrong one and one of too small a scope (its resize route included), and
+        # nothing changes.
+        tokens = {scope: token_in(app.info["credentials"], scope) for scope in Scope}
+        before = app.records()
+        for base in (app.url, *app.info["voter_http"].values()):
+            tried = assert_every_route_guarded(base, tokens)
+            assert ("POST", "/v1/records") in tried
+        assert ("POST", "/v1/app/voters") in routes(app.url, tokens[Scope.ADMIN])
+        assert len(app.info["voter_http"]) == 3
+        assert app.records() == before
         app.post({"records": [{"key": "b", "value": "two"}, {"key": "a", "value": [1, 2]}]})
         app.post({"key": "b", "value": None})  # a delete
         app.post({"records": [{"key": f"k{i}", "value": i} for i in range(20)]})
