@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
 from kraft_spark.log.checkpoints import partition_dir
 from kraft_spark.log.fs import RealFileSystem
+from kraft_spark.secret_files import private_dir
 from kraft_spark.state.snapshot_file import SnapshotId, label
 from kraft_spark.state.snapshot_store import FileSnapshotStore
 
@@ -33,7 +33,7 @@ def install_restore(log_dir: str, snapshot_id: SnapshotId, data: bytes) -> None:
     """Write the snapshot into the (fresh) log directory, checked and durable; the node then
     starts its log at its end offset (``state_keeper.open_storage``)."""
     fs = RealFileSystem()
-    os.makedirs(partition_dir(log_dir), exist_ok=True)
+    private_dir(partition_dir(log_dir))
     download = FileSnapshotStore(fs, partition_dir(log_dir)).begin_download(snapshot_id)
     download.write(0, data)
     download.complete()  # InvalidSnapshotError if the bytes are not a valid snapshot

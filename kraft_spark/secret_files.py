@@ -32,11 +32,25 @@ def new_token() -> str:
 
 
 def private_dir(path: str) -> str:
-    """Create ``path`` (and its parents) owner-only if absent; an existing directory keeps its
-    mode (the operator chose it). Returns ``path``."""
+    """Create ``path`` and each missing parent owner-only; an existing directory keeps its
+    mode (the operator chose it). Returns ``path``. (``os.makedirs``'s mode applies to the
+    last directory only: the parents it creates would be 0755.)"""
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:  # created meanwhile by another process
+            if not os.path.isdir(directory):
+                raise
     return path
 
 

@@ -19,7 +19,7 @@ import os
 from kraft_spark.addresses import is_loopback
 from kraft_spark.log.checkpoints import atomic_write
 from kraft_spark.log.fs import RealFileSystem
-from kraft_spark.secret_files import read_secret, remove_secret, write_secret
+from kraft_spark.secret_files import private_dir, read_secret, remove_secret, write_secret
 
 ENDPOINT_FILE = "sql.endpoint"
 TOKEN_FILE = "sql.token"
@@ -32,7 +32,7 @@ def url_of(host: str, port: int) -> str:
 def publish(data_dir: str, url: str, token: str | None = None) -> None:
     """Name the running server (and keep its token, owner-only) in the data directory,
     atomically and durably, creating the directory on a first start."""
-    os.makedirs(data_dir, exist_ok=True)
+    private_dir(data_dir)
     if token is not None:
         write_secret(os.path.join(data_dir, TOKEN_FILE), token + "\n")
     atomic_write(RealFileSystem(), os.path.join(data_dir, ENDPOINT_FILE), (url + "\n").encode())

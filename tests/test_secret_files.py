@@ -73,3 +73,15 @@ def test_private_dir_keeps_an_existing_directorys_mode(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o755
     private_dir(str(tmp_path / "e" / "f"))
     assert stat.S_IMODE((tmp_path / "e" / "f").stat().st_mode) == 0o700
+    # The parents it creates are owner-only too (os.makedirs's mode would leave them 0755).
+    assert stat.S_IMODE((tmp_path / "e").stat().st_mode) == 0o700
+    old = os.umask(0)
+    try:
+        private_dir(str(tmp_path / "g" / "h" / "i"))
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "g", tmp_path / "g" / "h", tmp_path / "g" / "h" / "i"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    (tmp_path / "g" / "file").touch()
+    with pytest.raises(OSError):  # a file where a parent directory should be
+        private_dir(str(tmp_path / "g" / "file" / "x"))

@@ -34,6 +34,7 @@ from kraft_spark.client.security import ClientSecurity
 from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
+from kraft_spark.net.cluster_acl import PLAINTEXT_ALLOWED_KEY, check_listener
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
 from kraft_spark.net.storage_failure import is_disk_failure
 from kraft_spark.quorum_auth import QuorumAuth, ensure_quorum_auth
@@ -120,7 +121,7 @@ def write_cluster_id(data_dir: str, cluster_id: str) -> None:
     from kraft_spark.log.checkpoints import atomic_write
     from kraft_spark.log.fs import RealFileSystem
 
-    os.makedirs(data_dir, exist_ok=True)
+    private_dir(data_dir)
     atomic_write(RealFileSystem(), os.path.join(data_dir, "cluster.id"),
                  f"{cluster_id}\n".encode())
 
@@ -192,7 +193,16 @@ def _run_local(args: argparse.Namespace) -> int:
         if not sep:
             raise CommandError(f"--set expects KEY=VALUE, got {item!r}")
         extra.append(f"{key.strip()}={value.strip()}")
-    # Before anything is written or started: a port another process listens on would pass
+    # Before anything is written or started: a plaintext listener beyond loopback stops every
+    # node (kraft-spark node refuses it), so say it once, here, with the fix.
+    settings = dict(item.split("=", 1) for item in extra)
+    try:
+        check_listener(args.host, tls=bool(settings.get("ssl.certificate.location")),
+                       plaintext_allowed=settings.get(PLAINTEXT_ALLOWED_KEY, "").lower()
+                       == "true")
+    except ConfigError as exc:
+        raise CommandError(f"--host {args.host}: {exc}") from None
+    # A port another process listens on would pass
     # _wait_listening (it only connects) while our node failed to bind it.
     for flag, flag_ports in (("--base-port", ports), ("--node-http-base-port", http_ports),
                              ("--http-port", [args.http_port])):
@@ -202,7 +212,7 @@ def _run_local(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)
     try:
         private_dir(data_dir)
-        os.makedirs(os.path.join(data_dir, "logs"), exist_ok=True)
+        private_dir(os.path.join(data_dir, "logs"))
         cluster_id = cluster_id_for(data_dir)
     except (OSError, UnicodeError) as exc:
         raise CommandError(f"--data-dir {data_dir}: {exc}: use a writable directory") from exc

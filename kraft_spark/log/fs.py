@@ -24,6 +24,8 @@ import os
 import time
 from typing import Protocol
 
+from kraft_spark.secret_files import private_dir
+
 
 class FileLock(Protocol):
     """An acquired exclusive lock; ``release`` is idempotent."""
@@ -149,7 +151,7 @@ class RealFileSystem:
         return sorted(os.listdir(path))
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, mode=0o700, exist_ok=True)  # a log is its owner's alone
+        private_dir(path)  # a log is its owner's alone, its parents too
 
     def size(self, path: str) -> int:
         fd = self._fds.get(path)

@@ -17,6 +17,8 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
+from kraft_spark.secret_files import private_dir
+
 # ``<data-dir>/warehouse.location``: the warehouse the application last ran with, so
 # `kraft-spark sql --data-dir` finds it wherever kraft.warehouse.uri put it.
 LOCATION_FILE = "warehouse.location"
@@ -113,7 +115,7 @@ class WarehouseFiles:
         final = os.path.join(self.warehouse, *names)
         tmp_name = f".{names[-1]}.{uuid.uuid4().hex[:8]}.tmp"
         if self._fs is None:
-            os.makedirs(os.path.dirname(final), exist_ok=True)
+            private_dir(os.path.dirname(final))
             tmp = os.path.join(os.path.dirname(final), tmp_name)
             with open(tmp, "wb") as fh:
                 fh.write(data)

@@ -1,7 +1,8 @@
 """Nobody gets in where they don't belong, tried against real processes with the defaults of
 ``kraft-spark local``: every HTTP route without a credential, with a wrong one and with one of
-too small a scope (on the sidecar and on a node's own API), a credentials file others can read,
-HTTP and Kafka-protocol listeners beyond loopback without authentication, and a search of every
+too small a scope (on the sidecar and on a node's own API), a credentials file others can read
+(`local` and the application), HTTP and Kafka-protocol listeners beyond loopback without
+authentication (a node, `local`, the application on a cluster master), and a search of every
 log, command line and answer for the secrets. Every attempt is refused with a clear error and
 nothing is changed. The Kafka-protocol listeners (SASL/PLAIN by default): every request without
 credentials or with a wrong password, voter changes by a principal not in ``super.users``, and
@@ -247,3 +248,46 @@ def test_voter_changes_over_mutual_tls_need_a_certificate_and_an_allowed_princip
 
     with running(quorum):
         asyncio.run(tries(quorum.bootstrap))
+
+
+def test_local_refuses_a_plaintext_quorum_beyond_loopback_before_starting(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    done = subprocess.run(
+        [sys.executable, "-m", "kraft_spark", "local", "--voters", "1", "--data-dir", str(data),
+         "--host", "0.0.0.0", "--base-port", str(free_run(2))],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "--host 0.0.0.0" in done.stderr
+    assert "kraft.listener.plaintext.allowed=true" in done.stderr
+    assert not data.exists()  # nothing written, nothing started
+
+
+@pytest.mark.parametrize("case", ["cluster master without TLS", "credentials others can read"])
+def test_the_application_refuses_an_open_setting_before_spark_starts(
+    tmp_path: Path, case: str,
+) -> None:
+    """Refused in a second or two, before any JVM: a cluster master whose voters would listen
+    in plaintext on every interface of their hosts, and an HTTP credentials file others can
+    read (as ssh refuses such a key)."""
+    conf = tmp_path / "app.properties"
+    args = ["--http-port", "0", "--sql-port", "0"]
+    if case == "cluster master without TLS":
+        conf.write_text("")
+        args += ["--master", "spark://10.9.9.9:7077"]
+        why = "set kraft.listener.plaintext.allowed=true"
+    else:
+        credentials = tmp_path / "credentials"
+        credentials.write_text("admin some-long-admin-token ops\n")
+        credentials.chmod(0o644)
+        conf.write_text(f"kraft.http.credentials.file={credentials}\n")
+        why = f"chmod 600 {credentials}"
+    done = subprocess.run(
+        [sys.executable, "-m", "kraft_spark", "run", "--data-dir", str(tmp_path / "data"),
+         "--config", str(conf), *args],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert why in done.stderr, done.stderr[-2000:]
+    assert "starting Spark" not in done.stderr
+    assert "some-long-admin-token" not in done.stderr + done.stdout
