@@ -62,6 +62,7 @@ def assert_every_route_guarded(base: str, tokens: dict[Scope, str]) -> list[tupl
         for token in (None, "not-a-token", admin[:-1] + ("x" if admin[-1] != "x" else "y")):
             status, answer, headers = call(f"{base}{route}", method, token)
             assert status == 401, (base, method, route, token, status, answer)
+            assert not token or token not in json.dumps(answer)  # never echoed
             assert "Authorization: Bearer <token>" in answer["error"]
             assert headers["www-authenticate"].startswith("Bearer")
         for scope, token in tokens.items():
@@ -69,6 +70,7 @@ def assert_every_route_guarded(base: str, tokens: dict[Scope, str]) -> list[tupl
                 continue
             status, answer, headers = call(f"{base}{route}", method, token)
             assert status == 403, (base, method, route, scope, status, answer)
+            assert token not in json.dumps(answer) + json.dumps(headers)
             assert f"needs scope {needed.label}" in answer["error"]
             assert "insufficient_scope" in headers["www-authenticate"]
     return tried

@@ -27,7 +27,7 @@ from kraft_spark.client.security import ClientSecurity
 from kraft_spark.http_auth import Scope, token_in
 from kraft_spark.quorum_auth import ADMIN_PROPERTIES, USERS_FILE
 from tests.integration.harness import consecutive_free_ports, free_ports
-from tests.integration.http_guard import assert_every_route_guarded, routes
+from tests.integration.http_guard import assert_every_route_guarded, call, routes
 from tests.net.helpers import make_certs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -242,6 +242,8 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
         for table in ("records", "snapshot", "quorum_events"):
             rows = spark.read.format("delta").load(f"{warehouse}/{table}")
             texts += [str(r[0]) for r in rows.select(to_json(struct("*"))).collect()]
+        for path in ("/v1/quorum", "/metrics", "/openapi.json"):  # nor in what it answers
+            texts.append(json.dumps(call(f"{app.url}{path}", token=tokens[Scope.READ])[1]))
         assert not [s for s in secrets if any(s in text for text in texts)]
         # Nor on any process's command line, which every user of the host can read with ps
         # (pyspark puts every Spark setting on the java command line it launches).
