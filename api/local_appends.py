@@ -1,25 +1,17 @@
 """Appends into the leader's own core, grouped, with callbacks and no task per append.
 
 The embedded HTTP API hands every append here while its node leads (``NodeBackend``). The
-grouping is the client's ``AppendCoalescer`` rule, Nagle's idea without the timer: an append
-goes out at once while fewer than ``max_in_flight`` batches await their commit; appends that
-arrive meanwhile wait, and the next hand-over takes everything waiting as **one** batch. So a
-lone client pays nothing and many clients share batches in proportion to the load. Unlike the
-coalescer, nothing here is a coroutine: the core's answer (``RaftNode.submit_local_callback``)
-settles each append's callback inside the node's handling of that answer, so a lone append's
-commit reaches its HTTP response with no loop turn in between (on a 2-core machine each turn
-costs the single-client path several per cent).
+grouping is ``kraft_spark.client.append_groups``' rule, the client coalescer's too (its
+invariants hold here): an append goes out at once while fewer than ``max_in_flight`` batches
+await their commit; appends that arrive meanwhile wait, and the next hand-over takes everything
+waiting as **one** batch. Unlike the coalescer, nothing here is a coroutine: the core's answer
+(``RaftNode.submit_local_callback``) settles each append's callback inside the node's handling
+of that answer, so a lone append's commit reaches its HTTP response with no loop turn in
+between (on a 2-core machine each turn costs the single-client path several per cent).
 
-Invariants (the coalescer's):
-
-* each append's records stay contiguous and in order inside a shared batch, and a batch is
-  appended atomically, so every append is all-or-nothing and gets consecutive offsets;
-* every append sharing a batch gets that batch's outcome: its own slice of the offsets, or the
-  same error (a commit timeout leaves all of them equally unknown);
-* when the core refuses a shared batch for its content (too large, invalid), nothing was
-  appended, so each of its appends is handed over again on its own and only a faulty one fails;
-* leadership is checked right before each hand-over (no loop turn in between): a group found on
-  a node that no longer leads is forwarded (``forward``) instead; nothing was appended here.
+One more invariant of its own: leadership is checked right before each hand-over (no loop turn
+in between); a group found on a node that no longer leads is forwarded (``forward``) instead,
+and nothing was appended here.
 """
 
 from __future__ import annotations
@@ -28,11 +20,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from kraft_spark.client.coalesce import (
+from kraft_spark.client.append_groups import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_RECORDS,
+    AppendGroups,
     BatchLimits,
-    record_bytes,
+    PendingAppend,
+    Settle,
+    batch_of,
+    batch_timeout_s,
 )
 from kraft_spark.client.errors import (
     ClientError,
@@ -46,8 +42,6 @@ from kraft_spark.net.node_tokens import LocalNode, NodeStoppedError
 from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse, Response
 from kraft_spark.raft.records import Record
 
-# Told an append's outcome: (result, None) or (None, error). Called exactly once.
-Settle = Callable[[AppendResult | None, BaseException | None], None]
 Forward = Callable[[tuple[Record, ...], float], Awaitable[AppendResult]]
 
 # Past the append's own timeout (which the core enforces), a last guard against a stuck wait.
@@ -77,16 +71,6 @@ def produce_result(response: Response) -> AppendResult:
     raise ClientError(f"append failed: {error.name} ({int(error)}) ({message})")
 
 
-class _Append:
-    __slots__ = ("records", "settle", "size", "timeout_s")
-
-    def __init__(self, records: tuple[Record, ...], timeout_s: float, settle: Settle) -> None:
-        self.records = records
-        self.timeout_s = timeout_s
-        self.settle = settle
-        self.size = sum(record_bytes(r) for r in records)
-
-
 class LocalAppends:
     def __init__(
         self,
@@ -97,14 +81,10 @@ class LocalAppends:
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
     ) -> None:
-        if max_in_flight < 1:
-            raise ValueError("max_in_flight must be at least 1")
         self._node = node
         self._forward = forward
-        self._max_in_flight = max_in_flight
-        self._limits = BatchLimits(max_batch_bytes, max_batch_records)
-        self._waiting: list[_Append] = []
-        self._in_flight = 0
+        self._groups = AppendGroups(max_in_flight, BatchLimits(max_batch_bytes,
+                                                               max_batch_records))
         self._turn_scheduled = False
         self._forwarding: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -121,15 +101,16 @@ class LocalAppends:
         if self._closed:
             settle(None, ClientError("the node's HTTP API is shutting down"))
             return
-        self._waiting.append(_Append(records, timeout_s, settle))
-        if self._in_flight >= self._max_in_flight:
+        groups = self._groups
+        groups.add(PendingAppend(records, timeout_s, settle))
+        if not groups.slot_free:
             return  # the next batch to settle takes it along
         if self._turn_scheduled:
             return  # handed over at the end of this loop turn, with the others of the turn
         # Others may arrive in this loop turn: they share the batch handed over at its end.
         self._turn_scheduled = True
         asyncio.get_running_loop().call_soon(self._on_turn)
-        if self._in_flight == 0 and len(self._waiting) == 1:
+        if groups.in_flight == 0 and len(groups.waiting) == 1:
             # A lone append goes at once. The turn stays scheduled even so: with one voter
             # (or a reply before the next arrival) its commit may settle before this returns,
             # and appends later in this turn must still share one batch, not go one by one.
@@ -154,24 +135,16 @@ class LocalAppends:
         self._turn_scheduled = False
         self._hand_over_waiting()
 
-    def _take(self) -> list[_Append]:
-        """The longest prefix of the waiting appends that fits one batch (at least one)."""
-        taken = self._limits.prefix(self._waiting)
-        group, self._waiting = self._waiting[:taken], self._waiting[taken:]
-        return group
-
     def _hand_over_waiting(self) -> None:
-        while self._waiting and self._in_flight < self._max_in_flight and not self._closed:
-            self._hand_over(self._take())
+        while not self._closed and (group := self._groups.next_group()) is not None:
+            self._hand_over(group)
 
-    def _hand_over(self, group: list[_Append]) -> None:
-        records = group[0].records if len(group) == 1 else tuple(
-            r for item in group for r in item.records
-        )
-        timeout_s = max(item.timeout_s for item in group)
+    def _hand_over(self, group: list[PendingAppend]) -> None:
+        """Hand ``group`` (holding a slot of ``_groups``) to the core, or forward it."""
+        records = batch_of(group)
+        timeout_s = batch_timeout_s(group)
         node = self._node
         if not node.is_leader:
-            self._in_flight += 1
             self.forwarded_batches += 1
             task = asyncio.get_running_loop().create_task(self._forwarded(group, records,
                                                                           timeout_s))
@@ -188,16 +161,15 @@ class LocalAppends:
             settled = True
             if guard is not None:
                 guard.cancel()
-            self._in_flight -= 1
             if error is None:
                 assert response is not None
                 try:
-                    self._finish(group, produce_result(response), None)
+                    self._groups.done(group, produce_result(response), None)
                 except ClientError as exc:
-                    self._finish(group, None, exc)
+                    self._groups.done(group, None, exc)
             else:
-                self._finish(group, None, _unconfirmed(error))
-            if self._waiting and not self._turn_scheduled:
+                self._groups.done(group, None, _unconfirmed(error))
+            if self._groups.waiting and not self._turn_scheduled:
                 # Not from here: this runs inside the node's handling of the core's answer.
                 self._turn_scheduled = True
                 asyncio.get_running_loop().call_soon(self._on_turn)
@@ -207,10 +179,8 @@ class LocalAppends:
             node.submit_local_callback(request, answered)
         except NodeStoppedError as exc:
             # Nothing was handed over: nothing appended.
-            for item in group:
-                item.settle(None, NoLeaderError(f"this node is stopping ({exc})"))
+            self._groups.done(group, None, NoLeaderError(f"this node is stopping ({exc})"))
             return
-        self._in_flight += 1
         self.batches_sent += 1
         self.appends_sent += len(group)
         guard = asyncio.get_running_loop().call_later(
@@ -218,44 +188,20 @@ class LocalAppends:
         )
 
     async def _forwarded(
-        self, group: list[_Append], records: tuple[Record, ...], timeout_s: float
+        self, group: list[PendingAppend], records: tuple[Record, ...], timeout_s: float
     ) -> None:
         try:
             result = await self._forward(records, timeout_s)
         except asyncio.CancelledError:
-            self._in_flight -= 1
-            for item in group:
-                item.settle(None, ClientError(
-                    "the node's HTTP API shut down while the append was forwarded; it may "
-                    "still commit"
-                ))
+            self._groups.done(group, None, ClientError(
+                "the node's HTTP API shut down while the append was forwarded; it may still "
+                "commit"))
             raise
         except Exception as exc:
-            self._in_flight -= 1
-            self._finish(group, None, exc)
+            self._groups.done(group, None, exc)
         else:
-            self._in_flight -= 1
-            self._finish(group, result, None)
+            self._groups.done(group, result, None)
         self._hand_over_waiting()
-
-    def _finish(
-        self, group: list[_Append], result: AppendResult | None, error: BaseException | None
-    ) -> None:
-        if error is not None:
-            if len(group) > 1 and isinstance(error, RecordTooLargeError | InvalidRecordError):
-                # Refused for its content: nothing was appended. Each again, on its own, ahead
-                # of anything that arrived since (order of arrival is kept).
-                self._waiting[:0] = [_Alone(item) for item in group]
-                return
-            for item in group:
-                item.settle(None, error)
-            return
-        assert result is not None
-        offset = result.base_offset
-        for item in group:
-            last = offset + len(item.records) - 1
-            item.settle(AppendResult(offset, last, result.epoch), None)
-            offset = last + 1
 
     # ------------------------------------------------------------------ closing
 
@@ -263,28 +209,13 @@ class LocalAppends:
         """Refuse new appends; fail the waiting ones; stop forwarding. Appends already in the
         core are settled by the node (its answer, or ``NodeStoppedError`` when it stops)."""
         self._closed = True
-        waiting, self._waiting = self._waiting, []
-        for item in waiting:
-            item.settle(None, ClientError("the node's HTTP API shut down before the append was "
-                                          "sent"))
+        self._groups.fail_waiting(ClientError("the node's HTTP API shut down before the "
+                                              "append was sent"))
         tasks = list(self._forwarding)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-
-
-class _Alone(_Append):
-    """An append of a refused shared batch, handed over on its own: ``_take`` never groups it
-    (its size counts as a whole batch)."""
-
-    __slots__ = ()
-
-    def __init__(self, item: _Append) -> None:
-        self.records = item.records
-        self.timeout_s = item.timeout_s
-        self.settle = item.settle
-        self.size = 1 << 62
 
 
 def _unconfirmed(error: BaseException) -> BaseException:
