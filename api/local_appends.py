@@ -5,7 +5,7 @@ grouping is ``kraft_spark.client.append_groups``' rule, the client coalescer's t
 invariants hold here): an append goes out at once while fewer than ``max_in_flight`` batches
 await their commit; appends that arrive meanwhile wait, and the next hand-over takes everything
 waiting as **one** batch. Unlike the coalescer, nothing here is a coroutine: the core's answer
-(``RaftNode.submit_local_callback``) settles each append's callback inside the node's handling
+(``RaftNode.submit_local``) settles each append's callback inside the node's handling
 of that answer, so a lone append's commit reaches its HTTP response with no loop turn in
 between (on a 2-core machine each turn costs the single-client path several per cent).
 
@@ -38,7 +38,7 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
 )
 from kraft_spark.client.types import AppendResult
-from kraft_spark.net.node_tokens import LocalNode, NodeStoppedError
+from kraft_spark.net.local_requests import LocalNode, NodeStoppedError
 from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse, Response
 from kraft_spark.raft.records import Record
 
@@ -176,7 +176,7 @@ class LocalAppends:
 
         request = ProduceRequest(records, timeout_ms=max(1, int(timeout_s * 1000)))
         try:
-            node.submit_local_callback(request, answered)
+            node.submit_local(request, answered)
         except NodeStoppedError as exc:
             # Nothing was handed over: nothing appended.
             self._groups.done(group, None, NoLeaderError(f"this node is stopping ({exc})"))

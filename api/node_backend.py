@@ -64,7 +64,12 @@ from kraft_spark.client.types import (
     QuorumInfo,
     ReplicaInfo,
 )
-from kraft_spark.net.node_tokens import LocalNode, LocalRequest, NodeStoppedError
+from kraft_spark.net.local_requests import (
+    LocalNode,
+    LocalRequest,
+    NodeStoppedError,
+    local_answer,
+)
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     DescribeQuorumRequest,
@@ -184,7 +189,7 @@ class NodeBackend:
                 _stamped(records), timeout_ms=max(1, int(timeout_s * 1000)),
                 producer_id=key_producer_id(key), producer_epoch=0, base_sequence=0)
             try:
-                future = self._node.submit_local(request)
+                future = local_answer(self._node, request)
                 response = await self._wait_local(future, timeout_s + LOCAL_WAIT_MARGIN_S,
                                                   request)
                 if (isinstance(response, ProduceResponse)
@@ -236,7 +241,7 @@ class NodeBackend:
         if not self._node.is_leader:
             return None
         try:
-            future = self._node.submit_local(request)
+            future = local_answer(self._node, request)
             return await self._wait_local(future, self._timeouts.retry_budget_s, request)
         except (NodeStoppedError, TimeoutError):
             return None

@@ -28,7 +28,7 @@ from api.server import EagerAcceptServer
 from api.server import bind_tcp as bind_listener
 from kraft_spark.http_auth import Credentials
 from kraft_spark.net.config import NodeConfig
-from kraft_spark.net.node_tokens import LocalNode
+from kraft_spark.net.local_requests import LocalNode
 from kraft_spark.store.service import NodeStore, StoreNode
 
 log = logging.getLogger(__name__)

@@ -184,6 +184,7 @@ async def catch_up(history: int, keys: int, log: Log) -> dict[str, Any]:
 
 async def disk_bytes(records: int, log: Log) -> list[dict[str, Any]]:
     from kraft_spark.net.config import NodeConfig
+    from kraft_spark.net.local_requests import local_answer
     from kraft_spark.net.node import RaftNode
     from kraft_spark.raft.config import QuorumConfig
     from kraft_spark.raft.messages import ProduceRequest
@@ -205,7 +206,7 @@ async def disk_bytes(records: int, log: Log) -> list[dict[str, Any]]:
         sent = 0
         while sent < records:
             now = _now_ms()
-            futures = [node.submit_local(ProduceRequest(tuple(
+            futures = [local_answer(node, ProduceRequest(tuple(
                 Record(b"key-%06d" % ((sent + j * 100 + i) % 10_000), VALUE, now)
                 for i in range(100)),
                 10_000)) for j in range(10)]

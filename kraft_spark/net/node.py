@@ -20,9 +20,9 @@ Everything the core decides happens on the event loop thread; the shell only car
 4. **high watermark**: listeners (the sidecar, the driver's materializer) are told.
 
 Local requests: ``submit_local`` hands the core a client request (Produce, a client Fetch,
-DescribeQuorum) from this process, as if it came from a connection; its answer resolves an
-asyncio future, or calls a callback (``submit_local_callback``), instead of being written to a
-socket (the reply's token is a ``LocalToken``).
+DescribeQuorum) from this process, as if it came from a connection; its answer calls a
+callback instead of being written to a socket (the reply's token is a ``LocalToken``;
+``local_requests``).
 The embedded HTTP API (``kraft.http.listener``, ``api.node_http``, handed to the node as an
 ``EmbeddedHttpFactory`` by ``kraft-spark node``) uses it so an
 append to the leader goes straight into its core. ``stop`` stops that HTTP server first (its
@@ -56,6 +56,12 @@ from kraft_spark.net.cluster_acl import refused_unauthorized
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
+from kraft_spark.net.local_requests import (
+    LocalCallback,
+    LocalRequest,
+    LocalToken,
+    NodeStoppedError,
+)
 from kraft_spark.net.log_repair import note_damage, open_with_repair
 from kraft_spark.net.node_flush import GroupCommitMixin
 from kraft_spark.net.node_listener import node_listener
@@ -63,10 +69,6 @@ from kraft_spark.net.node_peers import PeerRequestsMixin
 from kraft_spark.net.node_tokens import (
     EmbeddedHttpFactory,
     EmbeddedHttpServer,
-    LocalCallback,
-    LocalRequest,
-    LocalToken,
-    NodeStoppedError,
     Token,
     request_source,
     wall_ms,
@@ -96,7 +98,7 @@ from kraft_spark.protocol.wire import (
 )
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.events import RoleChanged
-from kraft_spark.raft.messages import FetchRequest, FetchResponse, Response
+from kraft_spark.raft.messages import FetchRequest, FetchResponse
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.transport import Connection
@@ -390,22 +392,15 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
             return
         self._drain()
 
-    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]:
-        """Hand ``message`` to the core as a client request from this process; the future
-        resolves with the core's answer (when a Produce commits, times out or loses its
-        leader), or fails with ``NodeStoppedError`` if the node stops first. Cancelling the
-        future only stops waiting: a Produce already handed over stays in the log."""
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._hand_over(message, LocalToken(future))
-        return future
-
-    def submit_local_callback(self, message: LocalRequest, callback: LocalCallback) -> None:
-        """``submit_local`` without a future: ``callback(response, None)`` runs as soon as the
-        core answers, inside the node's handling of that answer (no loop turn in between), or
-        ``callback(None, NodeStoppedError)`` if the node stops first. It must be quick and may
-        submit again (that hand-over then completes on the next loop turn). Raises
-        ``NodeStoppedError`` at once, without calling back, if the node is not running."""
-        self._hand_over(message, LocalToken(None, callback))
+    def submit_local(self, message: LocalRequest, callback: LocalCallback) -> None:
+        """Hand ``message`` to the core as a client request from this process:
+        ``callback(response, None)`` runs as soon as the core answers (when a Produce commits,
+        times out or loses its leader), inside the node's handling of that answer (no loop
+        turn in between), or ``callback(None, NodeStoppedError)`` if the node stops first. It
+        must be quick and may submit again (that hand-over then completes on the next loop
+        turn). Raises ``NodeStoppedError`` at once, without calling back, if the node is not
+        running. ``local_requests.local_answer`` is the same for a coroutine."""
+        self._hand_over(message, LocalToken(callback))
 
     def _hand_over(self, message: LocalRequest, token: LocalToken) -> None:
         core = self._core

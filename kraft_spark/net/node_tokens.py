@@ -1,44 +1,26 @@
-"""Where the answers to a node's requests go, and the small helpers of its message handling.
-
-``Token`` answers a request from a connection; ``LocalToken`` one made in this process
-(``RaftNode.submit_local``), through a future or a callback. Kept apart from ``node`` so the
-modules that only need these names (the local appends, the node backend) do not import the
-node itself.
-"""
+"""Where the answer to a request from a connection goes (``Token``), and the small helpers of
+the node's message handling; requests made in this process are ``local_requests``'."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.frame_server import ServerConnection
+from kraft_spark.net.local_requests import LocalNode
 from kraft_spark.protocol import ApiKey, RequestHeader, decode_response
 from kraft_spark.protocol.fast_wire import FETCH_VERSION, decode_fetch_response
 from kraft_spark.protocol.wire import response_from_wire
 from kraft_spark.raft.messages import (
     BeginQuorumEpochRequest,
-    DescribeQuorumRequest,
     EndQuorumEpochRequest,
     FetchRequest,
-    ProduceRequest,
-    ReadIndexRequest,
     Request,
     Response,
     VoteRequest,
 )
-
-log = logging.getLogger("kraft_spark.net.node")
-
-LocalRequest = ProduceRequest | FetchRequest | DescribeQuorumRequest | ReadIndexRequest
-
-
-class NodeStoppedError(Exception):
-    """The node stopped (or failed) before it answered a local request; a Produce among them
-    may still have been appended."""
 
 
 def wall_ms() -> int:
@@ -55,56 +37,6 @@ class Token:
         self.api_key = header.api_key
         self.api_version = header.api_version
         self.correlation_id = header.correlation_id
-
-
-# Told the answer to a local request (or, with None, why there is none), synchronously.
-LocalCallback = Callable[[Response | None, BaseException | None], None]
-
-
-class LocalToken:
-    """Where to send the answer to one request made in this process: an asyncio future, or a
-    callback (``submit_local_callback``)."""
-
-    __slots__ = ("callback", "future")
-
-    def __init__(self, future: asyncio.Future[Response] | None,
-                 callback: LocalCallback | None = None) -> None:
-        self.future = future
-        self.callback = callback
-
-    def settle(self, response: Response | None, error: BaseException | None) -> None:
-        if self.callback is not None:
-            try:
-                self.callback(response, error)
-            except Exception:  # the caller's bug must not cost the rest of the Ready
-                log.exception("a local request's callback failed")
-            return
-        future = self.future
-        if future is None or future.done():  # else the caller stopped waiting
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            assert response is not None
-            future.set_result(response)
-
-
-
-class LocalNode(Protocol):
-    """What the local-append path and the embedded HTTP API need of a ``RaftNode``: they
-    depend on this interface, not on the node module (which starts them)."""
-
-    cluster_id: str
-
-    @property
-    def config(self) -> NodeConfig: ...
-
-    @property
-    def is_leader(self) -> bool: ...
-
-    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]: ...
-
-    def submit_local_callback(self, message: LocalRequest, callback: LocalCallback) -> None: ...
 
 
 class EmbeddedHttpServer(Protocol):
@@ -142,11 +74,6 @@ def request_source(message: Request) -> int:
 __all__ = [
     "EmbeddedHttpFactory",
     "EmbeddedHttpServer",
-    "LocalCallback",
-    "LocalNode",
-    "LocalRequest",
-    "LocalToken",
-    "NodeStoppedError",
     "Token",
     "decode_fetch_reply",
     "request_source",

@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from kraft_spark.net.node_tokens import LocalRequest
+from kraft_spark.net.local_requests import LocalCallback, LocalRequest, local_answer
 from kraft_spark.net.state_keeper import StateKeeper
-from kraft_spark.raft.messages import ProduceRequest, Response
+from kraft_spark.raft.messages import ProduceRequest
 from kraft_spark.raft.records import Record
 from kraft_spark.store.leases import LEASE_OP_HEADER, Lease, encode_op
 
@@ -90,7 +90,7 @@ class ExpiringNode(Protocol):
     @property
     def keeper(self) -> StateKeeper: ...
 
-    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]: ...
+    def submit_local(self, message: LocalRequest, callback: LocalCallback) -> None: ...
 
 
 class LeaseExpirer:
@@ -123,7 +123,7 @@ class LeaseExpirer:
                 continue
             records = expire_records(due, int(time.time() * 1000))
             try:
-                await node.submit_local(ProduceRequest(records, timeout_ms=5000))
+                await local_answer(node, ProduceRequest(records, timeout_ms=5000))
                 self.expired += len(due)
             except Exception as exc:  # leadership moved or the node stops: the clock resends
                 log.info("expiring leases %s: %s", [i for i, _ in due], exc)

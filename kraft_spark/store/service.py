@@ -32,10 +32,10 @@ from kraft_spark.client.client import AsyncQuorumClient
 from kraft_spark.client.errors import ClientError, NoLeaderError
 from kraft_spark.client.reads import read_index
 from kraft_spark.log.segmented_log import SegmentedLog
-from kraft_spark.net.node_tokens import LocalRequest
+from kraft_spark.net.local_requests import LocalCallback, LocalRequest, local_answer
 from kraft_spark.net.state_keeper import StateKeeper
 from kraft_spark.raft.log_api import OffsetAndEpoch
-from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse, Response
+from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
 from kraft_spark.raft.records import Batch
 from kraft_spark.state.machine import TXN_OUTCOME_WINDOW, Entry, FailedTxn
 from kraft_spark.state.snapshot_file import label
@@ -121,7 +121,7 @@ class StoreNode(Protocol):
     @property
     def log(self) -> SegmentedLog: ...
 
-    def submit_local(self, message: LocalRequest) -> asyncio.Future[Response]: ...
+    def submit_local(self, message: LocalRequest, callback: LocalCallback) -> None: ...
 
     def add_commit_listener(self, callback: Callable[[int], None]) -> None: ...
 
@@ -213,7 +213,7 @@ class NodeStore:
     async def _read_index(self, timeout_s: float = READ_INDEX_TIMEOUT_S) -> int:
         if self._node.is_leader:
             request = ReadIndexRequest(max(1, int(timeout_s * 1000)))
-            response = await asyncio.wait_for(self._node.submit_local(request), timeout_s + 1)
+            response = await asyncio.wait_for(local_answer(self._node, request), timeout_s + 1)
             assert isinstance(response, ReadIndexResponse)
             if response.error == ErrorCode.NONE:
                 return response.read_offset

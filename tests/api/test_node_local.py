@@ -1,5 +1,6 @@
-"""The node's local request path (``RaftNode.submit_local``: replies to a local token resolve a
-future) and ``NodeBackend``'s use of it: error mapping, coalescing, leadership loss, stop."""
+"""The node's local request path (``RaftNode.submit_local``: replies to a local token call
+back; ``local_answer`` with a future) and ``NodeBackend``'s use of it: error mapping,
+coalescing, leadership loss, stop."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
 )
 from kraft_spark.client.types import AppendResult, NewRecord
-from kraft_spark.net.node import NodeStoppedError, RaftNode
+from kraft_spark.net.local_requests import NodeStoppedError, local_answer
+from kraft_spark.net.node import RaftNode
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     DescribeQuorumRequest,
@@ -68,7 +70,7 @@ def test_submit_local_answers_produce_fetch_and_describe(tmp_path: Path) -> None
         node = nodes[0]
         assert node.is_leader
         records = (Record(b"k", b"v", 1), Record(b"k2", None, 1))
-        answer = await node.submit_local(ProduceRequest(records, timeout_ms=5000))
+        answer = await local_answer(node, ProduceRequest(records, timeout_ms=5000))
         assert isinstance(answer, ProduceResponse) and answer.error == ErrorCode.NONE
         assert answer.last_offset == answer.base_offset + 1
         assert node.high_watermark > answer.last_offset
@@ -76,11 +78,11 @@ def test_submit_local_answers_produce_fetch_and_describe(tmp_path: Path) -> None
 
         fetch = FetchRequest(node.cluster_id, CLIENT_REPLICA_ID, -1, answer.base_offset, -1, 0,
                              1 << 20)
-        read = await node.submit_local(fetch)
+        read = await local_answer(node, fetch)
         assert isinstance(read, FetchResponse) and read.error == ErrorCode.NONE
         assert [r.key for b in read.batches for r in b.records] == [b"k", b"k2"]
 
-        described = await node.submit_local(DescribeQuorumRequest())
+        described = await local_answer(node, DescribeQuorumRequest())
         assert isinstance(described, DescribeQuorumResponse)
         assert described.error == ErrorCode.NONE and described.leader_id == node.node_id
 
@@ -177,12 +179,12 @@ def test_commit_not_confirmed_in_time_is_a_commit_timeout(tmp_path: Path) -> Non
 def test_stop_fails_local_requests_still_waiting(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = await alone_as_leader(nodes)
-        waiting = leader.submit_local(ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=20_000))
+        waiting = local_answer(leader, ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=20_000))
         await leader.stop(graceful=False)
         with pytest.raises(NodeStoppedError):
             await waiting
         with pytest.raises(NodeStoppedError):
-            leader.submit_local(DescribeQuorumRequest())
+            local_answer(leader, DescribeQuorumRequest())
         assert not leader.is_leader
 
     asyncio.run(run_quorum(tmp_path, body))
@@ -213,7 +215,7 @@ def test_a_follower_backend_forwards_and_reads_through_the_leader(tmp_path: Path
 
 
 def test_callbacks_run_from_the_answer_and_may_submit_again(tmp_path: Path) -> None:
-    """``submit_local_callback``: the answer reaches the callback inside the node's handling of
+    """``submit_local``: the answer reaches the callback inside the node's handling of
     it; a submission from the callback completes on the next loop turn, after the Ready that
     answered (the high watermark the node reports never moves back)."""
     async def body(nodes: list[RaftNode]) -> None:
@@ -227,12 +229,12 @@ def test_callbacks_run_from_the_answer_and_may_submit_again(tmp_path: Path) -> N
             assert error is None and isinstance(response, ProduceResponse)
             answers.append(response)
             if len(answers) < 5:
-                node.submit_local_callback(
+                node.submit_local(
                     ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=5000), callback)
             elif not done.done():
                 done.set_result(None)
 
-        node.submit_local_callback(ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=5000),
+        node.submit_local(ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=5000),
                                    callback)
         await asyncio.wait_for(done, 10)
         assert [a.error for a in answers] == [ErrorCode.NONE] * 5
@@ -248,7 +250,7 @@ def test_stop_calls_back_local_requests_still_waiting(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = await alone_as_leader(nodes)
         told: list[tuple[Any, BaseException | None]] = []
-        leader.submit_local_callback(
+        leader.submit_local(
             ProduceRequest((Record(b"k", b"v", 1),), timeout_ms=20_000),
             lambda response, error: told.append((response, error)))
         await leader.stop(graceful=False)

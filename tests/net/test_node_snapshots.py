@@ -14,6 +14,7 @@ from kraft_spark.client import AsyncQuorumClient
 from kraft_spark.client.errors import OffsetBelowLogStartError
 from kraft_spark.log.meta import format_log_dir
 from kraft_spark.net.config import NodeConfig
+from kraft_spark.net.local_requests import local_answer
 from kraft_spark.net.metrics_server import render_node_metrics
 from kraft_spark.net.node import RaftNode
 from kraft_spark.raft.config import ConfigError
@@ -38,7 +39,7 @@ async def append_many(leader: RaftNode, n: int, *, keys: int = 50, start: int = 
     for i in range(start, start + n, 10):
         records = tuple(Record(b"key-%d" % (j % keys), b"v%06d" % j + b"x" * 80)
                         for j in range(i, min(i + 10, start + n)))
-        answer = await leader.submit_local(ProduceRequest(records, 5000))
+        answer = await local_answer(leader, ProduceRequest(records, 5000))
         assert isinstance(answer, ProduceResponse) and answer.error == ErrorCode.NONE
 
 
