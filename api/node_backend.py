@@ -217,9 +217,7 @@ class NodeBackend:
     async def _forward_batch(self, records: tuple[Record, ...], timeout_s: float) -> AppendResult:
         """A batch found waiting on a node that no longer leads: to the leader (nothing was
         appended here)."""
-        return await self._forwarder().append(
-            [NewRecord(r.key, r.value, r.headers) for r in records], timeout_s=timeout_s
-        )
+        return await self._forwarder().append_batch(records, timeout_s=timeout_s)
 
     async def _wait_local(
         self, future: asyncio.Future[Response], wait_s: float, request: LocalRequest

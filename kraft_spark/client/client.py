@@ -425,9 +425,17 @@ class AsyncQuorumClient(VoterChangesMixin):
             lane = _Lane(key_producer_id(idempotency_key))
             return await self._append_on_lane(lane, batch_records, timeout_s,
                                                key=idempotency_key)
+        return await self.append_batch(batch_records, timeout_s=timeout_s)
+
+    async def append_batch(self, records: tuple[Record, ...], *,
+                           timeout_s: float = 10.0) -> AppendResult:
+        """``append`` of records already stamped with their append time (a node forwarding a
+        batch it took but no longer leads for): sent as they are, with no conversion."""
+        if not records:
+            raise ValueError("append needs at least one record")
         if self._coalescer is not None:
-            return await self._coalescer.append(batch_records, timeout_s)
-        return await self._append_records(batch_records, timeout_s)
+            return await self._coalescer.append(records, timeout_s)
+        return await self._append_records(records, timeout_s)
 
     async def _append_records(self, batch_records: tuple[Record, ...],
                               timeout_s: float) -> AppendResult:
