@@ -206,22 +206,36 @@ def _results(kraft_p50: float, kraft_16: float) -> dict[str, Any]:
     }
 
 
-def test_targets_compare_the_right_figures() -> None:
-    checks = {what: met for what, met, _ in targets(_results(kraft_p50=0.25, kraft_16=7000))}
-    assert checks["single-client p50 over HTTP ≤ etcd's"] is True
-    assert checks["single-client p50 ≤ 3 × commit floor"] is True  # native 0.12 ≤ 0.15
-    assert checks["HTTP single records, 1 client: ≥ etcd"] is False
-    assert checks["HTTP single records, 16 clients: ≥ etcd"] is True
-    assert checks["HTTP single records, 256 clients: ≥ etcd"] is False
-    assert checks["100-record batches ≥ 10 × etcd's best single-record rate"] is True
-    assert checks["kill -9 failover ≤ 2.5 s"] is True
-    assert checks["commit → visible in Delta p50 ≤ 2 s"] is True
+def test_local_targets_are_judged_on_the_address_local_prints() -> None:
+    """The sidecar's row (what `kraft-spark local --http-port` prints), never the leader's own
+    API, which is only named beside the figures."""
+    results = _results(kraft_p50=0.25, kraft_16=7000)
+    results["systems"].insert(1, {"name": "kraft-spark HTTP in the leader", "points": {
+        "1 client": {"ops_per_s": 9999, "records_per_s": 9999, "p50_ms": 0.04, "p99_ms": 0.2,
+                     "errors": 0},
+        "16 clients": {"ops_per_s": 99999, "records_per_s": 99999, "p50_ms": 0.1,
+                       "p99_ms": 0.2, "errors": 0}}})
+    found = {what: (met, figures) for what, met, figures in targets(results)}
+    label = "`local`'s HTTP address"
+    assert found[f"{label}, 1 client: ≥ 1.0 × etcd"] == (
+        False, "500/s vs 2,500/s (etcd HTTP): 0.20x; the leader's own API 9,999/s")
+    assert found[f"{label}, 16 clients: ≥ 1.0 × etcd"][0] is True  # 7,000 vs 6,000
+    assert found[f"{label}, 256 clients: ≥ 1.0 × etcd"][0] is False  # 9,000 vs 9,400
+    assert found[f"{label}, p50 at 1 client ≤ etcd's"][0] is True  # 0.25 vs 0.3
+    assert found[f"{label}, p50 at 1 client within 0.2 ms of the leader's own API"] == (
+        False, "0.25 ms vs 0.04 ms")  # 0.21 ms over
+    assert found[f"{label}, p99 at 256 clients ≤ etcd's"][0] is False  # 90 vs 75
+    assert found[f"{label}, 100-record batches ≥ 100,000 records/s"] == (
+        True, "200,000 records/s")
+    assert found["native client's p50 at 1 client ≤ 3 × commit floor"][0] is True
+    assert found["kill -9 failover ≤ 2.5 s"][0] is True
+    assert found["commit → visible in Delta p50 ≤ 2 s"][0] is True
     slower = {w: m for w, m, _ in targets(_results(kraft_p50=0.5, kraft_16=100))}
-    assert slower["single-client p50 over HTTP ≤ etcd's"] is False
-    assert slower["HTTP single records, 16 clients: ≥ etcd"] is False
+    assert slower[f"{label}, p50 at 1 client ≤ etcd's"] is False
+    assert slower[f"{label}, 16 clients: ≥ 1.0 × etcd"] is False
 
 
-def test_etcd_targets_take_the_better_of_its_two_placements() -> None:
+def test_etcd_is_judged_by_the_better_of_its_two_placements() -> None:
     results = _results(kraft_p50=0.25, kraft_16=7000)
     results["systems"].append(
         {"name": "etcd HTTP, placed like kraft-spark",
@@ -231,16 +245,16 @@ def test_etcd_targets_take_the_better_of_its_two_placements() -> None:
                                    "p99_ms": 6, "errors": 0}}})
     found = {what: (met, figures) for what, met, figures in targets(results)}
     # The pinned members' faster single client now wins against kraft-spark's 0.25 ms ...
-    met, figures = found["single-client p50 over HTTP ≤ etcd's"]
+    met, figures = found["`local`'s HTTP address, p50 at 1 client ≤ etcd's"]
     assert met is False and figures.endswith("vs 0.2 ms (etcd HTTP, placed like kraft-spark)")
     # ... while at 16 clients the unpinned members' 6,000/s stay the figure to beat.
-    met, figures = found["HTTP single records, 16 clients: ≥ etcd"]
-    assert met is True and figures.endswith("vs 6,000/s (etcd HTTP)")
-    met, figures = found["100-record batches ≥ 10 × etcd's best single-record rate"]
-    assert figures.endswith("vs 10 × 9,400/s")
+    met, figures = found["`local`'s HTTP address, 16 clients: ≥ 1.0 × etcd"]
+    assert met is True and "vs 6,000/s (etcd HTTP)" in figures
 
 
-def test_application_targets_take_its_better_row_against_etcds_better_row() -> None:
+def test_application_targets_are_judged_on_the_drivers_endpoint() -> None:
+    """The address `make run` prints (the driver's endpoint), not the leader's own API, even
+    where the leader's is the better row."""
     results = _results(kraft_p50=0.25, kraft_16=7000)
     point = {"ops_per_s": 2600, "records_per_s": 2600, "p50_ms": 0.28, "p99_ms": 1.0,
              "errors": 0}
@@ -249,22 +263,28 @@ def test_application_targets_take_its_better_row_against_etcds_better_row() -> N
          "points": {"1 client": point, "16 clients": {**point, "ops_per_s": 5000},
                     "256 clients": {**point, "ops_per_s": 9500, "p99_ms": 24}}},
         {"name": "kraft-spark app, driver's HTTP endpoint",
-         "points": {"16 clients": {**point, "ops_per_s": 6100}}},
+         "points": {"1 client": {**point, "ops_per_s": 1800, "p50_ms": 0.55},
+                    "16 clients": {**point, "ops_per_s": 6100},
+                    "256 clients": {**point, "ops_per_s": 9000, "p99_ms": 80}}},
     ]
     results["visibility"].update(snapshot_visible_p50_ms=2500.0, snapshot_visible_p99_ms=12000.0)
     found = {what: (met, figures) for what, met, figures in app_targets(results)}
-    assert found["application HTTP, 1 client: ≥ 1.0 × etcd"] == (
-        True, "2,600/s (kraft-spark app, HTTP in the leader) vs 2,500/s (etcd HTTP): 1.04x")
-    met, figures = found["application HTTP, 16 clients: ≥ 1.0 × etcd"]
-    assert met is True and "(kraft-spark app, driver's HTTP endpoint)" in figures
-    assert found["application HTTP, 256 clients: ≥ 1.0 × etcd"][0] is True
-    assert found["application HTTP p50 at 1 client ≤ etcd's"][0] is True  # 0.28 vs 0.3
-    assert found["application HTTP p99 at 256 clients ≤ etcd's"][0] is True  # 24 vs 75
+    label = "the application's address"
+    assert found[f"{label}, 1 client: ≥ 1.0 × etcd"] == (
+        False, "1,800/s vs 2,500/s (etcd HTTP): 0.72x; the leader's own API 2,600/s")
+    assert found[f"{label}, 16 clients: ≥ 1.0 × etcd"][0] is True  # 6,100 vs 6,000
+    assert found[f"{label}, 256 clients: ≥ 1.0 × etcd"][0] is False  # 9,000 vs 9,400
+    assert found[f"{label}, p50 at 1 client within 0.2 ms of the leader's own API"] == (
+        False, "0.55 ms vs 0.28 ms")
+    met, figures = found[f"{label}, p99 at 256 clients ≤ etcd's"]
+    assert met is False and figures == (
+        "80 ms vs 75 ms (etcd HTTP); the leader's own API 24 ms")
+    assert f"{label}, 100-record batches ≥ 100,000 records/s" not in found  # not measured
     assert found["commit → visible in `records` p50 ≤ 1 s"][0] is False  # 1500 ms
     assert found["commit → visible in `snapshot` p50 ≤ 3 s"][0] is True
     assert found["commit → visible in `snapshot` p99 ≤ 10 s"][0] is False
     page = markdown(results)
-    assert page.index("Targets (issue 27") < page.index("Targets (issue 6")
+    assert page.index("Targets (issues 27 and 39") < page.index("Targets (issues 6 and 39")
 
 
 def test_markdown_has_the_header_table_and_targets() -> None:
@@ -274,7 +294,7 @@ def test_markdown_has_the_header_table_and_targets() -> None:
     row = next(line for line in page.splitlines() if line.startswith("| etcd HTTP"))
     assert row.split(" | ")[1:4] == ["0.30", "0.90", "2,500"]
     assert "- kill -9 failover ≤ 2.5 s: **met** (900.0 ms)" in page
-    assert "HTTP single records, 1 client: ≥ etcd: **MISSED**" in page
+    assert "`local`'s HTTP address, 1 client: ≥ 1.0 × etcd: **MISSED**" in page
     json.dumps(_results(0.1, 1))  # the results are plain JSON
     assert "Authentication:" not in page  # a run from before authentication says nothing
     results = _results(kraft_p50=0.25, kraft_16=7000)
