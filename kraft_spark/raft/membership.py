@@ -208,8 +208,11 @@ class MembershipMixin(LeaderMixin):
         self, token: object, voter_id: int, directory_id: uuid.UUID
     ) -> Voter | None:
         """The voter (voter_id, directory_id) of the set in force; None after answering
-        VOTER_NOT_FOUND (Kafka's code) when the set has no such voter."""
-        voter = self.voter_set.get(voter_id)
+        VOTER_NOT_FOUND (Kafka's code) when the set has no such voter. A voter the set lists
+        without a directory (a static set) is matched against the directory the leader has
+        seen it fetch with, when it has: otherwise any directory id would match it, and a
+        request naming another incarnation of that voter would remove the one running."""
+        voter = self._upgraded_set().get(voter_id)
         if voter is None or not voter.matches(voter_id, directory_id):
             self.reply(token, self._change_response(
                 ErrorCode.VOTER_NOT_FOUND,

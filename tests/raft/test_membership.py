@@ -148,6 +148,21 @@ def test_misuse_gets_kafkas_error_codes_and_changes_nothing() -> None:
     assert leader.voters == (1, 2, 3, 4, 5)
 
 
+def test_a_static_voter_is_removed_only_under_the_directory_it_fetches_with() -> None:
+    """A static voter set lists no directory ids (NIL matches any), but the leader has seen
+    each voter fetch with its own: a request naming another directory (another incarnation of
+    that voter) is VOTER_NOT_FOUND, and nothing changes; the right one removes it."""
+    net, leader = three_voters_and_observers()
+    victim = next(v for v in (1, 2, 3) if v != leader.node_id)
+    end = leader.log.end_offset()
+    reply = ask(net, leader, RemoveVoterRequest(CLUSTER, victim, uuid.UUID(int=77)), 5)
+    assert reply.error == ErrorCode.VOTER_NOT_FOUND, reply  # type: ignore[union-attr]
+    assert leader.log.end_offset() == end and leader.voters == (1, 2, 3)
+    reply = ask(net, leader, RemoveVoterRequest(CLUSTER, victim, DIRS[victim]))
+    assert reply.error == ErrorCode.NONE, reply  # type: ignore[union-attr]
+    assert victim not in leader.voters
+
+
 def test_the_last_voter_cannot_be_removed() -> None:
     net = Net()
     only = start(net, 1, voters=(1,))

@@ -30,8 +30,11 @@ EXPECTED = {
     "ignore-fsync-error": {"majority-holds-high-watermark"},
     "snapshot-past-hw": {"snapshot-committed", "state-equals-replay"},
     # A log start moved past the snapshot loses committed records: seen at the snapshot, in
-    # the replayed state, or as a voter lacking committed data.
-    "retention-past-snapshot": {"snapshot-committed", "state-equals-replay", "committed-durable"},
+    # the replayed state, as a voter lacking committed data, or (about 1 range in 75: seeds
+    # 1656157 and 489155) as a quorum that can no longer commit, because the records a
+    # follower needs exist neither in the leader's log nor in its snapshot.
+    "retention-past-snapshot": {"snapshot-committed", "state-equals-replay", "committed-durable",
+                                "liveness"},
     "unconfirmed-read": {"linearizability"},
     "read-before-apply": {"linearizability"},
     "outcome-before-apply": {"linearizability"},
