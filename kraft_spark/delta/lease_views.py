@@ -5,7 +5,8 @@ is attached by the header ``kraft.lease`` of the row that last wrote it. Two vie
 questions people ask, computed from the tables (so they agree with the log exactly and travel
 in time with them):
 
-* ``leases``: one row per lease ever granted: ``lease_id``, ``ttl_ms``, ``granted_offset``,
+* ``leases``: one row per lease ever granted: ``lease_id``, ``ttl_ms``, ``owner`` (the HTTP
+  credential that granted it; null when none did), ``granted_offset``,
   ``granted_at``, ``last_keepalive_at`` (the grant counts as one), ``ended_offset``,
   ``ended_at``, ``ended_by`` (``revoke`` or ``expire``; null while alive), ``alive`` and
   ``keys`` (the keys attached to it now).
@@ -30,7 +31,8 @@ _OPS = f"""
 SELECT offset, timestamp,
        get_json_object(headers['{LEASE_OP_HEADER}'], '$.op') AS op,
        CAST(get_json_object(headers['{LEASE_OP_HEADER}'], '$.id') AS BIGINT) AS lease_id,
-       CAST(get_json_object(headers['{LEASE_OP_HEADER}'], '$.ttl_ms') AS BIGINT) AS ttl_ms
+       CAST(get_json_object(headers['{LEASE_OP_HEADER}'], '$.ttl_ms') AS BIGINT) AS ttl_ms,
+       get_json_object(headers['{LEASE_OP_HEADER}'], '$.owner') AS owner
 FROM records
 WHERE headers['{LEASE_OP_HEADER}'] IS NOT NULL AND headers['{OUTCOME_HEADER}'] IS NULL
 """
@@ -43,8 +45,8 @@ FROM snapshot s LEFT JOIN records r ON r.offset = s.offset
 LEASES_SQL = f"""
 WITH ops AS ({_OPS}),
 granted AS (
-  SELECT lease_id, first(ttl_ms) AS ttl_ms, min(offset) AS granted_offset,
-         min(timestamp) AS granted_at
+  SELECT lease_id, first(ttl_ms) AS ttl_ms, first(owner) AS owner,
+         min(offset) AS granted_offset, min(timestamp) AS granted_at
   FROM ops WHERE op = 'grant' GROUP BY lease_id),
 kept AS (
   SELECT lease_id, max(timestamp) AS last_keepalive_at
@@ -56,7 +58,7 @@ ended AS (
 attached AS (
   SELECT lease_id, sort_array(collect_list(key)) AS keys
   FROM ({SNAPSHOT_LEASES_SQL}) WHERE lease_id IS NOT NULL GROUP BY lease_id)
-SELECT g.lease_id, g.ttl_ms, g.granted_offset, g.granted_at, k.last_keepalive_at,
+SELECT g.lease_id, g.ttl_ms, g.owner, g.granted_offset, g.granted_at, k.last_keepalive_at,
        e.ended_offset, e.ended_at, e.ended_by, e.lease_id IS NULL AS alive,
        coalesce(a.keys, array()) AS keys
 FROM granted g

@@ -84,7 +84,8 @@ def test_lease_views_answer_who_is_alive_and_each_keys_lease(spark: Any, tmp_pat
 
     batches = _log()
     op = lambda *a, **k: _r(None, None, (LEASE_OP_HEADER, encode_op(*a, **k)))  # noqa: E731
-    for offset, record in enumerate([op("grant", 10, ttl_ms=5000), _r("w", '"1"',
+    for offset, record in enumerate([op("grant", 10, ttl_ms=5000, owner="alice"),
+                                     _r("w", '"1"',
                                      (LEASE_HEADER, b"10")), op("keepalive", 10),
                                      op("keepalive", 9)], start=9):
         batches.append(Batch(offset, 1, (record,)))
@@ -103,6 +104,7 @@ def test_lease_views_answer_who_is_alive_and_each_keys_lease(spark: Any, tmp_pat
             list(gone.keys)) == (1000, 4, 7, "expire", False, [])
     assert (alive.ttl_ms, alive.granted_offset, alive.ended_offset, alive.alive,
             list(alive.keys)) == (5000, 9, None, True, ["w"])
+    assert (gone.owner, alive.owner) == (None, "alice")  # granted without / with a credential
     keyed = {r["key"]: r["lease_id"] for r in spark.sql(
         "SELECT key, lease_id FROM snapshot_leases").collect()}
     assert keyed == {"a": None, "b": None, "c": None, "d": None, "w": 10}
