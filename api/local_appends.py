@@ -17,9 +17,11 @@ and nothing was appended here.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from kraft_spark.aio import settle_future
 from kraft_spark.client.append_groups import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_RECORDS,
@@ -119,16 +121,7 @@ class LocalAppends:
     def append(self, records: tuple[Record, ...], timeout_s: float) -> asyncio.Future[AppendResult]:
         """``submit`` with a future for coroutines."""
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-
-        def settle(result: AppendResult | None, error: BaseException | None) -> None:
-            if future.done():
-                return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)  # type: ignore[arg-type]
-
-        self.submit(records, timeout_s, settle)
+        self.submit(records, timeout_s, functools.partial(settle_future, future))
         return future
 
     def _on_turn(self) -> None:

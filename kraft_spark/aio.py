@@ -17,6 +17,20 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+def settle_future(future: asyncio.Future[T], result: T | None,
+                  error: BaseException | None) -> None:
+    """Resolve ``future`` with a callback's outcome, ``(result, None)`` or ``(None, error)``,
+    unless it is done already (its waiter gave up, or it was settled before): the adapter
+    from the callbacks of the append and local-request paths to coroutines."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert result is not None  # a success always carries its result
+        future.set_result(result)
+
+
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     """What makes a new event loop for this process."""
     if os.environ.get("KRAFT_SPARK_EVENT_LOOP", "auto") != "asyncio":

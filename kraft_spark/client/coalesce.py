@@ -12,8 +12,10 @@ sender is busy go together in the next batch.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 
+from kraft_spark.aio import settle_future
 from kraft_spark.client.append_groups import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_RECORDS,
@@ -38,15 +40,7 @@ class _Awaited(PendingAppend):
 
     def __init__(self, records: tuple[Record, ...], timeout_s: float) -> None:
         self.result: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        super().__init__(records, timeout_s, self._settle)
-
-    def _settle(self, result: AppendResult | None, error: BaseException | None) -> None:
-        if self.result.done():
-            return
-        if error is not None:
-            self.result.set_exception(error)
-        else:
-            self.result.set_result(result)  # type: ignore[arg-type]
+        super().__init__(records, timeout_s, functools.partial(settle_future, self.result))
 
     def gone(self) -> bool:
         return self.result.done()

@@ -11,10 +11,12 @@ these names (the local appends, the node backend, the store) do not import the n
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from kraft_spark.aio import settle_future
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.raft.messages import (
     DescribeQuorumRequest,
@@ -74,17 +76,7 @@ def local_answer(node: LocalSubmitter, message: LocalRequest) -> asyncio.Future[
     ``NodeStoppedError`` if the node stops first (raised at once if it is not running).
     Cancelling the future only stops waiting: a Produce already handed over stays in the log."""
     future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-
-    def settle(response: Response | None, error: BaseException | None) -> None:
-        if future.done():  # the caller stopped waiting
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            assert response is not None
-            future.set_result(response)
-
-    node.submit_local(message, settle)
+    node.submit_local(message, functools.partial(settle_future, future))
     return future
 
 
