@@ -196,8 +196,9 @@ def _run_local(args: argparse.Namespace) -> int:
     # Before anything is written or started: a plaintext listener beyond loopback stops every
     # node (kraft-spark node refuses it), so say it once, here, with the fix.
     settings = dict(item.split("=", 1) for item in extra)
+    tls = bool(settings.get("ssl.certificate.location"))
     try:
-        check_listener(args.host, tls=bool(settings.get("ssl.certificate.location")),
+        check_listener(args.host, tls=tls,
                        plaintext_allowed=settings.get(PLAINTEXT_ALLOWED_KEY, "").lower()
                        == "true")
     except ConfigError as exc:
@@ -234,7 +235,7 @@ def _run_local(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     credentials_path, credentials = _http_credentials(args, data_dir, say)
-    auth = _quorum_auth(args, data_dir, say)
+    auth = _quorum_auth(args, data_dir, tls, say)
     listener_scheme = "SASL_PLAINTEXT://" if auth is not None else ""
     http_auth_property = (f"kraft.http.credentials.file={credentials_path}"
                           if credentials is not None else "kraft.http.insecure=true")
@@ -342,10 +343,12 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 
-def _quorum_auth(args: Any, data_dir: str, say: Callable[[str], None]) -> QuorumAuth | None:
-    """The listeners' SASL credentials (``quorum_auth``), or None with --quorum-insecure."""
+def _quorum_auth(args: Any, data_dir: str, tls: bool,
+                 say: Callable[[str], None]) -> QuorumAuth | None:
+    """The listeners' SASL credentials (``quorum_auth``), or None with --quorum-insecure
+    (``tls``: the nodes are given a certificate, so mutual TLS still guards them)."""
     if args.quorum_insecure:
-        if any(item.startswith("ssl.certificate.location=") for item in args.set):
+        if tls:
             say("--quorum-insecure: no SASL; the listeners take mutual TLS connections only "
                 "(a client certificate from ssl.ca.location), and super.users says who may "
                 "change the voters")
