@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from kraft_spark.net.local_requests import LocalCallback, LocalRequest, local_answer
+from kraft_spark.net.local_requests import LocalSubmitter, local_answer
 from kraft_spark.net.state_keeper import StateKeeper
 from kraft_spark.raft.messages import ProduceRequest
 from kraft_spark.raft.records import Record
@@ -81,7 +81,7 @@ def expire_records(due: list[tuple[int, int]], now_ms: int) -> tuple[Record, ...
                  for lease_id, after in due)
 
 
-class ExpiringNode(Protocol):
+class ExpiringNode(LocalSubmitter, Protocol):
     """What the expirer needs of a ``RaftNode``."""
 
     @property
@@ -89,8 +89,6 @@ class ExpiringNode(Protocol):
 
     @property
     def keeper(self) -> StateKeeper: ...
-
-    def submit_local(self, message: LocalRequest, callback: LocalCallback) -> None: ...
 
 
 class LeaseExpirer:

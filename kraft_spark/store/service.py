@@ -32,7 +32,7 @@ from kraft_spark.client.client import AsyncQuorumClient
 from kraft_spark.client.errors import ClientError, NoLeaderError
 from kraft_spark.client.reads import read_index
 from kraft_spark.log.segmented_log import SegmentedLog
-from kraft_spark.net.local_requests import LocalCallback, LocalRequest, local_answer
+from kraft_spark.net.local_requests import LocalSubmitter, local_answer
 from kraft_spark.net.state_keeper import StateKeeper
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
@@ -106,7 +106,7 @@ class KvStore(Protocol):
     def watch_hub(self) -> WatchSource | None: ...
 
 
-class StoreNode(Protocol):
+class StoreNode(LocalSubmitter, Protocol):
     """What the store needs of a ``RaftNode``."""
 
     cluster_id: str
@@ -120,8 +120,6 @@ class StoreNode(Protocol):
 
     @property
     def log(self) -> SegmentedLog: ...
-
-    def submit_local(self, message: LocalRequest, callback: LocalCallback) -> None: ...
 
     def add_commit_listener(self, callback: Callable[[int], None]) -> None: ...
 
