@@ -25,17 +25,17 @@ class Application(Protocol):
     http_credentials_path: str | None
     quorum_auth: QuorumAuth | None
     spark: Any
-    _sidecar: Any
+    _front: Any
 
     def voter_http_urls(self) -> dict[int, str]: ...
 
 
 def start_summary(app: Application) -> dict[str, Any]:
     cfg = app.config
-    assert app._sidecar is not None
+    assert app._front is not None
     return {
-        "http": f"http://{cfg.http_host}:{app._sidecar.port}",
-        "docs": f"http://{cfg.http_host}:{app._sidecar.port}/docs",
+        "http": f"http://{cfg.http_host}:{app._front.port}",
+        "docs": f"http://{cfg.http_host}:{app._front.port}/docs",
         "warehouse": cfg.warehouse,
         "tables": [os.path.join(cfg.warehouse, t) for t in ("records", "snapshot",
                                                             "quorum_events")],
@@ -53,9 +53,9 @@ def announce(app: Application) -> str:
     """Print the start-up line and publish it; returns the HTTP endpoint's URL."""
     summary = start_summary(app)
     print(json.dumps(summary), flush=True)
-    assert app._sidecar is not None and app.spark is not None
+    assert app._front is not None and app.spark is not None
     master = str(app.spark.sparkContext.master)
-    advertised = app_endpoint.advertised_url(app.config.http_host, app._sidecar.port,
+    advertised = app_endpoint.advertised_url(app.config.http_host, app._front.port,
                                              driver_host(master, app.spark))
     app_endpoint.publish(app.config.warehouse, app.spark, {**summary, "http": advertised})
     return str(summary["http"])

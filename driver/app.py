@@ -116,6 +116,7 @@ class Application(VoterMembershipMixin):
         self._materialized = 0  # every table holds the log below this (observer retention)
         self._hw_event = threading.Event()
         self._sidecar: Any = None
+        self._front: Any = None  # the user's HTTP address (driver/http_front.py)
         self._job_done = threading.Event()
         self._supervisor: threading.Thread | None = None  # stop() waits for it once started
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
@@ -212,7 +213,9 @@ class Application(VoterMembershipMixin):
         # an append waits on a leader that froze (kraft_spark/client/leader_watch.py).
         bootstrap = [f"127.0.0.1:{self._observer.port}"]
         bootstrap += [f"{v['host']}:{v['port']}" for v in voters.values()]
-        self._sidecar = start_sidecar(bootstrap, cfg.http_host, cfg.http_port,
+        # The full API on a loopback port; the user's address is the router in front of it
+        # (driver/http_front.py), which sends appends straight to the leader's own API.
+        self._sidecar = start_sidecar(bootstrap, "127.0.0.1", 0,
                                       cluster_id=self.cluster_id,
                                       credentials=self.http_credentials,
                                       registry=self.registry,
@@ -224,6 +227,12 @@ class Application(VoterMembershipMixin):
                                       http_urls=self.voter_http_urls,
                                       store=self.observer_store.loop_store,
                                       security=self.client_security)
+        from driver.http_front import HttpFront
+
+        self._front = HttpFront(cfg.http_host, cfg.http_port, self._sidecar.port,
+                                max_connections=cfg.http_max_connections,
+                                header_timeout_s=cfg.http_header_timeout_s,
+                                leader_url=self._leader_http_url)
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
@@ -297,6 +306,12 @@ class Application(VoterMembershipMixin):
         voters = self.control.wait_generation(generation, self.target_voters, 300)
         if voters and not self.stopping.is_set() and self._release(voters):
             self._follow(voters)
+
+    def _leader_http_url(self) -> str | None:
+        """The HTTP API of the leader the observer knows, if its voter serves one."""
+        observer = self._observer
+        leader = observer.core.known_leader() if observer is not None else -1
+        return self.voter_http_urls().get(leader) if leader >= 0 else None
 
     def voter_http_urls(self) -> dict[int, str]:
         """The HTTP API each voter of the running generation serves (kraft.voter.http.base.port)."""
@@ -540,6 +555,8 @@ class Application(VoterMembershipMixin):
             for t in threading.enumerate()
         ):
             time.sleep(0.2)
+        if self._front is not None:
+            self._front.stop()
         if self._sidecar is not None:
             self._sidecar.stop()
         if self._observer is not None:

@@ -80,15 +80,17 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
             leader_url[0] = call(f"{app.url}/v1/quorum", headers=AUTH)["leaderHttpUrl"] or ""
         return leader_url[0]
 
-    def load(client: int) -> None:
+    def load(client: int, through_app: bool) -> None:
         """A client that goes to the leader directly and, on any failure, asks the driver's
-        endpoint where the leader is now and retries under the same key."""
+        endpoint where the leader is now and retries under the same key; or one that only
+        knows the address users are given (``through_app``), retrying there."""
         i = 0
         while not stop.is_set():
             key = f"c{client}-{i}"
             while not stop.is_set():
                 try:
-                    acked[key] = call(f"{leader()}/v1/records", {"key": key, "value": i},
+                    url = app.url if through_app else leader()
+                    acked[key] = call(f"{url}/v1/records", {"key": key, "value": i},
                                       {**AUTH, "Idempotency-Key": key})["base_offset"]
                     break
                 # Refused, 503/504, a dropped connection, or a response cut short (the leader
@@ -99,7 +101,9 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
                     time.sleep(0.2)
             i += 1
 
-    loaders = [threading.Thread(target=load, args=(c,), daemon=True) for c in range(2)]
+    # Clients 0 and 1 go to the leader's own API; client 2 to the application's address,
+    # whose router sends appends to the leader's API too (driver/http_front.py).
+    loaders = [threading.Thread(target=load, args=(c, c == 2), daemon=True) for c in range(3)]
     try:
         before = call(f"{app.url}/v1/quorum", headers=AUTH)
         assert before["httpUrls"] == {str(i): f"http://127.0.0.1:{http_base + i}"
@@ -139,6 +143,9 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
         again = call(f"{after['leaderHttpUrl']}/v1/records", once,
                      {**AUTH, "Idempotency-Key": "K1"})
         assert again == first
+        # And through the address users are given, which routes it to the new leader.
+        assert call(f"{app.url}/v1/records", once, {**AUTH, "Idempotency-Key": "K1"}) == first
+        assert sum(1 for key in acked if key.startswith("c2-")) >= 20, "client 2 stalled"
     finally:
         stop.set()
         for t in loaders:

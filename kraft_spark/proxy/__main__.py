@@ -1,0 +1,5 @@
+import sys
+
+from kraft_spark.proxy.process import main
+
+sys.exit(main())

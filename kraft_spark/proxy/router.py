@@ -1,0 +1,319 @@
+"""The append router: the address users are given, in front of the leader's own HTTP API.
+
+Every request on the user's address is read whole (``messages.RequestReader``) and sent on a
+kept-alive connection to one of two upstreams:
+
+* an append (``POST /v1/records``) or a read by key (``GET /v1/kv...``) to the **leader's own
+  HTTP API** when the leader is known:
+  there it goes straight into the leader's core, batched with the other appends in flight
+  (``api/local_appends.py``), with no second HTTP stack, JSON decode or Kafka Produce on the
+  way; the answer's bytes come back untouched;
+* everything else, and appends while no leader is known, to the **sidecar** (the full API:
+  quorum, store, leases, watches, the application's own routes), which reaches the leader
+  over the quorum's protocol and waits out an election.
+
+The leader's address is set from outside (``set_leader``) as soon as the host process learns
+of a change; a request in flight at a leader change is not lost: the old leader's API answers
+it (forwarding it itself if it is no longer leader) or its connection breaks, and then:
+
+* nothing was relayed and the connection could not be made: the request never left, so it
+  goes to the sidecar instead;
+* the connection broke after the request was sent: the append may have been made. With an
+  ``Idempotency-Key`` it is sent again through the sidecar, which returns the first result if
+  it was; without one the client gets 502 saying so, as any proxy must.
+
+Credentials are the upstream's business: the user's ``Authorization`` header goes through
+unchanged, and the leader's API checks it against the same credentials as the sidecar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from dataclasses import dataclass
+from typing import Final, cast
+
+from kraft_spark.net.acceptor import EagerAcceptor
+from kraft_spark.proxy.messages import BadRequest, ProxyRequest, RequestReader, error_response
+from kraft_spark.proxy.upstream import Exchange, Upstream, UpstreamClosed, UpstreamConnection
+
+log = logging.getLogger(__name__)
+
+APPEND_PATH: Final = "/v1/records"
+KV_PATH: Final = "/v1/kv"
+# Requests read ahead of the one being answered (pipelining) before reading pauses.
+MAX_QUEUED: Final = 32
+KEEP_ALIVE_S: Final = 5.0  # an idle client connection is closed after this (uvicorn's)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterLimits:
+    max_connections: int = 2048
+    header_timeout_s: float = 10.0
+
+
+@dataclass(slots=True)
+class RouterStats:
+    to_leader: int = 0
+    to_sidecar: int = 0
+    resent: int = 0  # appends with an Idempotency-Key sent again after a broken connection
+    refused: int = 0
+
+
+class AppendRouter:
+    def __init__(self, sidecar: tuple[str, int], limits: RouterLimits | None = None) -> None:
+        self.sidecar = Upstream(*sidecar)
+        self.leader: Upstream | None = None
+        self.limits = limits or RouterLimits()
+        self.stats = RouterStats()
+        self.connections: set[ClientConnection] = set()
+
+    def set_leader(self, address: tuple[str, int] | None) -> None:
+        """The leader's own HTTP API (host, port), or None while none is known."""
+        current = self.leader
+        if address is not None and current is not None and (
+                current.host, current.port) == address:
+            return
+        if current is not None:
+            current.close()
+        self.leader = Upstream(*address) if address is not None else None
+        log.info("appends go to %s", self.leader.address if self.leader else "the sidecar")
+
+    def upstream_for(self, request: ProxyRequest) -> Upstream:
+        if self.leader is not None and goes_to_leader(request):
+            return self.leader
+        return self.sidecar
+
+    def close(self) -> None:
+        for conn in list(self.connections):
+            conn.abort()
+        self.sidecar.close()
+        if self.leader is not None:
+            self.leader.close()
+
+
+class ClientConnection(asyncio.Protocol, Exchange):
+    """One user connection: its requests answered one after the other, in order."""
+
+    def __init__(self, router: AppendRouter) -> None:
+        self._router = router
+        self._reader = RequestReader()
+        self._queue: deque[ProxyRequest] = deque()
+        self._transport: asyncio.Transport | None = None
+        # The request being answered, its bytes, and the upstream connection carrying it.
+        self._current: ProxyRequest | None = None
+        self._encoded = b""
+        self._conn: UpstreamConnection | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._closing = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+
+    # ---------------------------------------------------------------- client transport
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        router = self._router
+        if len(router.connections) >= router.limits.max_connections:
+            router.stats.refused += 1
+            self._answer_and_close(503, f"too many connections (kraft.http.max.connections="
+                                        f"{router.limits.max_connections}); retry later")
+            return
+        router.connections.add(self)
+        self._arm(KEEP_ALIVE_S)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            requests = self._reader.feed(data)
+        except BadRequest as exc:
+            self._queue.clear()
+            if self._current is None:
+                self._answer_and_close(exc.status, exc.detail)
+            else:  # answer what came before first; nothing more is read
+                self._closing_after = (exc.status, exc.detail)
+                self._queue.clear()
+            return
+        if not requests:
+            if self._current is None:
+                self._arm(self._router.limits.header_timeout_s)  # a request is arriving
+            return
+        self._queue.extend(requests)
+        if len(self._queue) > MAX_QUEUED and self._transport is not None:
+            self._transport.pause_reading()
+        if self._current is None:
+            self._disarm()
+            self._next()
+
+    def pause_writing(self) -> None:
+        if self._conn is not None:
+            self._conn.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._conn is not None:
+            self._conn.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._disarm()
+        self._router.connections.discard(self)
+        if self._conn is not None:
+            self._conn.abandon()
+            self._conn = None
+        if self._connecting is not None:
+            self._connecting.cancel()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # ---------------------------------------------------------------- forwarding
+
+    def _next(self) -> None:
+        if self._closing:
+            return
+        if not self._queue:
+            if self._transport is not None:
+                self._transport.resume_reading()
+            self._arm(KEEP_ALIVE_S)
+            return
+        request = self._current = self._queue.popleft()
+        self._encoded = request.encode()
+        self._dispatch(self._router.upstream_for(request))
+
+    def _dispatch(self, upstream: Upstream) -> None:
+        conn = upstream.take_idle()
+        if conn is None:
+            self._connecting = self._loop.create_task(self._connect(upstream))
+            return
+        self._conn = conn
+        conn.start(self._encoded, self)
+
+    async def _connect(self, upstream: Upstream) -> None:
+        try:
+            conn = await upstream.connect()
+        except (TimeoutError, OSError) as exc:
+            self._connecting = None
+            self._unreachable(upstream, exc)
+            return
+        self._connecting = None
+        if self._closing:
+            conn.close()
+            return
+        self._conn = conn
+        conn.start(self._encoded, self)
+
+    def _unreachable(self, upstream: Upstream, exc: BaseException) -> None:
+        router = self._router
+        if upstream is router.sidecar:
+            self._answer_and_close(503, f"the HTTP API ({upstream.address}) cannot be "
+                                        f"reached: {exc or type(exc).__name__}")
+            return
+        # The leader's API could not be reached: the request never left; the sidecar waits
+        # for the next leader.
+        if router.leader is upstream:
+            router.set_leader(None)
+        self._dispatch(router.sidecar)
+
+    # Exchange: the upstream connection's callbacks
+    def relay(self, data: bytes) -> None:
+        if self._transport is not None:
+            self._transport.write(data)
+
+    def completed(self, upstream: Upstream, conn: UpstreamConnection, keep_alive: bool) -> None:
+        upstream.give_back(conn, keep_alive)
+        self._conn = None
+        stats = self._router.stats
+        if upstream is self._router.sidecar:
+            stats.to_sidecar += 1
+        else:
+            stats.to_leader += 1
+        request, self._current = self._current, None
+        if request is None or not request.keep_alive:
+            self._close()
+            return
+        if self._closing_after is not None:
+            self._answer_and_close(*self._closing_after)
+            return
+        self._next()
+
+    def failed(self, upstream: Upstream, error: UpstreamClosed) -> None:
+        self._conn = None
+        request, router = self._current, self._router
+        if error.answered or request is None:  # part of an answer went out: cannot go on
+            self._close()
+            return
+        if upstream is router.sidecar or not _safe_to_resend(request):
+            detail = (f"{upstream.address} closed the connection before answering: "
+                      "the request may or may not have been carried out")
+            if request.method == "POST" and request.path == APPEND_PATH:
+                detail += "; send appends with an Idempotency-Key to retry them safely"
+            self._answer_and_close(502, detail)
+            return
+        router.stats.resent += 1  # safe: the key makes a second append return the first
+        self._dispatch(router.sidecar)
+
+    # ---------------------------------------------------------------- closing
+
+    _closing_after: tuple[int, str] | None = None
+
+    def _answer_and_close(self, status: int, detail: str) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(error_response(status, detail))
+        self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        self._disarm()
+        if self._transport is not None:
+            self._transport.close()
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._timer = self._loop.call_later(seconds, self._timed_out)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self._current is not None:
+            return  # answering: the upstream's own timeouts apply
+        if self._reader.in_message:
+            self._answer_and_close(408, "the request was not complete within "
+                                        f"{self._router.limits.header_timeout_s:g} s")
+        else:
+            self._close()  # idle keep-alive connection
+
+
+def goes_to_leader(request: ProxyRequest) -> bool:
+    """Appends, and reads by key: a read after a write through this address sees it (the
+    leader applied the write before it answered), as a member of etcd answers its own client.
+    Watches stay on the sidecar: its stream outlives leader changes."""
+    if request.method == "POST":
+        return request.path == APPEND_PATH
+    return request.method == "GET" and (request.path == KV_PATH
+                                        or request.path.startswith(KV_PATH + "/"))
+
+
+def _safe_to_resend(request: ProxyRequest) -> bool:
+    """A read, or an append carrying an Idempotency-Key (a second one returns the first's
+    result): sending it again after a broken connection cannot do anything twice."""
+    return request.method == "GET" or any(name.lower() == b"idempotency-key"
+                                          for name, _ in request.headers)
+
+
+def serve(router: AppendRouter, sock: socket.socket) -> EagerAcceptor:
+    """Serve ``router`` on a bound, listening ``sock`` until the returned acceptor is closed
+    (then ``router.close()``). Every pending connection is accepted at once (``EagerAcceptor``:
+    uvloop's own accept takes one per loop turn)."""
+    acceptor = EagerAcceptor(asyncio.get_running_loop(), sock,
+                             lambda: ClientConnection(router))
+    acceptor.start()
+    return acceptor

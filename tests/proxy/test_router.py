@@ -1,0 +1,209 @@
+"""The append router on real loopback sockets, in front of two small upstream servers that
+name themselves in their answers (what is tested is the router: routing, framing, reuse,
+and what a client is told when an upstream fails)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+
+from kraft_spark import aio
+from kraft_spark.proxy.messages import RequestReader, ResponseWatcher
+from kraft_spark.proxy.router import AppendRouter, RouterLimits, serve
+
+APPEND = (b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: 11\r\n\r\n{\"key\":\"k\"}")
+QUORUM = b"GET /v1/quorum HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+class Upstream:
+    """Answers every request with ``{"by": name, "path": ...}``; ``mute``: reads a request
+    and closes the connection without answering (a leader killed mid-request)."""
+
+    def __init__(self, name: str, *, mute: bool = False) -> None:
+        self.name, self.mute = name, mute
+        self.requests: list[tuple[str, bytes]] = []
+        self.connections = 0
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[:2]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        parser = RequestReader()
+        while data := await reader.read(65536):
+            for request in parser.feed(data):
+                self.requests.append((request.path, request.body))
+                if self.mute:
+                    writer.close()
+                    return
+                body = json.dumps({"by": self.name, "path": request.path}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(body), body))
+        writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def exchange(port: int, *requests: bytes) -> list[tuple[int, bytes]]:
+    """Send ``requests`` on one connection (pipelined) and read one answer per request."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"".join(requests))
+    answers: list[tuple[int, bytes]] = []
+    for _ in requests:
+        watcher, raw = ResponseWatcher(), b""
+        while True:
+            data = await asyncio.wait_for(reader.read(65536), 5)
+            if not data:
+                writer.close()
+                return answers
+            raw += data
+            if watcher.feed(data):
+                break
+        answers.append((watcher.status, raw.partition(b"\r\n\r\n")[2]))
+    writer.close()
+    return answers
+
+
+def run_with(test: Callable[[AppendRouter, int, Upstream, Upstream], Awaitable[None]],
+             *, leader_mute: bool = False, limits: RouterLimits | None = None) -> None:
+    async def main() -> None:
+        leader, sidecar = Upstream("leader", mute=leader_mute), Upstream("sidecar")
+        router = AppendRouter(await sidecar.start(), limits)
+        router.set_leader(await leader.start())
+        sock = socket.create_server(("127.0.0.1", 0))
+        acceptor = serve(router, sock)
+        try:
+            await test(router, sock.getsockname()[1], leader, sidecar)
+        finally:
+            acceptor.close()
+            sock.close()
+            router.close()
+            leader.close()
+            sidecar.close()
+            await asyncio.sleep(0.05)
+
+    aio.run(main())
+
+
+def by(answer: tuple[int, bytes]) -> str:
+    return str(json.loads(answer[1])["by"])
+
+
+def test_appends_go_to_the_leader_and_the_rest_to_the_sidecar_in_order() -> None:
+    async def test(router: AppendRouter, port: int, leader: Upstream, sidecar: Upstream) -> None:
+        answers = await exchange(port, APPEND, QUORUM, APPEND, b"GET /v1/kv/a HTTP/1.1\r\n\r\n")
+        assert [(status, by((status, body))) for status, body in answers] == [
+            (200, "leader"), (200, "sidecar"), (200, "leader"), (200, "leader")]
+        assert leader.requests[0] == ("/v1/records", b'{"key":"k"}')
+        # One kept-alive connection to each upstream served the client's four requests.
+        assert (leader.connections, sidecar.connections) == (1, 1)
+        router.set_leader(None)  # no leader known: appends wait at the sidecar
+        assert by((await exchange(port, APPEND))[0]) == "sidecar"
+
+    run_with(test)
+
+
+def test_an_unreachable_leader_sends_the_append_to_the_sidecar() -> None:
+    async def test(router: AppendRouter, port: int, leader: Upstream, sidecar: Upstream) -> None:
+        with socket.socket() as closed:  # a port nothing listens on
+            closed.bind(("127.0.0.1", 0))
+            router.set_leader(closed.getsockname())
+        assert [by(a) for a in await exchange(port, APPEND)] == ["sidecar"]
+        assert router.leader is None  # forgotten until the next leader is announced
+
+    run_with(test)
+
+
+def test_a_leader_lost_mid_append_is_a_502_unless_the_append_has_a_key() -> None:
+    async def test(router: AppendRouter, port: int, leader: Upstream, sidecar: Upstream) -> None:
+        ((status, body),) = await exchange(port, APPEND)
+        assert status == 502
+        assert b"may or may not have been carried out" in body
+        assert b"Idempotency-Key" in body
+        keyed = APPEND.replace(b"Host: x\r\n", b"Host: x\r\nIdempotency-Key: K1\r\n")
+        assert [by(a) for a in await exchange(port, keyed)] == ["sidecar"]
+        assert router.stats.resent == 1
+        assert sidecar.requests == [("/v1/records", b'{"key":"k"}')]
+
+    run_with(test, leader_mute=True)
+
+
+def test_bad_input_gets_a_clear_error_and_the_router_goes_on() -> None:
+    async def test(router: AppendRouter, port: int, leader: Upstream, sidecar: Upstream) -> None:
+        ((status, body),) = await exchange(port, b"NOT HTTP AT ALL\r\n\r\n")
+        assert status == 400 and b"malformed HTTP request" in body
+        ((status, body),) = await exchange(port, b"POST /v1/records HTTP/1.1\r\n"
+                                                 b"Content-Length: 99999999\r\n\r\n")
+        assert status == 413
+        assert [by(a) for a in await exchange(port, APPEND)] == ["leader"]
+        assert not sidecar.requests and len(leader.requests) == 1
+
+    run_with(test)
+
+
+def test_connections_over_the_limit_are_refused_with_503() -> None:
+    async def test(router: AppendRouter, port: int, leader: Upstream, sidecar: Upstream) -> None:
+        held = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.05)
+        ((status, body),) = await exchange(port, APPEND)
+        assert status == 503 and b"too many connections" in body
+        held[1].close()
+        await asyncio.sleep(0.05)
+        assert [by(a) for a in await exchange(port, APPEND)] == ["leader"]
+
+    run_with(test, limits=RouterLimits(max_connections=1))
+
+
+def test_an_incomplete_request_times_out_with_408() -> None:
+    async def test(router: AppendRouter, port: int, leader: Upstream, sidecar: Upstream) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(APPEND[:20])
+        answer = await asyncio.wait_for(reader.read(65536), 5)
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert await reader.read(10) == b""  # and closed
+        writer.close()
+
+    run_with(test, limits=RouterLimits(header_timeout_s=0.2))
+
+
+def test_the_router_process_listens_follows_its_commands_and_exits_with_its_input() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kraft_spark.proxy", "--listen", "127.0.0.1:0",
+         "--sidecar", "127.0.0.1:9"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        listening = json.loads(proc.stdout.readline())["listening"]
+        port = int(listening.rpartition(":")[2])
+        proc.stdin.write("leader 127.0.0.1:9\nfollow me\n")
+        proc.stdin.flush()
+        # Nothing listens on port 9: the append falls back to the sidecar, unreachable too.
+        ((status, body),) = aio.run(exchange(port, APPEND))
+        assert status == 503 and b"cannot be reached" in body
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+        assert "unknown command 'follow me'" in (proc.stderr.read() if proc.stderr else "")
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            taken = subprocess.run(
+                [sys.executable, "-m", "kraft_spark.proxy", "--listen",
+                 f"127.0.0.1:{busy.getsockname()[1]}", "--sidecar", "127.0.0.1:9"],
+                check=False, capture_output=True, text=True, timeout=30,
+                stdin=subprocess.DEVNULL)
+        assert taken.returncode == 2 and "cannot listen on" in taken.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
