@@ -116,7 +116,7 @@ class Application(VoterMembershipMixin):
         self._materialized = 0  # every table holds the log below this (observer retention)
         self._hw_event = threading.Event()
         self._sidecar: Any = None
-        self._front: Any = None  # the user's HTTP address (driver/http_front.py)
+        self._front: Any = None  # the user's HTTP address (kraft_spark/proxy/front.py)
         self._job_done = threading.Event()
         self._supervisor: threading.Thread | None = None  # stop() waits for it once started
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
@@ -214,7 +214,7 @@ class Application(VoterMembershipMixin):
         bootstrap = [f"127.0.0.1:{self._observer.port}"]
         bootstrap += [f"{v['host']}:{v['port']}" for v in voters.values()]
         # The full API on a loopback port; the user's address is the router in front of it
-        # (driver/http_front.py), which sends appends straight to the leader's own API.
+        # (kraft_spark/proxy/front.py), which sends appends straight to the leader's own API.
         self._sidecar = start_sidecar(bootstrap, "127.0.0.1", 0,
                                       cluster_id=self.cluster_id,
                                       credentials=self.http_credentials,
@@ -227,7 +227,7 @@ class Application(VoterMembershipMixin):
                                       http_urls=self.voter_http_urls,
                                       store=self.observer_store.loop_store,
                                       security=self.client_security)
-        from driver.http_front import HttpFront
+        from kraft_spark.proxy.front import HttpFront
 
         self._front = HttpFront(cfg.http_host, cfg.http_port, self._sidecar.port,
                                 max_connections=cfg.http_max_connections,

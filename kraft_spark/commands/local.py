@@ -252,6 +252,7 @@ def _run_local(args: argparse.Namespace) -> int:
     stop = StopSignals()
     stop.install()
     sidecar: Any = None
+    front: Any = None
     try:
         for node_id, port in enumerate(ports):
             log_dir = os.path.join(data_dir, f"node-{node_id}")
@@ -297,21 +298,32 @@ def _run_local(args: argparse.Namespace) -> int:
                 line["error"] = str(exc)
             print(json.dumps(line), flush=True)
         if args.http_port is not None:
+            from kraft_spark.commands.local_front import start_front
             from kraft_spark.commands.sidecar import start_sidecar
 
             urls = {i: f"http://{_url_host(args.host)}:{p}"
                     for i, p in enumerate(http_ports) if p is not None}
+            bootstrap = [f"{args.host}:{p}" for p in ports]
+            # With the nodes' own HTTP APIs, the address printed is the append router's
+            # (kraft_spark/proxy/front.py), the sidecar behind it on a loopback port.
+            routed = bool(urls)
             try:
-                sidecar = start_sidecar([f"{args.host}:{p}" for p in ports], args.host,
-                                        args.http_port, cluster_id=cluster_id,
+                sidecar = start_sidecar(bootstrap, "127.0.0.1" if routed else args.host,
+                                        0 if routed else args.http_port, cluster_id=cluster_id,
                                         credentials=credentials, quorum=_quorum_of(extra),
                                         registry=registry, http_urls=lambda: urls,
                                         security=ClientSecurity(sasl=auth.sasl.client)
                                         if auth is not None else None)
+                if routed:
+                    front = start_front(args, sidecar.port, bootstrap=bootstrap,
+                                        cluster_id=cluster_id, urls=urls,
+                                        security=ClientSecurity(sasl=auth.sasl.client)
+                                        if auth is not None else None)
             except RuntimeError as exc:
                 raise CommandError(str(exc), exit_code=1) from exc
-            print(json.dumps({"http": f"http://{args.host}:{sidecar.port}",
-                              "docs": f"http://{args.host}:{sidecar.port}/docs",
+            port = front.port if front is not None else sidecar.port
+            print(json.dumps({"http": f"http://{args.host}:{port}",
+                              "docs": f"http://{args.host}:{port}/docs",
                               "credentials": credentials_path,
                               **({"command_config": auth.admin_properties}
                                  if auth is not None else {})}), flush=True)
@@ -323,6 +335,8 @@ def _run_local(args: argparse.Namespace) -> int:
                     exit_code=1,
                 )
     finally:
+        if front is not None:
+            front.stop()
         if sidecar is not None:
             sidecar.stop()
         _stop_all(supervisor.procs())

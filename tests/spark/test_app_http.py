@@ -102,7 +102,7 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
             i += 1
 
     # Clients 0 and 1 go to the leader's own API; client 2 to the application's address,
-    # whose router sends appends to the leader's API too (driver/http_front.py).
+    # whose router sends appends to the leader's API too (kraft_spark/proxy/front.py).
     loaders = [threading.Thread(target=load, args=(c, c == 2), daemon=True) for c in range(3)]
     try:
         before = call(f"{app.url}/v1/quorum", headers=AUTH)

@@ -1,15 +1,16 @@
-"""The application's HTTP address (``kraft.http.host``/``kraft.http.port``): the append router.
+"""The HTTP address users are given, as its host process runs it: the append router's process
+(``kraft_spark.proxy``) and a thread that keeps it told who leads.
 
-What users are given is served by ``kraft_spark.proxy`` in a process of its own: appends go
-straight to the leader's own HTTP API over kept-alive connections, everything else to the
-sidecar (the full API, now on a loopback port of the driver). The driver's Python process also
-runs the materializer, the observer and py4j; an append forwarded there waited behind them
-(issue 39: the driver's endpoint at 0.61x the leader's own API).
+Used by the Spark application (``kraft.http.host``/``kraft.http.port``; the sidecar then serves
+on a loopback port of the driver) and by ``kraft-spark local --http-port`` with
+``--node-http-base-port``. Appends go straight to the leader's own HTTP API over kept-alive
+connections, everything else to the sidecar. The driver's Python process also runs the
+materializer, the observer and py4j; an append forwarded there waited behind them (issue 39:
+the driver's endpoint at 0.61x the leader's own API).
 
-A thread of the driver tells the router of every leader change the observer learns (checked
-every ``WATCH_INTERVAL_S``): the leader's id, mapped to the HTTP API its voter serves. With no
-voter HTTP API (``kraft.voter.http.base.port`` unset) or no leader, appends go through the
-sidecar as before.
+``leader_url`` is asked every ``interval_s``: the driver reads its observer's leader (cheap,
+every 20 ms); ``local`` asks the quorum (DescribeQuorum, every 250 ms). With no node HTTP API
+or no leader, appends go through the sidecar, which waits out an election.
 """
 
 from __future__ import annotations
@@ -38,8 +39,12 @@ class HttpFront:
     """The router process and the thread that keeps it told who leads."""
 
     def __init__(self, host: str, port: int, sidecar_port: int, *, max_connections: int,
-                 header_timeout_s: float, leader_url: Callable[[], str | None]) -> None:
+                 header_timeout_s: float, leader_url: Callable[[], str | None],
+                 interval_s: float = WATCH_INTERVAL_S,
+                 on_stop: Callable[[], None] | None = None) -> None:
         self._leader_url = leader_url
+        self._on_stop = on_stop
+        self._interval_s = interval_s
         self._stop = threading.Event()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark.proxy", "--listen", f"{host}:{port}",
@@ -71,7 +76,7 @@ class HttpFront:
     def _watch(self) -> None:
         stdin = self._proc.stdin
         assert stdin is not None
-        while not self._stop.wait(WATCH_INTERVAL_S):
+        while not self._stop.wait(self._interval_s):
             try:
                 url = self._leader_url()
             except Exception:  # the observer is being replaced: ask again next turn
@@ -101,6 +106,8 @@ class HttpFront:
         """Closes the router's input: it stops accepting and exits."""
         self._stop.set()
         self._thread.join(5)
+        if self._on_stop is not None:
+            self._on_stop()
         if self._proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
