@@ -23,6 +23,8 @@ import httptools
 _HOP_BY_HOP: Final = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
     b"transfer-encoding", b"upgrade", b"content-length",
+    # The proxy answers ``Expect: 100-continue`` itself (it reads the body before forwarding).
+    b"expect",
 })
 # A request head or body larger than this is refused (413/431): the API's own limits are
 # far below (a record's value is at most 1 MiB; a batch at most 8 MiB).
@@ -79,6 +81,10 @@ class RequestReader:
         self._body: list[bytes] = []
         self._body_bytes = 0
         self.in_message = False  # part of a request has arrived, not all of it
+        # A request's head asked ``Expect: 100-continue`` and its body has not all come: the
+        # connection owes the client a ``100 Continue`` (curl waits a second for one).
+        self.continue_wanted = False
+        self._expects = False
 
     def feed(self, data: bytes) -> list[ProxyRequest]:
         whole = not self.in_message
@@ -93,13 +99,14 @@ class RequestReader:
         except httptools.HttpParserError as exc:
             raise BadRequest(400, f"malformed HTTP request: {exc}") from None
         done, self._done = self._done, []
-        if whole and len(done) == 1 and not self.in_message:
+        if whole and len(done) == 1 and not self.in_message and not self._expects:
             done[0].raw = data  # the chunk was this request, no more and no less
         return done
 
     # httptools callbacks
     def on_message_begin(self) -> None:
         self.in_message = True
+        self._expects = False
         self._url, self._headers, self._body = b"", [], []
         self._head_bytes = self._body_bytes = 0
 
@@ -113,9 +120,12 @@ class RequestReader:
 
     def on_headers_complete(self) -> None:
         for name, value in self._headers:
-            if name.lower() == b"content-length" and value.strip().isdigit() \
+            lowered = name.lower()
+            if lowered == b"content-length" and value.strip().isdigit() \
                     and int(value) > MAX_BODY_BYTES:
                 raise BadRequest(413, f"request body over {MAX_BODY_BYTES} bytes")
+            if lowered == b"expect" and value.strip().lower() == b"100-continue":
+                self._expects = self.continue_wanted = True
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
@@ -125,6 +135,7 @@ class RequestReader:
 
     def on_message_complete(self) -> None:
         self.in_message = False
+        self.continue_wanted = False  # the body came: nothing to invite any more
         parser = self._parser
         self._done.append(ProxyRequest(
             method=parser.get_method().decode("ascii"), target=self._url,
@@ -144,12 +155,20 @@ class ResponseWatcher:
 
     def __init__(self) -> None:
         self._parser = httptools.HttpResponseParser(self)
+        self._head = False
         self.complete = False
         self.status = 0
         self.keep_alive = True
 
-    def expect(self) -> None:
+    def expect(self, *, head: bool = False) -> None:
         self.complete = False
+        self._head = head
+
+    def on_headers_complete(self) -> None:
+        if self._head and self.status >= 200:
+            # A HEAD's answer ends with its head whatever its Content-Length says; the parser
+            # cannot be told, so this connection carries nothing more (keep_alive False).
+            self.complete, self.keep_alive = True, False
 
     def feed(self, data: bytes) -> bool:
         if self.complete:
@@ -164,6 +183,10 @@ class ResponseWatcher:
         self.status = self._parser.get_status_code()
 
     def on_message_complete(self) -> None:
+        if self._head and self.complete:
+            return
+        if 100 <= self.status < 200:
+            return  # an interim answer (100 Continue): the final one follows on the wire
         self.complete = True
         self.keep_alive = self._parser.should_keep_alive()
 

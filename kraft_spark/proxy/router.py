@@ -22,6 +22,10 @@ it (forwarding it itself if it is no longer leader) or its connection breaks, an
   ``Idempotency-Key`` it is sent again through the sidecar, which returns the first result if
   it was; without one the client gets 502 saying so, as any proxy must.
 
+A leader that is replaced while requests are in flight at it gets ``RETIRE_GRACE_S`` to answer
+them (alive, it does at once); then they are given up as if its connection broke (a frozen
+leader would otherwise hold its clients past the election).
+
 Credentials are the upstream's business: the user's ``Authorization`` header goes through
 unchanged, and the leader's API checks it against the same credentials as the sidecar.
 """
@@ -46,6 +50,10 @@ KV_PATH: Final = "/v1/kv"
 # Requests read ahead of the one being answered (pipelining) before reading pauses.
 MAX_QUEUED: Final = 32
 KEEP_ALIVE_S: Final = 5.0  # an idle client connection is closed after this (uvicorn's)
+# A request in flight at a leader that was replaced is given up after this: a deposed leader
+# that is alive answers at once (it forwards, or says it no longer leads); a frozen one might
+# never, and its clients would wait on it past the election.
+RETIRE_GRACE_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +85,7 @@ class AppendRouter:
                 current.host, current.port) == address:
             return
         if current is not None:
-            current.close()
+            current.retire(RETIRE_GRACE_S)
         self.leader = Upstream(*address) if address is not None else None
         log.info("appends go to %s", self.leader.address if self.leader else "the sidecar")
 
@@ -138,6 +146,10 @@ class ClientConnection(asyncio.Protocol, Exchange):
                 self._closing_after = (exc.status, exc.detail)
                 self._queue.clear()
             return
+        if self._reader.continue_wanted and self._current is None and not self._queue \
+                and self._transport is not None:  # never inside another request's answer
+            self._reader.continue_wanted = False
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if not requests:
             if self._current is None:
                 self._arm(self._router.limits.header_timeout_s)  # a request is arriving
@@ -191,7 +203,7 @@ class ClientConnection(asyncio.Protocol, Exchange):
             self._connecting = self._loop.create_task(self._connect(upstream))
             return
         self._conn = conn
-        conn.start(self._encoded, self)
+        conn.start(self._encoded, self, head=self._current_is_head())
 
     async def _connect(self, upstream: Upstream) -> None:
         try:
@@ -205,7 +217,10 @@ class ClientConnection(asyncio.Protocol, Exchange):
             conn.close()
             return
         self._conn = conn
-        conn.start(self._encoded, self)
+        conn.start(self._encoded, self, head=self._current_is_head())
+
+    def _current_is_head(self) -> bool:
+        return self._current is not None and self._current.method == "HEAD"
 
     def _unreachable(self, upstream: Upstream, exc: BaseException) -> None:
         router = self._router
@@ -248,8 +263,7 @@ class ClientConnection(asyncio.Protocol, Exchange):
             self._close()
             return
         if upstream is router.sidecar or not _safe_to_resend(request):
-            detail = (f"{upstream.address} closed the connection before answering: "
-                      "the request may or may not have been carried out")
+            detail = f"{error}: the request may or may not have been carried out"
             if request.method == "POST" and request.path == APPEND_PATH:
                 detail += "; send appends with an Idempotency-Key to retry them safely"
             self._answer_and_close(502, detail)

@@ -64,10 +64,12 @@ class UpstreamConnection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
 
-    def start(self, request: bytes, exchange: Exchange) -> None:
+    def start(self, request: bytes, exchange: Exchange, *, head: bool = False) -> None:
+        """``head``: the request is a HEAD, whose answer has a head only."""
         assert self.transport is not None and self._exchange is None
         self._exchange, self._relayed = exchange, False
-        self._watcher.expect()
+        self._watcher.expect(head=head)
+        self.upstream.busy.add(self)
         self.transport.write(request)
 
     def data_received(self, data: bytes) -> None:
@@ -84,15 +86,17 @@ class UpstreamConnection(asyncio.Protocol):
         self._relayed = True
         if complete:
             self._exchange = None
+            self.upstream.busy.discard(self)
             exchange.completed(self.upstream, self, watcher.keep_alive)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._fail(UpstreamClosed(f"the upstream closed the connection ({exc or 'EOF'})",
-                                  answered=self._relayed))
+        self._fail(UpstreamClosed(f"{self.upstream.address} closed the connection before "
+                                  f"answering ({exc or 'EOF'})", answered=self._relayed))
 
     def _fail(self, error: UpstreamClosed) -> None:
         exchange, self._exchange = self._exchange, None
+        self.upstream.busy.discard(self)
         self.close()
         if exchange is not None:
             exchange.failed(self.upstream, error)
@@ -100,7 +104,12 @@ class UpstreamConnection(asyncio.Protocol):
     def abandon(self) -> None:
         """The client went away mid-answer: the rest of it must not reach anyone."""
         self._exchange = None
+        self.upstream.busy.discard(self)
         self.close()
+
+    def give_up(self, detail: str) -> None:
+        """Fail the request in flight (the upstream stopped being the one to ask)."""
+        self._fail(UpstreamClosed(detail, answered=self._relayed))
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed:
@@ -122,6 +131,7 @@ class Upstream:
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self._idle: list[UpstreamConnection] = []
+        self.busy: set[UpstreamConnection] = set()  # carrying a request now
         self.connects = 0  # for tests: how many connections were opened
 
     @property
@@ -161,3 +171,16 @@ class Upstream:
         for conn in self._idle:
             conn.close()
         self._idle.clear()
+
+    def retire(self, grace_s: float) -> None:
+        """This upstream is no longer the leader: its idle connections close now, and a
+        request it has not answered within ``grace_s`` is given up (a deposed leader that is
+        alive answers at once; a frozen one might never)."""
+        self.close()
+        if self.busy:
+            asyncio.get_running_loop().call_later(grace_s, self._give_up_busy, grace_s)
+
+    def _give_up_busy(self, grace_s: float) -> None:
+        for conn in list(self.busy):
+            conn.give_up(f"the leader changed and {self.address} did not answer within "
+                         f"{grace_s:g} s")

@@ -73,3 +73,20 @@ def test_the_routers_own_errors_are_the_apis_shape() -> None:
     assert watcher.feed(error_response(502, "upstream gone"))
     assert watcher.status == 502 and not watcher.keep_alive
     assert error_response(502, "upstream gone").endswith(b'{"detail": "upstream gone"}')
+
+
+def test_expect_100_continue_is_answered_here_and_not_forwarded() -> None:
+    reader = RequestReader()
+    head = (b"POST /v1/records HTTP/1.1\r\nContent-Length: 2\r\n"
+            b"Expect: 100-continue\r\n\r\n")
+    assert reader.feed(head) == [] and reader.continue_wanted
+    (request,) = reader.feed(b"{}")
+    assert not reader.continue_wanted
+    assert b"expect" not in request.encode().lower()
+
+
+def test_an_interim_answer_is_relayed_and_the_final_one_awaited() -> None:
+    watcher = ResponseWatcher()
+    assert not watcher.feed(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert watcher.feed(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+    assert watcher.status == 200
