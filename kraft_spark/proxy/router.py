@@ -16,8 +16,8 @@ The leader's address is set from outside (``set_leader``) as soon as the host pr
 of a change; a request in flight at a leader change is not lost: the old leader's API answers
 it (forwarding it itself if it is no longer leader) or its connection breaks, and then:
 
-* nothing was relayed and the connection could not be made: the request never left, so it
-  goes to the sidecar instead;
+* the connection could not be made: the request never left, so it goes to the sidecar
+  instead, as do the leader's requests for the next half second;
 * the connection broke after the request was sent: the append may have been made. With an
   ``Idempotency-Key`` it is sent again through the sidecar, which returns the first result if
   it was; without one the client gets 502 saying so, as any proxy must.
@@ -54,6 +54,8 @@ KEEP_ALIVE_S: Final = 5.0  # an idle client connection is closed after this (uvi
 # that is alive answers at once (it forwards, or says it no longer leads); a frozen one might
 # never, and its clients would wait on it past the election.
 RETIRE_GRACE_S: Final = 1.0
+# A leader whose API could not be reached is not tried again for this long.
+UNREACHABLE_REST_S: Final = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +92,9 @@ class AppendRouter:
         log.info("appends go to %s", self.leader.address if self.leader else "the sidecar")
 
     def upstream_for(self, request: ProxyRequest) -> Upstream:
-        if self.leader is not None and goes_to_leader(request):
-            return self.leader
+        leader = self.leader
+        if leader is not None and goes_to_leader(request) and not leader.resting():
+            return leader
         return self.sidecar
 
     def close(self) -> None:
@@ -229,9 +232,10 @@ class ClientConnection(asyncio.Protocol, Exchange):
                                         f"reached: {exc or type(exc).__name__}")
             return
         # The leader's API could not be reached: the request never left; the sidecar waits
-        # for the next leader.
-        if router.leader is upstream:
-            router.set_leader(None)
+        # for the next leader. The leader is left alone for a moment (a host that drops
+        # connections would cost every request a connect timeout), then tried again: its host
+        # learns of a new leader only when there is one.
+        upstream.rest(UNREACHABLE_REST_S)
         self._dispatch(router.sidecar)
 
     # Exchange: the upstream connection's callbacks

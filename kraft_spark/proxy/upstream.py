@@ -132,7 +132,15 @@ class Upstream:
         self.host, self.port = host, port
         self._idle: list[UpstreamConnection] = []
         self.busy: set[UpstreamConnection] = set()  # carrying a request now
-        self.connects = 0  # for tests: how many connections were opened
+        self.connects = 0  # for tests: how many connections were tried
+        self._rest_until = 0.0
+
+    def rest(self, seconds: float) -> None:
+        """Not to be asked for ``seconds`` (it could not be reached)."""
+        self._rest_until = time.monotonic() + seconds
+
+    def resting(self) -> bool:
+        return self._rest_until > 0 and time.monotonic() < self._rest_until
 
     @property
     def address(self) -> str:
@@ -150,6 +158,7 @@ class Upstream:
     async def connect(self) -> UpstreamConnection:
         """A new connection (raises OSError or TimeoutError)."""
         loop = asyncio.get_running_loop()
+        self.connects += 1
         transport, conn = await asyncio.wait_for(
             loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port),
             CONNECT_TIMEOUT_S)
@@ -157,7 +166,6 @@ class Upstream:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.connects += 1
         return conn
 
     def give_back(self, conn: UpstreamConnection, keep_alive: bool) -> None:

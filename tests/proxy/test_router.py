@@ -138,7 +138,12 @@ def test_an_unreachable_leader_sends_the_append_to_the_sidecar() -> None:
             closed.bind(("127.0.0.1", 0))
             router.set_leader(closed.getsockname())
         assert [by(a) for a in await exchange(port, APPEND)] == ["sidecar"]
-        assert router.leader is None  # forgotten until the next leader is announced
+        resting = router.leader
+        assert resting is not None and resting.resting()  # not asked for half a second
+        assert [by(a) for a in await exchange(port, APPEND)] == ["sidecar"]
+        assert resting.connects == 1  # no second connect was tried
+        await asyncio.sleep(0.6)
+        assert not resting.resting()  # then tried again: the host names no other leader
 
     run_with(test)
 
