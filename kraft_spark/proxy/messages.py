@@ -13,6 +13,7 @@ between a request and that request's completion belongs to that request's respon
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -193,8 +194,6 @@ class ResponseWatcher:
 
 def error_response(status: int, detail: str, *, close: bool = True) -> bytes:
     """A JSON error in the API's shape (``{"detail": ...}``), written by the proxy itself."""
-    import json
-
     body = json.dumps({"detail": detail}).encode()
     reason = _REASONS.get(status, b"Error")
     head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"

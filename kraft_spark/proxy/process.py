@@ -27,14 +27,17 @@ import socket
 import sys
 
 from kraft_spark import aio
+from kraft_spark.properties import parse_endpoint
 from kraft_spark.proxy.router import AppendRouter, RouterLimits, serve
+from kraft_spark.raft.config import ConfigError
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    """``HOST:PORT`` as the properties files take it (``kraft_spark.properties``)."""
+    try:
+        return parse_endpoint(text, "address")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def apply_command(router: AppendRouter, line: str) -> str | None:

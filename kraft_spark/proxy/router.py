@@ -66,10 +66,7 @@ class RouterLimits:
 
 @dataclass(slots=True)
 class RouterStats:
-    to_leader: int = 0
-    to_sidecar: int = 0
     resent: int = 0  # appends with an Idempotency-Key sent again after a broken connection
-    refused: int = 0
 
 
 class AppendRouter:
@@ -119,6 +116,8 @@ class ClientConnection(asyncio.Protocol, Exchange):
         self._conn: UpstreamConnection | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._closing = False
+        # A bad request read while another was being answered: said once that one is done.
+        self._closing_after: tuple[int, str] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
 
@@ -129,7 +128,6 @@ class ClientConnection(asyncio.Protocol, Exchange):
         self._transport = cast(asyncio.Transport, transport)
         router = self._router
         if len(router.connections) >= router.limits.max_connections:
-            router.stats.refused += 1
             self._answer_and_close(503, f"too many connections (kraft.http.max.connections="
                                         f"{router.limits.max_connections}); retry later")
             return
@@ -147,7 +145,6 @@ class ClientConnection(asyncio.Protocol, Exchange):
                 self._answer_and_close(exc.status, exc.detail)
             else:  # answer what came before first; nothing more is read
                 self._closing_after = (exc.status, exc.detail)
-                self._queue.clear()
             return
         if self._reader.continue_wanted and self._current is None and not self._queue \
                 and self._transport is not None:  # never inside another request's answer
@@ -205,8 +202,7 @@ class ClientConnection(asyncio.Protocol, Exchange):
         if conn is None:
             self._connecting = self._loop.create_task(self._connect(upstream))
             return
-        self._conn = conn
-        conn.start(self._encoded, self, head=self._current_is_head())
+        self._send_on(conn)
 
     async def _connect(self, upstream: Upstream) -> None:
         try:
@@ -219,11 +215,12 @@ class ClientConnection(asyncio.Protocol, Exchange):
         if self._closing:
             conn.close()
             return
-        self._conn = conn
-        conn.start(self._encoded, self, head=self._current_is_head())
+        self._send_on(conn)
 
-    def _current_is_head(self) -> bool:
-        return self._current is not None and self._current.method == "HEAD"
+    def _send_on(self, conn: UpstreamConnection) -> None:
+        self._conn = conn
+        head = self._current is not None and self._current.method == "HEAD"
+        conn.start(self._encoded, self, head=head)
 
     def _unreachable(self, upstream: Upstream, exc: BaseException) -> None:
         router = self._router
@@ -246,11 +243,6 @@ class ClientConnection(asyncio.Protocol, Exchange):
     def completed(self, upstream: Upstream, conn: UpstreamConnection, keep_alive: bool) -> None:
         upstream.give_back(conn, keep_alive)
         self._conn = None
-        stats = self._router.stats
-        if upstream is self._router.sidecar:
-            stats.to_sidecar += 1
-        else:
-            stats.to_leader += 1
         request, self._current = self._current, None
         if request is None or not request.keep_alive:
             self._close()
@@ -276,8 +268,6 @@ class ClientConnection(asyncio.Protocol, Exchange):
         self._dispatch(router.sidecar)
 
     # ---------------------------------------------------------------- closing
-
-    _closing_after: tuple[int, str] | None = None
 
     def _answer_and_close(self, status: int, detail: str) -> None:
         if self._transport is not None and not self._transport.is_closing():
