@@ -20,14 +20,18 @@ import socket
 from typing import Final, cast
 
 import uvicorn
+from fastapi import FastAPI
 
 from api.app import create_app
+from api.handoff_close import CloseHandedOverWhenDeposed
 from api.limits import HttpLimits, uvicorn_options
 from api.node_backend import NodeBackend
 from api.server import EagerAcceptServer
 from api.server import bind_tcp as bind_listener
 from kraft_spark.http_auth import Credentials
+from kraft_spark.metrics import Registry
 from kraft_spark.net.config import NodeConfig
+from kraft_spark.net.handoff import HandoffReceiver, handoff_name
 from kraft_spark.net.local_requests import LocalNode
 from kraft_spark.store.service import NodeStore, StoreNode
 
@@ -53,16 +57,22 @@ def bind_tcp(host: str, port: int) -> socket.socket:
 class NodeHttpServer:
     """A uvicorn server on the running loop; ``await stop()`` once."""
 
-    def __init__(self, server: uvicorn.Server, sock: socket.socket, backend: NodeBackend,
-                 host: str, port: int) -> None:
+    def __init__(self, server: uvicorn.Server, app: FastAPI, sock: socket.socket, *,
+                 backend: NodeBackend, host: str, port: int, metrics: Registry) -> None:
         self._server = server
-        self.app = server.config.app
+        self.app = app
+        self.handed_over = metrics.counter(
+            "kraft_spark_http_handed_over_connections_total",
+            "Connections the append router on this host handed to this API (their first "
+            "request an append or a read by key) instead of proxying their requests")
         self._sock = sock
         self.backend = backend
         self.host = host
         self.port = port
         self._ticker: asyncio.Task[None] | None = None
         self.store: NodeStore | None = None
+        # Connections the append router hands over (kraft_spark.net.handoff).
+        self.handoff: HandoffReceiver | None = None
 
     @property
     def url(self) -> str:
@@ -82,15 +92,26 @@ class NodeHttpServer:
                 f"the HTTP API on {self.url} failed to start (the app's startup raised): see "
                 "the log"
             ) from None
-        self._ticker = asyncio.get_running_loop().create_task(
-            server.main_loop(), name=f"http-tick-{self.port}"
-        )
+        loop = asyncio.get_running_loop()
+        self._ticker = loop.create_task(server.main_loop(), name=f"http-tick-{self.port}")
+        acceptors = cast(EagerAcceptServer, server).acceptors
+        if acceptors:
+            adopt, handed = acceptors[0].adopt, self.handed_over
+
+            def take(conn: socket.socket) -> None:
+                handed.inc()
+                adopt(conn)
+
+            self.handoff = HandoffReceiver(loop, handoff_name(self.host, self.port), take)
+            self.handoff.start()
 
     async def stop(self) -> None:
         """Stop accepting, let requests in flight finish (up to ``GRACEFUL_SHUTDOWN_S``), run
         the app's shutdown, close the backend. Bounded in time; never raises."""
         server = self._server
         server.should_exit = True
+        if self.handoff is not None:
+            self.handoff.close()
         if self.store is not None:
             self.store.close()  # ends the watch streams, so the shutdown need not wait on them
         if self._ticker is not None:
@@ -131,9 +152,11 @@ async def start_node_http(
     urls = dict(http_urls or {})
     # The node is a RaftNode (its HTTP factory is called once its state is loaded).
     store = NodeStore(cast(StoreNode, node), backend.forwarder)
-    app = create_app(backend, credentials=credentials, http_urls=lambda: urls, store=lambda: store)
+    registry = Registry()
+    app = create_app(backend, credentials=credentials, http_urls=lambda: urls, store=lambda: store,
+                     metrics=registry)
     config = uvicorn.Config(
-        app,
+        CloseHandedOverWhenDeposed(app, bound_port, lambda: node.is_leader),
         host=host,
         port=bound_port,
         **uvicorn_options(limits),
@@ -144,7 +167,8 @@ async def start_node_http(
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    handle = NodeHttpServer(EagerAcceptServer(config), sock, backend, host, bound_port)
+    handle = NodeHttpServer(EagerAcceptServer(config), app, sock, backend=backend, host=host,
+                            port=bound_port, metrics=registry)
     handle.store = store
     try:
         await handle._start()

@@ -65,6 +65,12 @@ class EagerAcceptServer(uvicorn.Server):
             acceptor.start()
             self._acceptors.append(acceptor)
 
+    @property
+    def acceptors(self) -> list[EagerAcceptor]:
+        """One per listening socket given to ``startup`` (after it); ``adopt`` serves a
+        connection accepted elsewhere."""
+        return list(getattr(self, "_acceptors", []))
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for acceptor in getattr(self, "_acceptors", []):
             acceptor.close()  # before uvicorn closes the sockets under the readers

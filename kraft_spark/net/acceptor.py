@@ -43,10 +43,14 @@ class EagerAcceptor:
         loop: asyncio.AbstractEventLoop,
         sock: socket.socket,
         protocol_factory: Callable[[], asyncio.BaseProtocol],
+        triage: Callable[[socket.socket], bool] | None = None,
     ) -> None:
+        """``triage``: offered each accepted connection (non-blocking, TCP_NODELAY set) before
+        it is served; True means it took the connection (it may give it back with ``adopt``)."""
         self._loop = loop
         self._sock = sock
         self._factory = protocol_factory
+        self._triage = triage
         self._pending: set[asyncio.Task[object]] = set()
         self._reading = False
         self._closed = False
@@ -87,17 +91,21 @@ class EagerAcceptor:
                     return
                 log.exception("accept failed on %s", self._sock.getsockname())
                 return
-            self._hand_over(conn)
+            if not _prepare(conn):
+                continue
+            self.accepted += 1
+            if self._triage is None or not self._triage(conn):
+                self._serve(conn)
 
-    def _hand_over(self, conn: socket.socket) -> None:
-        try:
-            conn.setblocking(False)
-            if conn.family in (socket.AF_INET, socket.AF_INET6):
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            conn.close()  # gone already
-            return
-        self.accepted += 1
+    def adopt(self, conn: socket.socket) -> None:
+        """Serve a connected socket accepted elsewhere (given back by the triage, or handed
+        over by another process: ``kraft_spark.net.handoff``); this acceptor owns it now."""
+        if self._closed:
+            conn.close()
+        elif _prepare(conn):
+            self._serve(conn)
+
+    def _serve(self, conn: socket.socket) -> None:
         task = self._loop.create_task(self._connect(conn))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -124,6 +132,17 @@ class EagerAcceptor:
     def _resume(self) -> None:
         self._retry = None
         self.start()
+
+
+def _prepare(conn: socket.socket) -> bool:
+    try:
+        conn.setblocking(False)
+        if conn.family in (socket.AF_INET, socket.AF_INET6):
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        conn.close()  # gone already
+        return False
+    return True
 
 
 __all__ = ["MAX_ACCEPTS_PER_CALL", "EagerAcceptor"]

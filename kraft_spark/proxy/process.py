@@ -13,6 +13,9 @@ commands on its standard input, one per line:
 * ``leader HOST:PORT``: appends go to that HTTP API from now on;
 * ``leader -``: no leader known; appends go to the sidecar.
 
+When the leader's API runs on this host, connections whose first request is an append are
+handed to its process (``proxy/triage.py``); ``--no-handoff`` proxies every request.
+
 It exits 0 when its standard input ends (its parent stopped or died) or on SIGTERM/SIGINT,
 after closing its connections; 2 when it cannot listen (the reason on stderr).
 """
@@ -64,7 +67,8 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"cannot listen on {host}:{port}: {exc}", file=sys.stderr, flush=True)
         return 2
     router = AppendRouter(args.sidecar, RouterLimits(args.max_connections,
-                                                     args.header_timeout))
+                                                     args.header_timeout),
+                          handoff=not args.no_handoff)
     acceptor = serve(router, sock)
     bound = sock.getsockname()
     print(json.dumps({"listening": f"{bound[0]}:{bound[1]}"}), flush=True)
@@ -96,4 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sidecar", type=parse_address, required=True, metavar="HOST:PORT")
     parser.add_argument("--max-connections", type=int, default=2048)
     parser.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS")
+    parser.add_argument("--no-handoff", action="store_true",
+                        help="proxy every request, even when the leader runs on this host")
     return aio.run(_run(parser.parse_args(argv)))

@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 from kraft_spark.net.acceptor import EagerAcceptor
+from kraft_spark.net.handoff import HandoffSender
 from kraft_spark.proxy.messages import BadRequest, ProxyRequest, RequestReader, error_response
+from kraft_spark.proxy.triage import APPEND_PATH, HandoffTriage, routes_to_leader
 from kraft_spark.proxy.upstream import Exchange, Upstream, UpstreamClosed, UpstreamConnection
 
 log = logging.getLogger(__name__)
 
-APPEND_PATH: Final = "/v1/records"
-KV_PATH: Final = "/v1/kv"
 # Requests read ahead of the one being answered (pipelining) before reading pauses.
 MAX_QUEUED: Final = 32
 KEEP_ALIVE_S: Final = 5.0  # an idle client connection is closed after this (uvicorn's)
@@ -70,9 +70,15 @@ class RouterStats:
 
 
 class AppendRouter:
-    def __init__(self, sidecar: tuple[str, int], limits: RouterLimits | None = None) -> None:
+    """``handoff``: connections whose first request goes to the leader are handed to the
+    leader's process when it runs on this host (``proxy/triage.py``)."""
+
+    def __init__(self, sidecar: tuple[str, int], limits: RouterLimits | None = None, *,
+                 handoff: bool = True) -> None:
         self.sidecar = Upstream(*sidecar)
         self.leader: Upstream | None = None
+        self.handoff_enabled = handoff
+        self.handoff: HandoffSender | None = None  # the current leader's channel
         self.limits = limits or RouterLimits()
         self.stats = RouterStats()
         self.connections: set[ClientConnection] = set()
@@ -85,7 +91,11 @@ class AppendRouter:
             return
         if current is not None:
             current.retire(RETIRE_GRACE_S)
+        if self.handoff is not None:
+            self.handoff.close()
         self.leader = Upstream(*address) if address is not None else None
+        self.handoff = (HandoffSender(*address)
+                        if address is not None and self.handoff_enabled else None)
         log.info("appends go to %s", self.leader.address if self.leader else "the sidecar")
 
     def upstream_for(self, request: ProxyRequest) -> Upstream:
@@ -100,6 +110,8 @@ class AppendRouter:
         self.sidecar.close()
         if self.leader is not None:
             self.leader.close()
+        if self.handoff is not None:
+            self.handoff.close()
 
 
 class ClientConnection(asyncio.Protocol, Exchange):
@@ -304,10 +316,7 @@ def goes_to_leader(request: ProxyRequest) -> bool:
     """Appends, and reads by key: a read after a write through this address sees it (the
     leader applied the write before it answered), as a member of etcd answers its own client.
     Watches stay on the sidecar: its stream outlives leader changes."""
-    if request.method == "POST":
-        return request.path == APPEND_PATH
-    return request.method == "GET" and (request.path == KV_PATH
-                                        or request.path.startswith(KV_PATH + "/"))
+    return routes_to_leader(request.method, request.path)
 
 
 def _safe_to_resend(request: ProxyRequest) -> bool:
@@ -317,11 +326,25 @@ def _safe_to_resend(request: ProxyRequest) -> bool:
                                           for name, _ in request.headers)
 
 
-def serve(router: AppendRouter, sock: socket.socket) -> EagerAcceptor:
-    """Serve ``router`` on a bound, listening ``sock`` until the returned acceptor is closed
+class Serving:
+    """The router served on a listening socket; ``close()`` stops accepting."""
+
+    def __init__(self, acceptor: EagerAcceptor, triage: HandoffTriage) -> None:
+        self.acceptor = acceptor
+        self.triage = triage
+
+    def close(self) -> None:
+        self.acceptor.close()
+        self.triage.close()
+
+
+def serve(router: AppendRouter, sock: socket.socket) -> Serving:
+    """Serve ``router`` on a bound, listening ``sock`` until the returned value is closed
     (then ``router.close()``). Every pending connection is accepted at once (``EagerAcceptor``:
     uvloop's own accept takes one per loop turn)."""
+    triage = HandoffTriage(lambda: router.handoff, router.limits.header_timeout_s)
     acceptor = EagerAcceptor(asyncio.get_running_loop(), sock,
-                             lambda: ClientConnection(router))
+                             lambda: ClientConnection(router), triage)
+    triage.adopt = acceptor.adopt
     acceptor.start()
-    return acceptor
+    return Serving(acceptor, triage)

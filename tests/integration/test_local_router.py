@@ -72,3 +72,65 @@ def test_appends_through_the_printed_address_survive_a_leader_kill(tmp_path: Pat
             assert where.get(key) == [offset], (key, offset, where.get(key), errors[-3:])
     finally:
         assert quorum.stop() == 0
+
+
+def quorum_seen_by(url: str, auth: dict[str, str]) -> dict[str, Any]:
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/quorum", headers=auth),
+                                timeout=10) as response:
+        return dict(json.loads(response.read()))
+
+
+def handed_over(url: str, auth: dict[str, str]) -> float:
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/metrics", headers=auth),
+                                timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("kraft_spark_http_handed_over_connections_total "):
+                return float(line.split()[1])
+    raise AssertionError("no kraft_spark_http_handed_over_connections_total in the node's "
+                         "/metrics")
+
+
+def test_a_connection_handed_to_a_deposed_leader_is_sent_back_to_the_router(
+        tmp_path: Path) -> None:
+    """On this host the router hands a connection opened by an append to the leader's process.
+    Once that node no longer leads (frozen past an election here), its next answer on the
+    connection is the append, forwarded, with ``Connection: close``; the client's next
+    connection reaches the new leader through the router."""
+    quorum = LocalQuorum(tmp_path, http=True, node_http=True)
+    quorum.start()
+    host, port = quorum.http_url.removeprefix("http://").rsplit(":", 1)
+    headers = {**quorum.auth, "Content-Type": "application/json"}
+    old = -1
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        old = quorum_seen_by(quorum.http_url, quorum.auth)["leaderId"]
+        deadline = time.monotonic() + 30
+        # Until the router has heard of the leader (it asks every 250 ms), appends are proxied.
+        while handed_over(quorum.http_urls[old], quorum.auth) == 0:
+            assert time.monotonic() < deadline, "no connection was handed to the leader"
+            conn.close()
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("POST", "/v1/records", json.dumps({"key": "a", "value": 1}), headers)
+            response = conn.getresponse()
+            assert response.status == 200 and response.getheader("connection") is None
+            response.read()
+        os.kill(quorum.pid(old), signal.SIGSTOP)  # frozen: the others elect a new leader
+        while quorum_seen_by(quorum.http_url, quorum.auth).get("leaderId") in (old, -1, None):
+            assert time.monotonic() < deadline, "no new leader within 30 s"
+            time.sleep(0.2)
+        os.kill(quorum.pid(old), signal.SIGCONT)
+        while quorum_seen_by(quorum.http_urls[old], quorum.auth).get("leaderId") == old:
+            assert time.monotonic() < deadline, "the old leader never learnt it was deposed"
+            time.sleep(0.2)
+        conn.request("POST", "/v1/records", json.dumps({"key": "b", "value": 2}), headers)
+        response = conn.getresponse()
+        body = json.loads(response.read())
+        assert response.status == 200, body  # forwarded by the old leader
+        assert response.getheader("connection") == "close"
+        after = post(quorum.http_url, {"key": "c", "value": 3}, quorum.auth)
+        assert after["base_offset"] > body["base_offset"]
+    finally:
+        conn.close()
+        if old >= 0:
+            os.kill(quorum.pid(old), signal.SIGCONT)
+        assert quorum.stop() == 0

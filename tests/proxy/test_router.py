@@ -12,6 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from kraft_spark import aio
+from kraft_spark.net.handoff import HandoffReceiver, handoff_name
 from kraft_spark.proxy.messages import RequestReader, ResponseWatcher
 from kraft_spark.proxy.router import AppendRouter, RouterLimits, serve
 
@@ -21,22 +22,42 @@ QUORUM = b"GET /v1/quorum HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
 class Upstream:
-    """Answers every request with ``{"by": name, "path": ...}`` (a HEAD with its head only);
-    ``mute``: reads a request and closes the connection without answering (a leader killed
-    mid-request); ``hang``: reads it and never answers (a frozen leader)."""
+    """Answers every request with ``{"by": name, "path": ..., "port": ...}`` (``port``: the
+    one the connection was accepted on; a HEAD with its head only); ``mute``: reads a request
+    and closes the connection without answering (a leader killed mid-request); ``hang``: reads
+    it and never answers (a frozen leader); ``handoff``: takes connections handed over on
+    its address's channel, as a node's HTTP API does."""
 
-    def __init__(self, name: str, *, mute: bool = False, hang: bool = False) -> None:
+    def __init__(self, name: str, *, mute: bool = False, hang: bool = False,
+                 handoff: bool = False) -> None:
         self.name, self.mute, self.hang = name, mute, hang
         self.requests: list[tuple[str, bytes]] = []
         self.connections = 0
         self.server: asyncio.AbstractServer | None = None
+        self.handoff = handoff
+        self.receiver: HandoffReceiver | None = None
+        self._adopted: set[asyncio.Task[None]] = set()
 
     async def start(self) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[:2]
+        host, port = self.server.sockets[0].getsockname()[:2]
+        if self.handoff:
+            self.receiver = HandoffReceiver(asyncio.get_running_loop(),
+                                            handoff_name(host, port), self._adopt)
+            assert self.receiver.start()
+        return host, port
+
+    def _adopt(self, conn: socket.socket) -> None:
+        async def serve() -> None:
+            await self._serve(*await asyncio.open_connection(sock=conn))
+
+        task = asyncio.get_running_loop().create_task(serve())
+        self._adopted.add(task)
+        task.add_done_callback(self._adopted.discard)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        port = writer.get_extra_info("sockname")[1]
         parser = RequestReader()
         while data := await reader.read(65536):
             for request in parser.feed(data):
@@ -46,12 +67,15 @@ class Upstream:
                     return
                 if self.hang:
                     continue
-                body = json.dumps({"by": self.name, "path": request.path}).encode()
+                body = json.dumps({"by": self.name, "path": request.path,
+                                   "port": port}).encode()
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s"
                              % (len(body), b"" if request.method == "HEAD" else body))
         writer.close()
 
     def close(self) -> None:
+        if self.receiver is not None:
+            self.receiver.close()
         if self.server is not None:
             self.server.close()
 
@@ -78,11 +102,12 @@ async def exchange(port: int, *requests: bytes) -> list[tuple[int, bytes]]:
 
 def run_with(test: Callable[[AppendRouter, int, Upstream, Upstream], Awaitable[None]],
              *, leader_mute: bool = False, leader_hangs: bool = False,
-             limits: RouterLimits | None = None) -> None:
+             limits: RouterLimits | None = None, handoff: bool = False) -> None:
+    """``handoff``: the leader takes connections handed over, and the router hands them."""
     async def main() -> None:
-        leader = Upstream("leader", mute=leader_mute, hang=leader_hangs)
+        leader = Upstream("leader", mute=leader_mute, hang=leader_hangs, handoff=handoff)
         sidecar = Upstream("sidecar")
-        router = AppendRouter(await sidecar.start(), limits)
+        router = AppendRouter(await sidecar.start(), limits, handoff=handoff)
         router.set_leader(await leader.start())
         sock = socket.create_server(("127.0.0.1", 0))
         acceptor = serve(router, sock)
