@@ -73,13 +73,19 @@ class LogScrubber:
             except Exception:  # the loop or the log closed under us: the node is stopping
                 return
             sealed = spans[:-1]  # the active segment is validated whole by recovery
+            scrubbed = False
             for base, end, size, _ in sealed:
                 if self._stop.is_set():
                     return
                 if end > base >= self._log.start_offset():
                     self._scrub_segment(base, size)
+                    scrubbed = True
             self.stats.passes += 1
-            self._stop.wait(_IDLE_S if not sealed else 0.0)
+            # Nothing to read this pass (nothing sealed, or every sealed segment holds the log
+            # start, below which retention has cut): idle. Without this, a leader whose only
+            # sealed segment held the log start asked the loop for the spans again at once,
+            # forever: a core spent (found in a benchmark's voter, 35 CPU-minutes in 47).
+            self._stop.wait(0.0 if scrubbed else _IDLE_S)
 
     async def _spans(self) -> list[tuple[int, int, int, int]]:
         return self._log.segment_spans()

@@ -140,3 +140,29 @@ def test_a_cut_log_takes_a_new_directory_id(tmp_path: Path) -> None:
     assert after is not None
     assert (after.cluster_id, after.node_id) == (before.cluster_id, before.node_id)
     assert after.directory_id != before.directory_id and len(after.directory_id) == 22
+
+
+def test_the_scrub_idles_when_retention_left_nothing_to_read(tmp_path: Path) -> None:
+    """Every sealed segment holds the log start (retention cut inside it): a pass reads
+    nothing, and the next one waits instead of asking the loop for the spans at once."""
+    import asyncio
+
+    from kraft_spark.net.scrub import LogScrubber
+
+    log_dir = str(tmp_path / "retained")
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        with SegmentedLog.open(RealFileSystem(), log_dir, **OPTIONS) as log:
+            fill(log, [1] * 30, value_size=50)
+            log.flush()
+            spans = log.segment_spans()
+            assert len(spans) == 2  # one sealed segment and the active one
+            log.advance_start_offset(spans[0][0] + 1)  # the start inside the sealed one
+            scrub = LogScrubber(log, 10**9, loop, lambda d: None).start()
+            await asyncio.sleep(0.5)
+            scrub.stop()
+            assert scrub.stats.bytes_verified == 0
+            assert scrub.stats.passes == 1, scrub.stats  # was thousands: a busy loop
+
+    asyncio.run(body())
