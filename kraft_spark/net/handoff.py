@@ -14,8 +14,8 @@ has no channel here and the router proxies its requests instead. Only a process 
 user may hand over (``SO_PEERCRED``): a handed-over connection is then no more than one the
 process could have accepted itself, and every request on it is authenticated as usual.
 
-One message per connection on a ``SOCK_SEQPACKET`` channel: one byte and one descriptor, so
-message boundaries keep each descriptor with its own byte.
+Messages on a ``SOCK_SEQPACKET`` channel: one byte and up to ``MAX_FDS_PER_MESSAGE``
+descriptors each (message boundaries keep descriptors with their own message).
 """
 
 from __future__ import annotations
@@ -26,14 +26,17 @@ import os
 import socket
 import struct
 import sys
+from collections import deque
 from collections.abc import Callable
 from typing import Final
 
 log = logging.getLogger(__name__)
 
 SUPPORTED: Final = sys.platform.startswith("linux")
-# The receiver takes at most this many connections per readiness (the rest: next iteration).
-MAX_PER_CALL: Final = 256
+# The receiver reads at most this many messages per readiness (the rest: next iteration).
+MAX_PER_CALL: Final = 64
+# Descriptors in one message: the kernel's limit (SCM_MAX_FD).
+MAX_FDS_PER_MESSAGE: Final = 253
 _PEERCRED: Final = struct.Struct("3i")  # pid, uid, gid
 _TAG: Final = b"c"
 
@@ -116,12 +119,15 @@ class HandoffReceiver:
     def _on_message(self, channel: socket.socket) -> None:
         for _ in range(MAX_PER_CALL):
             try:
-                data, fds, _flags, _ = socket.recv_fds(channel, 16, 1, socket.MSG_CMSG_CLOEXEC)
+                data, fds, flags, _ = socket.recv_fds(channel, 16, MAX_FDS_PER_MESSAGE,
+                                                      socket.MSG_CMSG_CLOEXEC)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 log.debug("handoff channel failed: %s", exc)
-                data, fds = b"", []
+                data, fds, flags = b"", [], 0
+            if flags & socket.MSG_CTRUNC:  # cannot happen with our sender: said if it does
+                log.warning("a connection handoff message was cut short: connections lost")
             if not data and not fds:  # the sender closed its end
                 self._loop.remove_reader(channel.fileno())
                 self._channels.pop(channel.fileno(), None)
@@ -142,15 +148,27 @@ class HandoffReceiver:
 
 
 class HandoffSender:
-    """The router's end of one HTTP API's channel: ``send`` hands a connection over, or says
-    it could not (then the caller serves it itself). Never blocks."""
+    """The router's end of one HTTP API's channel. ``send`` takes a connection to hand over, or
+    says at once that it cannot (then the caller serves it itself). Never blocks.
+
+    Connections are sent in batches (all those taken in one loop iteration, up to
+    ``MAX_FDS_PER_MESSAGE`` per message): the channel holds what the sender's socket buffer
+    holds until the receiver reads (278 one-descriptor messages with Linux's default 208 KiB),
+    which a client pool opening hundreds of connections at once against a busy leader could
+    fill. When it is full the rest wait for it to drain; when it fails they are given to their
+    ``fallback``."""
 
     RETRY_S: Final = 1.0  # a channel that could not be opened is tried again after this
+    MAX_QUEUED: Final = 4096
 
     def __init__(self, host: str, port: int) -> None:
         self.name = handoff_name(host, port)
         self._channel: socket.socket | None = None
         self._retry_at = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: deque[tuple[socket.socket, Callable[[socket.socket], None]]] = deque()
+        self._flush_scheduled = False
+        self._writing = False
         self.sent = 0
 
     def available(self, now: float) -> bool:
@@ -170,27 +188,61 @@ class HandoffSender:
         self._channel = channel
         return True
 
-    def send(self, conn: socket.socket, now: float) -> bool:
-        """Hand ``conn`` over (the caller then closes its own descriptor), or False."""
-        if not self.available(now):
+    def send(self, conn: socket.socket, now: float,
+             fallback: Callable[[socket.socket], None]) -> bool:
+        """Take ``conn`` to hand over (on the running loop, within the iteration or once the
+        channel drains), or return False at once and leave it to the caller. Once taken it is
+        the sender's: its descriptor here is closed once sent, or it goes to ``fallback`` if
+        the channel fails first."""
+        if len(self._pending) >= self.MAX_QUEUED or not self.available(now):
             return False
-        assert self._channel is not None
-        try:
-            socket.send_fds(self._channel, [_TAG], [conn.fileno()], socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return False  # the receiver is behind: this one is proxied
-        except OSError as exc:  # the receiver went away
-            log.debug("handoff to %r failed: %s", self.name[1:].decode(), exc)
-            self.close()
-            self._retry_at = now + self.RETRY_S
-            return False
-        self.sent += 1
+        self._pending.append((conn, fallback))
+        if not self._flush_scheduled and not self._writing:
+            self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._flush)
+            self._flush_scheduled = True
         return True
 
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        channel, pending = self._channel, self._pending
+        while pending and channel is not None:
+            batch = [pending[i] for i in range(min(len(pending), MAX_FDS_PER_MESSAGE))]
+            try:
+                socket.send_fds(channel, [_TAG], [conn.fileno() for conn, _ in batch],
+                                socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                self._wait_writable(channel)  # the receiver is behind: wait until it reads
+                return
+            except OSError as exc:  # the receiver went away: the rest are proxied
+                log.debug("handoff to %r failed: %s", self.name[1:].decode(), exc)
+                self._retry_at = (self._loop.time() if self._loop else 0.0) + self.RETRY_S
+                self.close()
+                return
+            for _ in batch:
+                pending.popleft()[0].close()  # the receiver holds it now
+            self.sent += len(batch)
+        self._stop_writing()
+
+    def _wait_writable(self, channel: socket.socket) -> None:
+        if not self._writing and self._loop is not None:
+            self._loop.add_writer(channel.fileno(), self._flush)
+            self._writing = True
+
+    def _stop_writing(self) -> None:
+        if self._writing and self._loop is not None and self._channel is not None:
+            self._loop.remove_writer(self._channel.fileno())
+        self._writing = False
+
     def close(self) -> None:
+        """Close the channel; connections not sent yet go to their fallback."""
+        self._stop_writing()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        pending, self._pending = self._pending, deque()
+        for conn, fallback in pending:
+            fallback(conn)
 
 
 __all__ = ["SUPPORTED", "HandoffReceiver", "HandoffSender", "handoff_name"]

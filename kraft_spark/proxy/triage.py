@@ -101,9 +101,8 @@ class HandoffTriage:
             return
         sender = self._sender()
         if (sender is not None and first_request_routes_to_leader(head)
-                and sender.send(conn, self._loop.time())):
-            self.handed += 1
-            conn.close()  # the leader's process holds it now
+                and sender.send(conn, self._loop.time(), self.adopt)):
+            self.handed += 1  # the sender closes it here once the leader's process has it
             return
         self.adopt(conn)
 
