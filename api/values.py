@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
+from json.encoder import encode_basestring_ascii
 from typing import Any, Final
 
 from starlette.types import Receive
@@ -86,6 +87,11 @@ VALUE_JSON = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 def encode_value(value: Any, index: int) -> bytes | None:
     if value is None:
         return None
+    if type(value) is str and value.isascii():
+        # The common case, byte for byte what VALUE_JSON.encode gives a str (that method
+        # calls this function): an ASCII string holds no lone surrogate and nests nothing,
+        # so ``unservable`` has nothing to find (a fifth of a 100-record batch's parse).
+        return encode_basestring_ascii(value).encode("ascii")
     try:
         encoded = VALUE_JSON.encode(value).encode("utf-8")
     except ValueError:
