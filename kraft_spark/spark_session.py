@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kraft_spark import spark_cds
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -232,6 +234,11 @@ def spark_conf(
         option = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
         _add_java_option(conf, "spark.driver.extraJavaOptions", option)
         _add_java_option(conf, "spark.executor.extraJavaOptions", option)
+    # The driver's classes from the archive `make` builds (kraft_spark.spark_cds): a start a
+    # third shorter. A JVM that spark-submit already started cannot take it.
+    archive = spark_cds.driver_java_option()
+    if archive and not submitted:
+        _add_java_option(conf, "spark.driver.extraJavaOptions", archive)
     return conf
 
 

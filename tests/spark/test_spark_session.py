@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kraft_spark import spark_session
+from kraft_spark import spark_cds, spark_session
 from kraft_spark.spark_session import (
     CONF_DIR_ENV,
     DELTA_VERSION_ENV,
@@ -67,6 +67,7 @@ def test_spark_conf_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     (tmp_path / "log4j2.properties").write_text("rootLogger.level = warn\n")
     monkeypatch.setenv(CONF_DIR_ENV, str(tmp_path))
     monkeypatch.setenv(IVY_DIR_ENV, str(tmp_path / "ivy"))
+    monkeypatch.setenv(spark_cds.DISABLE_ENV, "off")  # its own test below
     conf = spark_conf("app", "local[3]", tmp_path / "wh", {"spark.sql.shuffle.partitions": "7"})
     assert conf["spark.app.name"] == "app"
     assert conf["spark.master"] == "local[3]"
@@ -80,6 +81,44 @@ def test_spark_conf_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     log4j = f"-Dlog4j2.configurationFile={(tmp_path / 'log4j2.properties').as_uri()}"
     assert conf["spark.driver.extraJavaOptions"] == f"-Dx=1 {log4j}"
     assert conf["spark.executor.extraJavaOptions"] == log4j
+
+
+def test_the_driver_maps_the_class_data_archive_when_there_is_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = tmp_path / "driver.jsa"
+    monkeypatch.setattr(spark_cds, "archive_path", lambda: archive)
+    monkeypatch.delenv(spark_cds.DISABLE_ENV, raising=False)
+    assert spark_cds.driver_java_option() is None  # none built: Spark starts as it always did
+    assert "SharedArchiveFile" not in spark_conf("app").get("spark.driver.extraJavaOptions", "")
+    archive.write_bytes(b"archive")
+    conf = spark_conf("app", extra_conf={"spark.driver.extraJavaOptions": "-Dx=1"})
+    options = conf["spark.driver.extraJavaOptions"].split()
+    assert options[0] == "-Dx=1" and f"-XX:SharedArchiveFile={archive}" in options
+    assert "SharedArchiveFile" not in conf.get("spark.executor.extraJavaOptions", "")
+    # Under spark-submit the driver's JVM is already running; a user's own archive wins.
+    assert "SharedArchiveFile" not in spark_conf(
+        "app", submitted={"spark.master": "local[2]"}).get("spark.driver.extraJavaOptions", "")
+    own = spark_conf("app", extra_conf={
+        "spark.driver.extraJavaOptions": "-XX:SharedArchiveFile=/mine.jsa"})
+    assert own["spark.driver.extraJavaOptions"].startswith("-XX:SharedArchiveFile=/mine.jsa")
+    assert own["spark.driver.extraJavaOptions"].count("SharedArchiveFile") == 1
+    monkeypatch.setenv(spark_cds.DISABLE_ENV, "off")
+    assert spark_cds.driver_java_option() is None
+
+
+@pytest.mark.spark
+def test_the_suites_spark_driver_runs_on_the_class_data_archive(spark: Any) -> None:
+    """`make` builds the archive (kraft_spark/spark_cds.py) and the JVM maps it: a JVM that
+    refused it (another class path, another JDK) would start without it, silently slower."""
+    archive = spark_cds.archive_path()
+    assert archive.is_file(), (
+        f"no class-data archive at {archive}: `make` builds it "
+        "(python -m kraft_spark.spark_cds_build)")
+    jvm = spark.sparkContext._jvm
+    pid = jvm.java.lang.ProcessHandle.current().pid()
+    assert str(archive) in Path(f"/proc/{pid}/maps").read_text(), (
+        "the driver's JVM did not map the class-data archive: rebuild it with "
+        "python -m kraft_spark.spark_cds_build")
 
 
 @pytest.mark.spark
