@@ -31,13 +31,10 @@ test: $(STAMP) $(CDS)
 	$(VENV)/bin/mypy
 	# Three workers (pytest-xdist) on this 2-core VM: part of the suite waits on timers and real
 	# processes (main pass 8:38, against 9:09 on two); tests/conftest.py groups the tests that
-	# must share one worker (the Spark applications: two groups).
+	# must share one worker (the Spark applications: two groups) and runs the network and API
+	# tests on both asyncio's loop and uvloop, the loop of every kraft-spark process (one pass:
+	# their uvloop half fills the cores the last Spark tests leave idle).
 	$(VENV)/bin/pytest -m 'not slow' -n 3 --dist loadgroup --durations=25
-	# The network and API tests again on uvloop, the loop every kraft-spark process runs on
-	# (modules marked loop_free run the same code on both passes: skipped here). Three workers:
-	# these tests mostly wait on timers (54 s on two, 39 on three).
-	$(VENV)/bin/pytest -m 'not slow' --event-loop=uvloop -n 3 --dist loadgroup --durations=10 \
-		tests/net tests/api
 
 # The inner loop for pure code (tests/ mirrors the packages: raft, sim, protocol, log, state,
 # store, client, driver, executors, warehouse, commands, metrics, docs): no Spark, no node

@@ -235,10 +235,13 @@ def spark_conf(
         _add_java_option(conf, "spark.driver.extraJavaOptions", option)
         _add_java_option(conf, "spark.executor.extraJavaOptions", option)
     # The driver's classes from the archive `make` builds (kraft_spark.spark_cds): a start a
-    # third shorter. A JVM that spark-submit already started cannot take it.
+    # third shorter. A JVM that spark-submit already started cannot take it. local-cluster's
+    # executors are JVMs of this machine on the same class path: theirs too.
     archive = spark_cds.driver_java_option()
     if archive and not submitted:
         _add_java_option(conf, "spark.driver.extraJavaOptions", archive)
+    if archive and str(conf["spark.master"]).startswith("local-cluster"):
+        _add_java_option(conf, "spark.executor.extraJavaOptions", archive)
     return conf
 
 

@@ -1,8 +1,9 @@
-"""``--event-loop=uvloop``: run the suite's ``asyncio.run`` calls on uvloop, the loop of every
-kraft-spark process (``kraft_spark.aio``), instead of asyncio's own. In-process tests otherwise
-run on asyncio's loop, where transports behave a little differently (uvloop's transports do
-not subclass ``asyncio.Transport``: a check that held on asyncio's loop once broke every
-connection of the real processes). ``make test`` runs the network and API tests both ways."""
+"""The suite's event loops: every kraft-spark process runs on uvloop (``kraft_spark.aio``), while
+in-process tests make theirs through asyncio's policy, where transports behave a little
+differently (uvloop's transports do not subclass ``asyncio.Transport``: a check that held on
+asyncio's loop once broke every connection of the real processes). So the network and API tests
+(``tests/net``, ``tests/api``) run twice in one pass, ``[asyncio]`` and ``[uvloop]``;
+``--event-loop=asyncio`` or ``--event-loop=uvloop`` runs every test once on that loop instead."""
 
 from __future__ import annotations
 
@@ -24,15 +25,52 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
-                     help="the event loop asyncio.run uses in these tests")
+    parser.addoption("--event-loop", choices=("both", "asyncio", "uvloop"), default="both",
+                     help="the event loop asyncio.run uses in these tests (both: the network "
+                          "and API tests on each, the others on asyncio's)")
 
 
-# Event loops made through asyncio's policy (asyncio.run, new_event_loop): what
-# ``--event-loop=uvloop`` changes. kraft_spark.aio's loops (every server thread of the product)
-# are uvloop's whatever the policy, so a module that never makes one through the policy runs the
-# same code on both passes: marked ``loop_free``, the uvloop pass skips it (a third of that
-# pass), and every other run checks the mark still holds.
+# The packages whose tests run on both loops (by default): what makes and serves connections.
+BOTH_LOOPS = ("net", "api")
+
+
+def _on_both_loops(config: pytest.Config, path: Any, module: Any) -> bool:
+    if config.getoption("--event-loop") != "both":
+        return False
+    parts = path.relative_to(config.rootpath / "tests").parts
+    marks = getattr(module, "pytestmark", [])
+    marks = marks if isinstance(marks, list) else [marks]
+    return parts[0] in BOTH_LOOPS and not any(m.name == "loop_free" for m in marks)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "event_loop_kind" in metafunc.fixturenames and _on_both_loops(
+            metafunc.config, metafunc.definition.path, metafunc.module):
+        metafunc.parametrize("event_loop_kind", ["asyncio", "uvloop"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def event_loop_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The loop this test's ``asyncio.run`` calls make: the parameter on both loops, else the
+    session's (set in pytest_configure)."""
+    kind = getattr(request, "param", None)
+    if kind != "uvloop":
+        yield kind or str(request.config.getoption("--event-loop"))
+        return
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        yield kind
+    finally:
+        asyncio.set_event_loop_policy(None)
+
+
+# Event loops made through asyncio's policy (asyncio.run, new_event_loop): what the loop
+# parameter changes. kraft_spark.aio's loops (every server thread of the product) are uvloop's
+# whatever the policy, so a module that never makes one through the policy runs the same code on
+# both loops: marked ``loop_free``, it runs once (a third of the uvloop half), and each run
+# checks the mark still holds.
 _POLICY_LOOPS = [0]
 
 
@@ -57,7 +95,7 @@ def _loop_free_mark_holds(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     assert _POLICY_LOOPS[0] == before, (
         f"{request.node.nodeid} is marked loop_free but made an event loop through asyncio's "
-        "policy: remove the mark from its module, so the uvloop pass runs it too")
+        "policy: remove the mark from its module, so it runs on uvloop too")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -96,11 +134,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     cores, one user of Ivy's cache per worker), Kafka's tools one (one Maven cache), and every
     other module stays whole on one worker (its module-scoped quorum starts once). The Spark
     groups, the longest, are handed out first."""
-    if config.getoption("--event-loop") == "uvloop":
-        same_on_both = [item for item in items if item.get_closest_marker("loop_free")]
-        if same_on_both:
-            config.hook.pytest_deselected(items=same_on_both)
-            items[:] = [item for item in items if not item.get_closest_marker("loop_free")]
     root = config.rootpath / "tests"
     for item in items:
         parts = item.path.relative_to(root).parts

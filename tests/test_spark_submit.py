@@ -64,6 +64,7 @@ def test_the_file_holds_what_spark_submit_needs() -> None:
 def test_build_spark_computes_the_jars_and_log4j_path_itself(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DELTA_VERSION_ENV, "4.4.9")  # still applies although the file pins
+    monkeypatch.setenv("KRAFT_SPARK_CDS", "off")  # its driver option: tests/spark
     conf = spark_conf("app", "local[3]", "/tmp/wh")
     assert conf["spark.jars.packages"] == "io.delta:delta-spark_2.13:4.4.9"
     log4j = f"-Dlog4j2.configurationFile={(REPO / 'conf' / 'log4j2.properties').as_uri()}"

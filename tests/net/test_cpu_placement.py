@@ -8,7 +8,7 @@ from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import RolePlacement, split_cpus
 from kraft_spark.raft.config import ConfigError
 
-# No event loop: the same code on both passes (the uvloop pass skips it).
+# No event loop: the same code on both loops (so it runs once, on asyncio's).
 pytestmark = pytest.mark.loop_free
 
 

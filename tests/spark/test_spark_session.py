@@ -95,6 +95,9 @@ def test_the_driver_maps_the_class_data_archive_when_there_is_one(
     options = conf["spark.driver.extraJavaOptions"].split()
     assert options[0] == "-Dx=1" and f"-XX:SharedArchiveFile={archive}" in options
     assert "SharedArchiveFile" not in conf.get("spark.executor.extraJavaOptions", "")
+    # local-cluster's executors are JVMs of this machine with the driver's class path.
+    cluster = spark_conf("app", "local-cluster[2,1,1024]")
+    assert f"-XX:SharedArchiveFile={archive}" in cluster["spark.executor.extraJavaOptions"]
     # Under spark-submit the driver's JVM is already running; a user's own archive wins.
     assert "SharedArchiveFile" not in spark_conf(
         "app", submitted={"spark.master": "local[2]"}).get("spark.driver.extraJavaOptions", "")
