@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from api.models import (
@@ -26,8 +27,8 @@ from kraft_spark.client.errors import (
     key_reused,
 )
 from kraft_spark.client.types import (
+    AppendRecord,
     AppendResult,
-    NewRecord,
 )
 
 
@@ -77,7 +78,8 @@ class Appender:
             raise ApiError(503, "the sidecar is still starting", {"Retry-After": RETRY_AFTER_S})
         return self.backend
 
-    async def append(self, records: list[NewRecord], key: str | None) -> tuple[AppendResult, bool]:
+    async def append(self, records: Sequence[AppendRecord],
+                     key: str | None) -> tuple[AppendResult, bool]:
         backend = self._backend()
         if key is None:
             try:

@@ -10,6 +10,7 @@ judged. An Idempotency-Key retry returns the first append's offsets and so the f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from api.models import MAX_RECORDS_PER_REQUEST, RECORD_SHAPE, RETRY_AFTER_S, ApiError, RecordIn
 from api.values import RecordFields, describe_errors
 from kraft_spark.client.errors import ClientError
-from kraft_spark.client.types import AppendResult, NewRecord
+from kraft_spark.client.types import AppendRecord, AppendResult
 from kraft_spark.store.service import KvStore, ReadTimeoutError
 from kraft_spark.store.txn import MAX_CONDITIONS, TXN_HEADER, Condition, encode_header
 
@@ -87,12 +88,12 @@ def parse_conditional(parsed: dict[str, Any]) -> tuple[list[RecordFields], list[
     return records, conditions
 
 
-def with_conditions(records: Sequence[NewRecord],
-                    conditions: Sequence[Condition]) -> list[NewRecord]:
+def with_conditions(records: Sequence[AppendRecord],
+                    conditions: Sequence[Condition]) -> list[AppendRecord]:
     """The records as one conditional group: the header goes on the first."""
     first = records[0]
     header = (TXN_HEADER, encode_header(len(records), conditions))
-    return [NewRecord(first.key, first.value, (*first.headers, header)), *records[1:]]
+    return [replace(first, headers=(*first.headers, header)), *records[1:]]
 
 
 def no_store_error() -> ApiError:

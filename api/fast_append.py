@@ -41,14 +41,14 @@ from api.values import (
     plain_fields,
     read_limited,
     record_size,
-    to_new_records,
+    to_records,
 )
 from kraft_spark.client.errors import (
     ClientError,
 )
 from kraft_spark.client.types import (
+    AppendRecord,
     AppendResult,
-    NewRecord,
 )
 from kraft_spark.http_auth import Credentials, bearer_token
 from kraft_spark.http_auth import Scope as AuthScope
@@ -91,7 +91,7 @@ class AppendEndpoint:
                 415, f"unsupported Content-Type {content_type!r}: send application/json"
             )
 
-    def records(self, body: bytes) -> list[NewRecord]:
+    def records(self, body: bytes) -> list[AppendRecord]:
         """The records of a request body without conditions, or the ApiError that says what is
         wrong with it (a conditional body included: ``parse`` takes those)."""
         records, judged = self.parse(body)
@@ -100,7 +100,7 @@ class AppendEndpoint:
                                 "AppendEndpoint.parse")
         return records
 
-    def parse(self, body: bytes) -> tuple[list[NewRecord], bool]:
+    def parse(self, body: bytes) -> tuple[list[AppendRecord], bool]:
         """The records of a request body, and whether their outcome must be judged by the
         state machine (conditions or a lease); or the ApiError that says what is wrong."""
         parsed = parse_json(body)
@@ -121,7 +121,7 @@ class AppendEndpoint:
                 422, f"the batch holds {len(items)} records, over the limit of "
                 f"{self.max_records} per request: split it",
             )
-        records = to_new_records(items)
+        records = to_records(items)
         if lease is not None:
             records = with_lease(records, lease)
         if conditions:

@@ -5,10 +5,11 @@ machine attaches the keys, or fails the write when the lease does not exist (404
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from api.models import ApiError
-from kraft_spark.client.types import NewRecord
+from kraft_spark.client.types import AppendRecord
 from kraft_spark.store.leases import LEASE_HEADER
 
 MAX_LEASE_ID = (1 << 63) - 1
@@ -25,7 +26,7 @@ def lease_field(parsed: dict[str, Any]) -> int | None:
     return lease
 
 
-def with_lease(records: Sequence[NewRecord], lease_id: int) -> list[NewRecord]:
+def with_lease(records: Sequence[AppendRecord], lease_id: int) -> list[AppendRecord]:
     header = (LEASE_HEADER, str(lease_id).encode())
     for index, record in enumerate(records):
         if any(name == LEASE_HEADER for name, _ in record.headers):
@@ -33,4 +34,4 @@ def with_lease(records: Sequence[NewRecord], lease_id: int) -> list[NewRecord]:
                                 "lease_id beside records")
         if record.key is None or record.value is None:
             raise ApiError(422, f"records[{index}]: a deletion cannot be attached to a lease")
-    return [NewRecord(r.key, r.value, (*r.headers, header)) for r in records]
+    return [replace(r, headers=(*r.headers, header)) for r in records]

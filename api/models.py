@@ -9,9 +9,9 @@ from typing import Any, Final, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from kraft_spark.client.types import (
+    AppendRecord,
     AppendResult,
     CommittedRecord,
-    NewRecord,
     QuorumInfo,
 )
 
@@ -40,7 +40,7 @@ class QuorumBackend(Protocol):
     def cluster_id(self) -> str | None: ...
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = ...,
+        self, records: Sequence[AppendRecord], *, timeout_s: float = ...,
         idempotency_key: str | None = ...,
     ) -> AppendResult:
         """``idempotency_key``: retries of the key through any backend are answered with the

@@ -58,11 +58,12 @@ from kraft_spark.client.errors import (
 )
 from kraft_spark.client.timeouts import ClientTimeouts
 from kraft_spark.client.types import (
+    AppendRecord,
     AppendResult,
     CommittedRecord,
-    NewRecord,
     QuorumInfo,
     ReplicaInfo,
+    stamped,
 )
 from kraft_spark.net.local_requests import (
     LocalNode,
@@ -98,14 +99,6 @@ def _replica(state: ReplicaState) -> ReplicaInfo:
         state.replica_id, state.log_end_offset, state.last_fetch_timestamp,
         state.last_caught_up_timestamp,
         directory_text(directory) if directory != NIL_DIRECTORY else None,
-    )
-
-
-def _stamped(records: Sequence[NewRecord]) -> tuple[Record, ...]:
-    """The records with this leader's append time."""
-    now = int(time.time() * 1000)
-    return tuple(
-        Record(key=r.key, value=r.value, timestamp_ms=now, headers=r.headers) for r in records
     )
 
 
@@ -163,7 +156,7 @@ class NodeBackend:
     # ------------------------------------------------------------------ append
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+        self, records: Sequence[AppendRecord], *, timeout_s: float = 10.0,
         idempotency_key: str | None = None,
     ) -> AppendResult:
         if not records:
@@ -171,11 +164,11 @@ class NodeBackend:
         if idempotency_key is not None:
             return await self._append_keyed(records, timeout_s, idempotency_key)
         if self._node.is_leader:
-            return await self._appends.append(_stamped(records), timeout_s)
+            return await self._appends.append(stamped(records), timeout_s)
         self._forwarded += 1
         return await self._forwarder().append(records, timeout_s=timeout_s)
 
-    async def _append_keyed(self, records: Sequence[NewRecord], timeout_s: float,
+    async def _append_keyed(self, records: Sequence[AppendRecord], timeout_s: float,
                             key: str) -> AppendResult:
         """An Idempotency-Key's append, alone under the key's producer id (never shared: the
         quorum's producer table dedupes its retries). Because a retry is safe, an outcome left
@@ -186,7 +179,7 @@ class NodeBackend:
         deadline = time.monotonic() + timeout_s
         if self._node.is_leader:
             request = ProduceRequest(
-                _stamped(records), timeout_ms=max(1, int(timeout_s * 1000)),
+                stamped(records), timeout_ms=max(1, int(timeout_s * 1000)),
                 producer_id=key_producer_id(key), producer_epoch=0, base_sequence=0)
             try:
                 future = local_answer(self._node, request)
@@ -203,7 +196,7 @@ class NodeBackend:
             records, timeout_s=max(0.1, deadline - time.monotonic()), idempotency_key=key)
 
     def start_append(
-        self, records: Sequence[NewRecord], timeout_s: float, settle: Settle
+        self, records: Sequence[AppendRecord], timeout_s: float, settle: Settle
     ) -> bool:
         """``append`` from a callback (the HTTP API's ``api.direct`` path) while this node
         leads: ``settle(result, error)`` is called once, usually straight from the core's answer
@@ -211,7 +204,7 @@ class NodeBackend:
         the API is closing): the caller takes the ``append`` path."""
         if self._closed or not records or not self._node.is_leader:
             return False
-        self._appends.submit(_stamped(records), timeout_s, settle)
+        self._appends.submit(stamped(records), timeout_s, settle)
         return True
 
     async def _forward_batch(self, records: tuple[Record, ...], timeout_s: float) -> AppendResult:

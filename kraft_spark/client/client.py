@@ -42,11 +42,12 @@ from kraft_spark.client.errors import (
 from kraft_spark.client.leader_watch import DEFAULT_PROBE_AFTER_S, LeaderMovedError, LeaderWatch
 from kraft_spark.client.security import needs_authentication
 from kraft_spark.client.types import (
+    AppendRecord,
     AppendResult,
     CommittedRecord,
-    NewRecord,
     QuorumInfo,
     ReplicaInfo,
+    stamped,
 )
 from kraft_spark.client.voter_changes import VoterChangesMixin
 from kraft_spark.protocol import METADATA_TOPIC, ApiKey, ErrorCode
@@ -404,10 +405,11 @@ class AsyncQuorumClient(VoterChangesMixin):
     # ------------------------------------------------------------------ append
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+        self, records: Sequence[AppendRecord], *, timeout_s: float = 10.0,
         idempotency_key: str | None = None,
     ) -> AppendResult:
-        """Append ``records`` as one batch and wait until it is committed.
+        """Append ``records`` as one batch and wait until it is committed (a ``NewRecord``
+        gets the time of now; a ``Record`` keeps its own).
 
         ``idempotency_key``: the batch goes out alone under the key's own producer id
         (``key_producer_id``) at sequence 0, so every retry of the key, from any client or
@@ -416,11 +418,7 @@ class AsyncQuorumClient(VoterChangesMixin):
         refused (``InvalidRecordError``)."""
         if not records:
             raise ValueError("append needs at least one record")
-        now = int(time.time() * 1000)
-        batch_records = tuple(
-            Record(key=r.key, value=r.value, timestamp_ms=now, headers=r.headers)
-            for r in records
-        )
+        batch_records = stamped(records)
         if idempotency_key is not None:
             lane = _Lane(key_producer_id(idempotency_key))
             return await self._append_on_lane(lane, batch_records, timeout_s,

@@ -97,7 +97,8 @@ def _load_fastcodec() -> ModuleType | None:
 
 def _record_init_only_stores() -> bool:
     """True when ``Record(k, v, ts, h)`` does nothing but store its four arguments: a dataclass
-    with exactly these fields, the generated ``__init__`` and no ``__post_init__``. The C decoder
+    with exactly these fields, the generated ``__init__`` (or the one ``Record`` declares does
+    only that: ``INIT_ONLY_STORES``) and no ``__post_init__``. The C decoder
     then fills the slots of fresh objects directly (~7x faster than calling ``Record``);
     any change to ``Record`` that breaks this falls back to calling it."""
     fields = getattr(Record, "__dataclass_fields__", None)
@@ -108,7 +109,8 @@ def _record_init_only_stores() -> bool:
         and list(fields) == ["key", "value", "timestamp_ms", "headers"]
         and not hasattr(Record, "__post_init__")
         and code is not None
-        and code.co_filename == "<string>"  # made by dataclasses, not written in the class
+        and (code.co_filename == "<string>"  # made by dataclasses, not written in the class
+             or getattr(init, "INIT_ONLY_STORES", False))
         and code.co_varnames[:5] == ("self", "key", "value", "timestamp_ms", "headers")
     )
 

@@ -9,6 +9,7 @@ next offset to be written (exclusive).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 Header = tuple[str, bytes | None]
@@ -18,7 +19,7 @@ CONTROL_TYPE_LEADER_CHANGE = 2
 CONTROL_KEY_VERSION = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Record:
     """One record of a batch. ``timestamp_ms`` is absolute (the codec stores a delta)."""
 
@@ -26,6 +27,22 @@ class Record:
     value: bytes | None
     timestamp_ms: int = 0
     headers: tuple[Header, ...] = ()
+
+    def __init__(self, key: bytes | None, value: bytes | None, timestamp_ms: int = 0,
+                 headers: tuple[Header, ...] = ()) -> None:
+        # What the frozen dataclass's own __init__ does (store the four fields), through the
+        # slots' descriptors instead of object.__setattr__ by name: 0.41 µs instead of 0.67.
+        # The HTTP API builds one per record it takes (100 per batch), the follower per record
+        # it decodes. Still frozen: assignment after this raises FrozenInstanceError.
+        _SET_KEY(self, key)
+        _SET_VALUE(self, value)
+        _SET_TIMESTAMP(self, timestamp_ms)
+        _SET_HEADERS(self, headers)
+
+    # kraft_spark.log.codec's C decoder fills the four slots of fresh records itself instead of
+    # calling this (7x faster), which is right only while this stores its arguments and nothing
+    # else: keep it so, or drop the mark.
+    __init__.INIT_ONLY_STORES = True  # type: ignore[attr-defined]
 
     def size_estimate(self) -> int:
         """Approximate encoded size, used for byte limits in Fetch."""
@@ -38,6 +55,13 @@ class Record:
             size += 4 + len(name) + (len(value) if value is not None else 0)
         return size
 
+
+
+# The slots' own setters (member descriptors), bound once for Record.__init__.
+_SET_KEY: Callable[[Record, bytes | None], None] = vars(Record)["key"].__set__
+_SET_VALUE: Callable[[Record, bytes | None], None] = vars(Record)["value"].__set__
+_SET_TIMESTAMP: Callable[[Record, int], None] = vars(Record)["timestamp_ms"].__set__
+_SET_HEADERS: Callable[[Record, tuple[Header, ...]], None] = vars(Record)["headers"].__set__
 
 @dataclass(frozen=True, slots=True)
 class Batch:

@@ -27,14 +27,15 @@ from kraft_spark.client.errors import (
     RecordTooLargeError,
 )
 from kraft_spark.client.types import (
+    AppendRecord,
     AppendResult,
     CommittedRecord,
-    NewRecord,
     QuorumInfo,
     ReplicaInfo,
 )
 from kraft_spark.http_auth import Credential, Credentials, Scope
 from kraft_spark.metrics import Registry
+from kraft_spark.raft.records import Record
 from tests.metrics_text import samples
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.loop_free]
@@ -54,7 +55,7 @@ class InMemoryTestBackend:
         self.cluster_id: str | None = "test-cluster"
         self.epoch = 3
         self.log: list[CommittedRecord] = []
-        self.appends: list[tuple[NewRecord, ...]] = []  # every call that reached the backend
+        self.appends: list[tuple[AppendRecord, ...]] = []  # every call that reached the backend
         self.keys: list[str | None] = []  # the Idempotency-Key each call carried
         self.timeouts: list[float] = []
         self.fail_with: Exception | None = None
@@ -77,7 +78,7 @@ class InMemoryTestBackend:
         self.close_loop: asyncio.AbstractEventLoop | None = None
 
     async def append(
-        self, records: Sequence[NewRecord], *, timeout_s: float = 10.0,
+        self, records: Sequence[AppendRecord], *, timeout_s: float = 10.0,
         idempotency_key: str | None = None,
     ) -> AppendResult:
         self.keys.append(idempotency_key)
@@ -222,19 +223,21 @@ def test_single_append_converts_key_value_and_headers(
     serve: Serve, backend: InMemoryTestBackend
 ) -> None:
     client = serve()
+    before = int(time.time() * 1000)
     reply = client.post({"key": "topic/é", "value": {"b": [1, 2.5, "x"], "a": None},
                          "headers": {"source": "test", "h": "ü"}})
     assert reply.status == 200, reply.body
     assert reply.json() == {"base_offset": 0, "last_offset": 0, "epoch": 3}
-    assert backend.appends == [
-        (
-            NewRecord(
-                key="topic/é".encode(),
-                value=b'{"b":[1,2.5,"x"],"a":null}',
-                headers=(("source", b"test"), ("h", "ü".encode())),
-            ),
-        )
-    ]
+    [(record,)] = backend.appends
+    # Built once, as the log holds it: stamped with the time the API took it.
+    assert isinstance(record, Record)
+    assert before <= record.timestamp_ms <= int(time.time() * 1000)
+    assert record == Record(
+        key="topic/é".encode(),
+        value=b'{"b":[1,2.5,"x"],"a":null}',
+        timestamp_ms=record.timestamp_ms,
+        headers=(("source", b"test"), ("h", "ü".encode())),
+    )
     assert "idempotent-replayed" not in reply.headers
 
 
