@@ -168,16 +168,24 @@ def failed_point(exc: BaseException) -> dict[str, Any]:
 
 
 def interleaved_points(contenders: list[tuple[str, Measure]], rounds: int, seconds: float,
-                       log: Log) -> dict[str, dict[str, Any]]:
+                       log: Log, settle: Callable[[], float] | None = None,
+                       ) -> dict[str, dict[str, Any]]:
     """Every point of every contender, ``rounds`` times, the systems taking turns within each
     workload (the first one moving down each round), so that a slow period of a shared disk or
     CPU falls on all of them alike rather than on whichever ran then; each figure is the median
-    of its rounds (``median_point``). Returns system -> workload -> point."""
+    of its rounds (``median_point``). Returns system -> workload -> point.
+
+    ``settle``, called before every point: waits out a system's work left over from the point
+    before (the Spark application materializing what it took) and returns the seconds it
+    waited, logged when over one."""
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name, _ in contenders}
     for workload in PLAN:
         for r in range(rounds):
             turn = r % len(contenders)
             for name, measure in contenders[turn:] + contenders[:turn]:
+                waited = settle() if settle is not None else 0.0
+                if waited >= 1.0:
+                    log(f"  (waited {waited:.1f} s for the application's materializer)")
                 log(f"  {workload.label}, round {r + 1}/{rounds}: {name} ({seconds:g} s)")
                 try:
                     point = measure(workload)
@@ -279,7 +287,11 @@ def run_compare(*, seconds: float, warmup_s: float, systems: list[str], base_por
         for name, measure in contenders:
             log(f"  warm-up (not measured): {name}, {PLAN[1].label}")
             measure(PLAN[1])
-        measured = interleaved_points(contenders, rounds, seconds, log)
+        # Before each point the Spark application's driver is caught up: its materializing of
+        # a batch point (a million records) once fell on the next systems' points (local's
+        # batch rows: 67,908 then 36,024 records/s in one run; wrk at its leader alone: 166,000).
+        measured = interleaved_points(contenders, rounds, seconds, log,
+                                      settle=app.settle if "kraft-app" in systems else None)
         running.close()  # stop both before the failover runs
         for name, _ in contenders:
             row: dict[str, Any] = {"name": name, "points": measured[name]}

@@ -366,7 +366,8 @@ class KraftApp:
             self._warm_offset = int(body["last_offset"])
         return status == 200
 
-    def _snapshot_caught_up(self) -> bool:
+    def _table_offsets(self) -> dict[str, float]:
+        """Each Delta table's materialized offset (``kraft_spark_delta_table_offset``)."""
         request = urllib.request.Request(self.url + "/metrics",
                                          headers=bearer(self.tokens.read))
         try:
@@ -376,8 +377,28 @@ class KraftApp:
             if exc.code in (401, 403):  # not retried (wait_for retries an OSError)
                 raise RuntimeError(f"GET {self.url}/metrics answered {exc.code}") from None
             raise
-        found = re.search(r'kraft_spark_delta_table_offset\{table="snapshot"\} (\S+)', text)
-        return found is not None and float(found.group(1)) > self._warm_offset
+        return {m.group(1): float(m.group(2)) for m in re.finditer(
+            r'kraft_spark_delta_table_offset\{table="(\w+)"\} (\S+)', text)}
+
+    def _snapshot_caught_up(self) -> bool:
+        return self._table_offsets().get("snapshot", -1.0) > self._warm_offset
+
+    def materialized(self) -> bool:
+        """Whether the driver has materialized everything committed into ``records`` and
+        ``snapshot`` (their offsets have reached the high watermark)."""
+        hw = http_json(self.url + "/v1/quorum", token=self.tokens.read)[1]["highWatermark"]
+        offsets = self._table_offsets()
+        return all(offsets.get(table, -1.0) >= hw for table in ("records", "snapshot"))
+
+    def settle(self, timeout_s: float = 120.0) -> float:
+        """Wait until the driver has materialized what the last point appended (a point of
+        100-record batches leaves it about a million records behind), so that its catching up
+        does not fall on the next point, whichever system that measures. Returns the seconds
+        waited; after ``timeout_s`` it goes on regardless (the caller logs the wait)."""
+        started = time.monotonic()
+        with contextlib.suppress(RuntimeError):
+            wait_for("the application's materializer", self.materialized, timeout_s=timeout_s)
+        return time.monotonic() - started
 
     def workloads(self) -> tuple[HttpWorkload, HttpWorkload]:
         """Through the driver's endpoint (it forwards to the leader)."""

@@ -406,3 +406,28 @@ def test_a_point_that_raises_is_a_failed_round_not_a_lost_run() -> None:
     assert all("RuntimeError: no leader" in r["failed"] for r in failed["rounds"])
     assert points["b"][PLAN[0].label]["p50_ms"] == 2.0  # the other points are kept
     assert points["a"][PLAN[1].label]["p50_ms"] == 1.0
+
+
+def test_every_point_starts_once_the_application_has_settled() -> None:
+    """The Spark application's driver materializes a batch point's million records after it:
+    that work must not fall on the next point (local's batch rows once halved under it)."""
+    events: list[str] = []
+
+    def measure(name: str) -> Any:
+        def run(workload: Workload) -> dict[str, Any]:
+            events.append(name)
+            return _figures(1.0)
+        return run
+
+    def settle() -> float:
+        events.append("settle")
+        return 2.5 if len(events) == 1 else 0.0
+
+    lines: list[str] = []
+    interleaved_points([("a", measure("a")), ("b", measure("b"))], 2, 1.0, lines.append,
+                       settle=settle)
+    assert events[:4] == ["settle", "a", "settle", "b"]
+    assert events.count("settle") == len(events) // 2 == 2 * 2 * len(PLAN)
+    assert all(e == "settle" for e in events[::2])
+    assert lines[0] == "  (waited 2.5 s for the application's materializer)"
+    assert sum("waited" in line for line in lines) == 1
