@@ -47,18 +47,20 @@ def _exercise(out: Path) -> None:
             process.wait(timeout=120)
 
 
-def build(*, quiet: bool = False) -> int:
+def build() -> int:
     """Make the archive (replacing an old one atomically); 0 on success. A failure is reported
     and leaves things as they were: Spark starts without the archive."""
     target = spark_cds.archive_path()
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     started = time.monotonic()
-    if not quiet:
-        print(f"[kraft-spark] building the Spark driver's class-data archive {target} "
-              "(one Spark start, about 20 s)", flush=True)
+    print(f"[kraft-spark] building the Spark driver's class-data archive {target} "
+          "(one Spark start, about 35 s)", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
     env.pop("PYSPARK_SUBMIT_ARGS", None)
+    # The probe's JVM dumps a new archive; mapping the old one as well would stop it at start
+    # (a rebuild after a reinstall failed so).
+    env[spark_cds.DISABLE_ENV] = "off"
     try:
         done = subprocess.run(
             [sys.executable, "-m", "kraft_spark.spark_cds_build", "--probe", str(partial)],
@@ -76,10 +78,9 @@ def build(*, quiet: bool = False) -> int:
         return 1
     finally:
         partial.unlink(missing_ok=True)
-    if not quiet:
-        size = target.stat().st_size / 2**20
-        print(f"[kraft-spark] class-data archive ready: {size:.0f} MiB in "
-              f"{time.monotonic() - started:.0f} s", flush=True)
+    size = target.stat().st_size / 2**20
+    print(f"[kraft-spark] class-data archive ready: {size:.0f} MiB in "
+          f"{time.monotonic() - started:.0f} s", flush=True)
     return 0
 
 
@@ -87,14 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kraft_spark.spark_cds_build",
         description="Build the class-data-sharing archive that starts the Spark driver faster.")
-    parser.add_argument("--if-missing", action="store_true",
-                        help="do nothing when this environment's archive already exists")
     parser.add_argument("--probe", metavar="OUT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
         _exercise(Path(args.probe))
-        return 0
-    if args.if_missing and spark_cds.archive_path().is_file():
         return 0
     return build()
 
