@@ -12,9 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
-from kraft_spark.raft.records import Record
-
-Header = tuple[str, bytes | None]
+from kraft_spark.raft.records import Header, Record
 
 
 def payload_bytes(key: bytes | None, value: bytes | None, headers: tuple[Header, ...]) -> int:

@@ -56,12 +56,12 @@ class Record:
         return size
 
 
-
 # The slots' own setters (member descriptors), bound once for Record.__init__.
 _SET_KEY: Callable[[Record, bytes | None], None] = vars(Record)["key"].__set__
 _SET_VALUE: Callable[[Record, bytes | None], None] = vars(Record)["value"].__set__
 _SET_TIMESTAMP: Callable[[Record, int], None] = vars(Record)["timestamp_ms"].__set__
 _SET_HEADERS: Callable[[Record, tuple[Header, ...]], None] = vars(Record)["headers"].__set__
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:
