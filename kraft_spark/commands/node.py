@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kraft_spark import aio
@@ -90,7 +91,6 @@ def _run_node(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: Any, lock_timeout_s: float) -> None:
-    from api.node_http import serve_node_http
     from kraft_spark.log.errors import LogError
     from kraft_spark.net.metrics_server import start_metrics_server
     from kraft_spark.net.node import RaftNode
@@ -100,7 +100,12 @@ async def _serve(config: Any, lock_timeout_s: float) -> None:
         from kraft_spark.commands.bootstrap_servers import discover_voters
 
         config = await discover_voters(config)
-    node = RaftNode(config, lock_timeout_s=lock_timeout_s, http=serve_node_http)
+    http: Callable[..., Any] | None = None
+    if config.http_listener is not None:
+        # The HTTP layer (FastAPI, pydantic, uvicorn: ~0.4 s of imports) only for a node
+        # that serves it.
+        from api.node_http import serve_node_http as http
+    node = RaftNode(config, lock_timeout_s=lock_timeout_s, http=http)
     await node.start()
     expirer = LeaseExpirer(node).start()  # acts only while this node leads
     metrics = None

@@ -15,10 +15,9 @@ voter changes, as Kafka 4.x's ``kafka-metadata-quorum.sh`` makes them.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from kraft_spark.errors import CommandError
@@ -29,27 +28,6 @@ from kraft_spark.raft.config import ConfigError
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, directory_text, parse_directory
 
 Runner = Callable[[argparse.Namespace, Any], Any]
-
-# Kafka's directory ids are URL-safe base64: one in 32 starts with "-", which argparse takes
-# for an option ("--controller-directory-id -JweK07fQEKB8EDLMonlsw": "expected one argument").
-_DIRECTORY_FLAGS = ("--controller-directory-id", "-d")
-_DIRECTORY_TEXT = re.compile(r"^-[A-Za-z0-9_-]{21}$")
-
-
-def join_directory_ids(argv: Sequence[str]) -> list[str]:
-    """``argv`` with a directory id that starts with ``-`` joined to its flag
-    (``--controller-directory-id=-Jwe...``), so it is read as the value it is."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        if (argv[i] in _DIRECTORY_FLAGS and i + 1 < len(argv)
-                and _DIRECTORY_TEXT.match(argv[i + 1])):
-            out.append(f"--controller-directory-id={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(argv[i])
-        i += 1
-    return out
 
 
 def register_actions(actions: Any, run: Runner) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kraft_spark.cli import build_parser
-from kraft_spark.commands.quorum_admin import join_directory_ids
+from kraft_spark.commands.directory_args import join_directory_ids
 
 DASHED = "-JweK07fQEKB8EDLMonlsw"  # the id CI drew
 PLAIN = "OGKOlAU-SnudRP2ShvDtuA"

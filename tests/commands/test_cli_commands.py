@@ -1,0 +1,61 @@
+"""The command table of kraft_spark/cli.py: each command's parser is built from its own modules
+only, and the table names exactly the commands each module registers."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kraft_spark.cli import COMMAND_MODULES, COMMANDS, build_parser
+
+
+def _registered(module: str) -> list[str]:
+    subparsers = argparse.ArgumentParser().add_subparsers()
+    importlib.import_module(module).register(subparsers)
+    return list(subparsers.choices)
+
+
+def test_the_table_names_what_every_module_registers() -> None:
+    table: dict[str, list[str]] = {}
+    for module in COMMAND_MODULES:
+        for command in _registered(module):
+            table.setdefault(command, []).append(module)
+    assert {c: tuple(m) for c, m in table.items()} == COMMANDS
+
+
+def _choices(parser: argparse.ArgumentParser) -> list[str]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(action.choices)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_commands_parser_holds_its_modules_commands(command: str) -> None:
+    expected = {c for m in COMMANDS[command] for c in _registered(m)}
+    assert set(_choices(build_parser([command, "--whatever"]))) == expected
+
+
+@pytest.mark.parametrize("argv", [[], ["--help"], ["no-such-command"]])
+def test_no_command_or_an_unknown_one_loads_them_all(argv: list[str]) -> None:
+    assert set(_choices(build_parser(argv))) == set(COMMANDS)
+
+
+def test_an_unknown_command_is_named_with_the_choices() -> None:
+    done = subprocess.run([sys.executable, "-m", "kraft_spark", "no-such-command"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "invalid choice: 'no-such-command'" in done.stderr and "'metadata-quorum'" in done.stderr
+
+
+def test_a_nodes_parser_imports_neither_the_simulator_nor_the_http_layer() -> None:
+    probe = ("import json, sys\nfrom kraft_spark.cli import build_parser\n"
+             "build_parser(['node', '--config', 'x'])\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.startswith("
+             "('kraft_spark.sim', 'bench', 'fastapi', 'api')))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert json.loads(done.stdout) == []
