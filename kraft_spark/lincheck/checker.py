@@ -157,7 +157,8 @@ def check_history(ops: History | Iterable[Mapping[str, Any]], timeout_s: float =
                   out_dir: Path | None = None) -> CheckResult:
     """Check ``ops`` (dicts of the module's format, or a :class:`History`). The history (as
     ``history.json``) and, on a violation, porcupine's visualization (``violation.html``) are
-    written to ``out_dir`` (a new temporary directory when None)."""
+    written to ``out_dir`` (a new temporary directory when None, removed again when the history
+    is linearizable: the simulator checks one per seed)."""
     binary, reason = _build()
     if binary is None:
         raise RuntimeError(reason)
@@ -179,6 +180,8 @@ def check_history(ops: History | Iterable[Mapping[str, Any]], timeout_s: float =
     summary = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
     line = summary[-1] if summary else f"lincheck exited {proc.returncode}"
     if proc.returncode == 0:
+        if out_dir is None:
+            shutil.rmtree(out, ignore_errors=True)
         return CheckResult(True, line, None, "ok")
     if proc.returncode == 1:
         return CheckResult(False, line, viz if viz.is_file() else None, "illegal")

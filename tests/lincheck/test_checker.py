@@ -405,3 +405,21 @@ def test_history_recorder_from_coroutines(tmp_path: Path) -> None:
     assert ops[1]["return_ns"] is None
     assert history.counts()["get"]["pending"] == 1
     assert_linearizable(ops, tmp_path)
+
+
+def test_a_temporary_directory_stays_only_for_a_violation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``out_dir`` (the simulator, once per seed) a linearizable history leaves nothing
+    behind; a violation keeps its history and visualization to read."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    good = [put("x", "1", 0, 10), get("x", 20, 30, ("1", 1))]
+    assert check_history(good, timeout_s=30).ok
+    assert list(tmp_path.iterdir()) == []
+    bad = [put("x", "1", 0, 10), get("x", 20, 30, ("2", 1))]
+    result = check_history(bad, timeout_s=30)
+    assert not result.ok and result.visualization is not None
+    assert result.visualization.parent.parent == tmp_path
+    assert result.visualization.is_file()
