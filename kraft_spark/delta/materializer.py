@@ -190,6 +190,8 @@ class DeltaMaterializer:
         # A few hundred keys at most per call: one task per stage is plenty (4 shuffle partitions
         # and a local relation of defaultParallelism slices made 5 tasks of every stage).
         self._merge_session.conf.set("spark.sql.shuffle.partitions", "1")
+        # Per table, the data files its last compaction left (see compact).
+        self._kept_by_compaction: dict[str, int] = {}
 
     # ------------------------------------------------------------------ progress
 
@@ -324,15 +326,24 @@ class DeltaMaterializer:
         return checkpoint_table(self.spark, self.path(table), min_commits)
 
     def compact(self, table: str, min_files: int) -> Compaction | None:
-        """See ``maintenance.compact_table``. With delta-rs committing, the file count is
-        delta-rs's (its commits leave no checksum for the JVM to count from)."""
+        """See ``maintenance.compact_table``: due once ``min_files`` data files were added
+        since the last compaction. The files a compaction left (the large ones it wrote, and
+        those OPTIMIZE leaves alone: ``spark.databricks.delta.optimize.minFileSize``) do not
+        count again, or a table of compacted files would be OPTIMIZEd for nothing at every
+        cycle. With delta-rs committing, the file count is delta-rs's (its commits leave no
+        checksum for the JVM to count from)."""
         files = None
         if self.in_process and min_files >= 1:
             try:
                 files = rs_append.data_file_count(self.path(table))
             except Exception:  # no table yet: compact_table says so
                 files = None
-        return compact_table(self.spark, self.path(table), table, min_files, files)
+        kept = self._kept_by_compaction.get(table, 0) if min_files >= 1 else 0
+        done = compact_table(self.spark, self.path(table), table, min_files + kept, files)
+        if done is not None:
+            self._kept_by_compaction[table] = (done.files_before - done.files_removed
+                                               + done.files_added)
+        return done
 
     # ------------------------------------------------------------------ start-up
 

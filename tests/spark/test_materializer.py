@@ -684,6 +684,46 @@ def test_compaction_keeps_rows_offsets_and_time_travel(spark: Any, tmp_path: Pat
     assert materializer.compact(RECORDS, min_files=2) is None
 
 
+def test_a_compactions_own_files_are_not_rewritten_or_counted_again(
+        spark: Any, tmp_path: Path) -> None:
+    """OPTIMIZE rewrites the files under ``spark.databricks.delta.optimize.minFileSize``
+    (conf/spark-defaults.conf: 64 MiB; Delta's default, 1 GiB, made every compaction rewrite
+    the files the earlier ones wrote, hence the whole table). Here the threshold is scaled to
+    the first compaction's file: the second leaves that file alone, and it does not count
+    towards the second's ``min_files`` either."""
+    from deltalake import DeltaTable
+
+    def files() -> dict[str, int]:
+        actions = DeltaTable(table_path(tmp_path, RECORDS)).get_add_actions(flatten=True)
+        return dict(zip(actions.column("path").to_pylist(),
+                        actions.column("size_bytes").to_pylist(), strict=True))
+
+    batches = logdata.log()
+    half = len(batches) // 2
+    materializer = DeltaMaterializer(spark, str(tmp_path))
+    for i in range(1, half + 1):
+        materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
+    first = materializer.compact(RECORDS, min_files=2)
+    assert first is not None and first.files_added == 1
+    [(compacted, size)] = files().items()
+    spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(size))
+    try:
+        for i in range(half + 1, len(batches) + 1):
+            materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
+        new = {p: n for p, n in files().items() if p != compacted}
+        assert len(new) >= 2 and max(new.values()) < size  # what the second may rewrite
+        assert materializer.compact(RECORDS, min_files=len(new) + 1) is None  # kept: not due
+        second = materializer.compact(RECORDS, min_files=len(new))
+        assert second is not None
+        assert (second.files_before, second.files_removed, second.files_added) == (
+            len(new) + 1, len(new), 1)
+        assert compacted in files() and len(files()) == 2
+    finally:
+        spark.conf.unset("spark.databricks.delta.optimize.minFileSize")
+    _clear_delta_log_cache(spark)
+    assert read_records(spark, tmp_path) == logdata.record_rows(batches)
+
+
 def test_compaction_while_records_are_appended(spark: Any, tmp_path: Path) -> None:
     """OPTIMIZE on one thread while the other commits records call by call (blind appends):
     neither fails, no row is lost or doubled."""
