@@ -155,3 +155,30 @@ def test_the_archive_leaves_out_what_spark_provides() -> None:
     assert "pyspark" not in names
     assert [r for r in without if r.startswith("delta-spark")]  # its dependency is pyspark
     assert any(r.startswith("deltalake") for r in with_deps)
+
+
+def test_a_client_mode_driver_maps_the_class_data_archive(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver spark-submit starts on this machine takes the archive `make` built
+    (kraft_spark/spark_cds.py) beside log4j's option; a cluster-mode driver, started on another
+    host, does not."""
+    from kraft_spark import spark_cds
+
+    archive = tmp_path / "driver.jsa"
+    archive.write_bytes(b"")
+    monkeypatch.setattr(spark_cds, "archive_path", lambda: archive)
+    monkeypatch.delenv(spark_cds.DISABLE_ENV, raising=False)
+
+    def driver_options(spark_args: list[str]) -> list[str]:
+        cmd = submit_command("spark://h:7077", spark_args, [])
+        return [cmd[i + 1] for i, arg in enumerate(cmd[:-1]) if arg == "--conf"
+                and cmd[i + 1].startswith("spark.driver.extraJavaOptions=")]
+
+    [client] = driver_options([])
+    assert f"-XX:SharedArchiveFile={archive}" in client
+    assert "-Dlog4j2.configurationFile=" in client  # one option string holds both
+    [cluster] = driver_options(["--deploy-mode", "cluster"])
+    assert "SharedArchiveFile" not in cluster
+    monkeypatch.setenv(spark_cds.DISABLE_ENV, "off")
+    [off] = driver_options([])
+    assert "SharedArchiveFile" not in off

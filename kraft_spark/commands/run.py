@@ -88,8 +88,9 @@ def submit_command(master: str | None, spark_args: Sequence[str], app_args: Sequ
     The properties file of conf/ (as the documented spark-submit line), with the Delta
     coordinate of the installed pip package on top (``--packages``, merged into the user's own)
     and log4j2 named by absolute path (the file's is relative to the repository's root, and
-    this command runs from anywhere)."""
+    this command runs from anywhere); a client-mode driver maps the class-data archive."""
     import driver.app
+    from kraft_spark import spark_cds
     from kraft_spark.spark_session import conf_dir, defaults_file, delta_maven_coordinate
     from kraft_spark.spark_submit import local_slots
 
@@ -101,10 +102,18 @@ def submit_command(master: str | None, spark_args: Sequence[str], app_args: Sequ
         del user[at:at + 2]
     cmd = [os.path.join(os.path.dirname(sys.executable), "spark-submit"),
            "--properties-file", str(defaults_file()), "--packages", ",".join(packages)]
+    driver_options = []
     log4j = conf_dir() / "log4j2.properties"
     if log4j.is_file():
-        cmd += ["--conf", "spark.driver.extraJavaOptions="
-                f"-Dlog4j2.configurationFile={log4j.as_uri()}"]
+        driver_options.append(f"-Dlog4j2.configurationFile={log4j.as_uri()}")
+    # In client mode the driver's JVM starts on this machine, from this environment's jars:
+    # the class-data archive `make` built for them (kraft_spark.spark_cds) shortens its start
+    # as it does `kraft-spark run`'s in-process one. A cluster-mode driver starts elsewhere.
+    archive = spark_cds.driver_java_option()
+    if archive and not _cluster_deploy_mode(user):
+        driver_options.append(archive)
+    if driver_options:
+        cmd += ["--conf", "spark.driver.extraJavaOptions=" + " ".join(driver_options)]
     if master is not None:
         cmd += ["--master", master]  # spark-submit ships --archives by the master's rules
     if "--master" in user[:-1]:
