@@ -127,13 +127,29 @@ SPARK_GROUPS = {
 }
 
 
+# Packages whose modules hold the longest single tests (tens of seconds each), handed out
+# after the Spark groups.
+LONG_PACKAGES = ("sim", "lincheck", "integration", "kafka")
+
+
+def _start_rank(parts: tuple[str, ...]) -> int:
+    if parts[0] == "spark":
+        return 0 if SPARK_GROUPS.get(parts[-1]) == "spark-a" else 1
+    return 2 if parts[0] in LONG_PACKAGES else 3
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """For ``pytest -n N --dist loadgroup`` (pytest-xdist, what ``make test`` runs): the Spark
     tests share two workers' groups (no more than two Spark applications competing for two
     cores, one user of Ivy's cache per worker), Kafka's tools one (one Maven cache), and every
-    other module stays whole on one worker (its module-scoped quorum starts once). The Spark
-    groups, the longest, are handed out first."""
+    other module stays whole on one worker (its module-scoped quorum starts once).
+
+    Longest first (``make test`` passes ``--no-loadscope-reorder``: xdist's default order, by
+    number of tests, handed out the 9 tests of spark-a, 5 minutes in one group, after every
+    module of ten tests or more, and the run ended on it with a core idle): the Spark groups,
+    then the simulator's and the checker's seed campaigns and the real-process scenarios, then
+    the rest in collection order."""
     root = config.rootpath / "tests"
     for item in items:
         parts = item.path.relative_to(root).parts
@@ -142,7 +158,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             group = "kafka" if parts[0] == "kafka" else "/".join(parts)
         item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: item.path.relative_to(root).parts[0] != "spark")
+    items.sort(key=lambda item: _start_rank(item.path.relative_to(root).parts))
 
 
 @pytest.hookimpl(trylast=True)  # after xdist's hook, which appends "@<group>" to node ids
