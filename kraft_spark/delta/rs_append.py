@@ -112,6 +112,30 @@ def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
     return version
 
 
+def append_untracked(path: str, table: str, data: list[tuple[Any, ...]],
+                     user_metadata: str) -> int:
+    """Append ``data`` to ``table`` at ``path`` in a commit of its own without a ``txn`` action:
+    a record beside the materializer's commits (the restore's ``quorum_events`` row) that moves
+    no table's resume offset. Durable when it returns; returns the version it committed."""
+    from deltalake import CommitProperties, DeltaTable
+    from deltalake.transaction import AddAction
+
+    path = os.path.abspath(path)
+    add = parquet_file.write_parquet(path, SCHEMAS[table], data)
+    delta = DeltaTable(path)
+    before = int(delta.version())
+    delta.create_write_transaction(
+        [AddAction(add["path"], int(add["size"]), {}, int(add["modificationTime"]), True,
+                   add["stats"])],
+        mode="append", schema=delta.schema(),
+        commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata}))
+    delta.update_incremental()
+    version = int(delta.version())
+    for committed in range(before + 1, version + 1):  # ours, and any that raced it
+        _make_commit_durable(path, committed)
+    return version
+
+
 def _make_commit_durable(path: str, version: int) -> None:
     """fsync commit ``version`` of the table at ``path`` and the log directory (delta-rs's
     local store does not): a later commit must not survive a power loss without it."""

@@ -26,19 +26,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from kraft_spark.delta.tables import (
-    QUORUM_EVENTS,
-    RECORDS,
-    TABLES,
-    CommitMetadata,
-    materializer_commits,
-    table_path,
-)
+from kraft_spark.delta.tables import QUORUM_EVENTS, RECORDS, TABLES, CommitMetadata, table_path
 from kraft_spark.raft.records import Record
 from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
 from kraft_spark.state.snapshot_file import SnapshotId, encode_snapshot, label
 from kraft_spark.store.txn import OUTCOME_HEADER
-from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles
+from kraft_spark.warehouse import table_reads
+from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles, is_uri
 from kraft_spark.warehouse.restore_plan import RestorePlan, plan_restore
 from kraft_spark.warehouse.snapshot_copies import SNAPSHOT_DIR, load, stored_ids
 
@@ -60,16 +54,14 @@ class RestoredLog:
 def warehouse_plan(spark: Any, warehouse: str, app_id: str) -> RestorePlan | None:
     """The restore this warehouse supports for cluster ``app_id`` (None: it holds nothing).
     Raises RestoreRefused, or WarehouseError for tables another cluster wrote."""
-    from delta.tables import DeltaTable
-
     commits: dict[str, list[CommitMetadata]] = {}
     for table in TABLES:
         path = table_path(warehouse, table)
-        if not DeltaTable.isDeltaTable(spark, path):
+        if not table_reads.is_table(spark, path):
             commits[table] = []
             continue
         others: set[str] = set()
-        found = materializer_commits(spark, path, app_id, None, others)
+        found = table_reads.commits(spark, path, app_id, others)
         if not found and others:
             raise WarehouseError(
                 f"{path} was written by cluster {', '.join(sorted(others))}, not {app_id}: "
@@ -116,30 +108,30 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
             run.clear()
 
     if plan.replay_from < plan.end:
-        rows = (spark.read.format("delta").load(table_path(warehouse, RECORDS))
-                .where(f"offset >= {plan.replay_from} AND offset < {plan.end}")
-                .selectExpr("offset", "epoch", "unix_millis(timestamp) AS ts", "key", "value",
-                            "headers")
-                .orderBy("offset"))
-        for row in rows.toLocalIterator():
+        rows = table_reads.record_rows(spark, table_path(warehouse, RECORDS), plan.replay_from,
+                                       plan.end)
+        for row in rows:
             replayed += 1
-            offset, row_epoch = int(row["offset"]), int(row["epoch"])
-            epoch, last_ts = max(epoch, row_epoch), max(last_ts, int(row["ts"]))
-            key, value = row["key"], row["value"]
+            offset, row_epoch = row.offset, row.epoch
+            epoch, last_ts = max(epoch, row_epoch), max(last_ts, row.timestamp_ms)
+            key, value = row.key, row.value
             replaced += "\ufffd" in (key or "") or "\ufffd" in (value or "")
             if offset != run_start + len(run) or row_epoch != run_epoch:
                 flush_run()
                 run_start, run_epoch = offset, row_epoch
             headers = tuple((k, None if v is None else v.encode())
-                            for k, v in sorted((row["headers"] or {}).items())
-                            if k != OUTCOME_HEADER)
+                            for k, v in sorted(row.headers.items()) if k != OUTCOME_HEADER)
             run.append(Record(None if key is None else key.encode(),
-                              None if value is None else value.encode(), int(row["ts"]),
+                              None if value is None else value.encode(), row.timestamp_ms,
                               headers))
         flush_run()
     entries = dict(state.items())
     failed_txns = state.txns_in_window()
-    epoch = max(epoch, _last_event_epoch(spark, warehouse, plan.end), epoch_seen) + 1
+    # The newest epoch quorum_events saw below the end (a LeaderChange may be the log's last
+    # record): the restored log must not name an epoch older than one the quorum reached.
+    last_event_epoch = table_reads.newest_leader_epoch(
+        spark, table_path(warehouse, QUORUM_EVENTS), plan.end)
+    epoch = max(epoch, last_event_epoch, epoch_seen) + 1
     snapshot_id = SnapshotId(plan.end, epoch)
     data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts,
                                     failed_txns=failed_txns, leases=state.leases_export()))
@@ -149,19 +141,6 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     log.info("restore: snapshot %s from %s: %d keys, %d bytes", label(snapshot_id),
              plan.describe(), len(entries), len(data))
     return RestoredLog(snapshot_id, data, len(entries), replayed, plan, replaced)
-
-
-def _last_event_epoch(spark: Any, warehouse: str, end: int) -> int:
-    """The newest epoch quorum_events saw below ``end`` (a LeaderChange may be the log's last
-    record): the restored log must not name an epoch older than one the quorum reached."""
-    from delta.tables import DeltaTable
-
-    path = table_path(warehouse, QUORUM_EVENTS)
-    if not DeltaTable.isDeltaTable(spark, path):
-        return 0
-    row = (spark.read.format("delta").load(path).where(f"offset < {end} AND leader_id >= 0")
-           .selectExpr("max(epoch) AS epoch").collect()[0])
-    return int(row["epoch"] or 0)
 
 
 def record_restore(spark: Any, warehouse: str, app_id: str, restored: RestoredLog,
@@ -176,10 +155,21 @@ def record_restore(spark: Any, warehouse: str, app_id: str, restored: RestoredLo
     from kraft_spark.delta.tables import SCHEMAS
 
     ids = sorted(voters)
-    row: tuple[Any, ...] = (restored.snapshot_id.offset, restored.snapshot_id.epoch, -1, ids, [],
-           datetime.datetime.now(datetime.UTC), [voters[i] for i in ids],
-           f"warehouse: {restored.plan.describe()}")
+    now = datetime.datetime.now(datetime.UTC)
     meta = json.dumps({"app_id": app_id, "restore": restored.plan.describe(),
                        "restore_snapshot": label(restored.snapshot_id)}, sort_keys=True)
-    (spark.createDataFrame([row], SCHEMAS[QUORUM_EVENTS]).coalesce(1).write.format("delta")
-     .mode("append").option("userMetadata", meta).save(table_path(warehouse, QUORUM_EVENTS)))
+
+    def row(at: Any) -> tuple[Any, ...]:
+        return (restored.snapshot_id.offset, restored.snapshot_id.epoch, -1, ids, [], at,
+                [voters[i] for i in ids], f"warehouse: {restored.plan.describe()}")
+
+    path = table_path(warehouse, QUORUM_EVENTS)
+    if not is_uri(warehouse) and table_reads.is_table(spark, path):
+        # In this process, as the materializer commits: a Spark job on the new, cold
+        # executors took 18 s here (bench/multihost.py, 2026-11-28).
+        from kraft_spark.delta.rs_append import append_untracked
+
+        append_untracked(path, QUORUM_EVENTS, [row(int(now.timestamp() * 1000))], meta)
+        return
+    (spark.createDataFrame([row(now)], SCHEMAS[QUORUM_EVENTS]).coalesce(1).write.format("delta")
+     .mode("append").option("userMetadata", meta).save(path))

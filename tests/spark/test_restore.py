@@ -18,7 +18,7 @@ from kraft_spark.state.machine import KeyValueState
 from kraft_spark.state.snapshot_file import SnapshotId, decode_snapshot, encode_snapshot
 from kraft_spark.state.snapshot_store import FileSnapshotStore
 from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles, check_writable
-from kraft_spark.warehouse.restore import build_restore, warehouse_plan
+from kraft_spark.warehouse.restore import build_restore, record_restore, warehouse_plan
 from kraft_spark.warehouse.restore_plan import RestorePlan, RestoreRefused
 from kraft_spark.warehouse.snapshot_copies import SNAPSHOT_DIR, SnapshotCopier, stored_ids
 from tests.spark import logdata
@@ -33,22 +33,29 @@ def _replay(batches: list[Any]) -> KeyValueState:
     return state
 
 
+@pytest.fixture(params=["delta-rs", "spark"])
+def read_as(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The warehouse as the restore is given it: a plain path (read by delta-rs in this
+    process) or a ``file:`` URI (read through Spark, as an ``s3a:`` or ``hdfs:`` one is)."""
+    return str(tmp_path) if request.param == "delta-rs" else tmp_path.as_uri()
+
+
 def _content(restored: Any) -> dict[bytes, Any]:
     content = decode_snapshot(restored.data, restored.snapshot_id, "restore")
     return dict(content.entries)
 
 
 def test_the_restore_snapshot_is_the_replay_of_the_committed_log(
-        spark: Any, tmp_path: Path) -> None:
+        spark: Any, tmp_path: Path, read_as: str) -> None:
     batches = logdata.log()
     end = logdata.end(batches)
     materializer = DeltaMaterializer(spark, str(tmp_path), app_id=APP)
     materializer.write(batches, end)
-    plan = warehouse_plan(spark, str(tmp_path), APP)
+    plan = warehouse_plan(spark, read_as, APP)
     assert plan == RestorePlan(None, 0, end, end)
-    restored = build_restore(spark, str(tmp_path), plan)
+    restored = build_restore(spark, read_as, plan)
     assert restored.snapshot_id == SnapshotId(end, 3)  # a new epoch: the log's newest was 2
-    assert build_restore(spark, str(tmp_path), plan, epoch_seen=7).snapshot_id.epoch == 8
+    assert build_restore(spark, read_as, plan, epoch_seen=7).snapshot_id.epoch == 8
     expected = _replay(batches)
     entries = _content(restored)
     assert {k: e.value for k, e in entries.items()} == expected.view()
@@ -58,7 +65,7 @@ def test_the_restore_snapshot_is_the_replay_of_the_committed_log(
 
 
 def test_a_stored_raft_snapshot_is_the_start_and_only_later_rows_are_replayed(
-        spark: Any, tmp_path: Path) -> None:
+        spark: Any, tmp_path: Path, read_as: str) -> None:
     batches = logdata.log()
     end = logdata.end(batches)
     DeltaMaterializer(spark, str(tmp_path), app_id=APP).write(batches, end)
@@ -73,15 +80,15 @@ def test_a_stored_raft_snapshot_is_the_start_and_only_later_rows_are_replayed(
     files = WarehouseFiles(str(tmp_path))
     assert SnapshotCopier(files).copy_new(store) == sid
     assert stored_ids(files) == [sid]
-    plan = warehouse_plan(spark, str(tmp_path), APP)
+    plan = warehouse_plan(spark, read_as, APP)
     assert plan is not None and plan.snapshot == sid and plan.replay_from == 9
-    restored = build_restore(spark, str(tmp_path), plan)
+    restored = build_restore(spark, read_as, plan)
     assert restored.replayed_rows == len([r for r in logdata.record_rows(batches) if r[0] >= 9])
     assert {k: e.value for k, e in _content(restored).items()} == _replay(batches).view()
 
 
 def test_a_recorded_high_watermark_the_tables_do_not_hold_refuses_the_restore(
-        spark: Any, tmp_path: Path) -> None:
+        spark: Any, tmp_path: Path, read_as: str) -> None:
     batches = logdata.log()
     materializer = DeltaMaterializer(spark, str(tmp_path), app_id=APP)
     head = [b for b in batches if b.next_offset <= 12]
@@ -89,20 +96,42 @@ def test_a_recorded_high_watermark_the_tables_do_not_hold_refuses_the_restore(
     # quorum_events went further and recorded the quorum's high watermark 16; records did not
     materializer.write(batches, logdata.end(batches), (QUORUM_EVENTS,))
     with pytest.raises(RestoreRefused, match=r"high watermark 16.*offsets 12\.\.15"):
-        warehouse_plan(spark, str(tmp_path), APP)
+        warehouse_plan(spark, read_as, APP)
     assert not (tmp_path / SNAPSHOT_DIR).exists()  # nothing written by the refusal
 
 
-def test_a_damaged_stored_snapshot_is_named(spark: Any, tmp_path: Path) -> None:
+def test_a_damaged_stored_snapshot_is_named(spark: Any, tmp_path: Path, read_as: str) -> None:
     batches = logdata.log()
     DeltaMaterializer(spark, str(tmp_path), app_id=APP).write(batches, logdata.end(batches))
     data = b"".join(encode_snapshot(SnapshotId(9, 2), [], b"", logdata.T0))
     WarehouseFiles(str(tmp_path)).write(data[:-3], SNAPSHOT_DIR,
                                         "00000000000000000009-0000000002.checkpoint")
-    plan = warehouse_plan(spark, str(tmp_path), APP)
+    plan = warehouse_plan(spark, read_as, APP)
     assert plan is not None
     with pytest.raises(Exception, match="_raft_snapshots/00000000000000000009-0000000002"):
-        build_restore(spark, str(tmp_path), plan)
+        build_restore(spark, read_as, plan)
+
+
+def test_the_restore_is_recorded_in_quorum_events_without_moving_an_offset(
+        spark: Any, tmp_path: Path, read_as: str) -> None:
+    """``record_restore``: one ``quorum_events`` row at the restored log's start (leader -1,
+    the new voters and their directory ids, what it was built from), in a commit that is not
+    the materializer's: the table's resume offset stays. Spark reads the row either way."""
+    batches = logdata.log()
+    end = logdata.end(batches)
+    materializer = DeltaMaterializer(spark, str(tmp_path), app_id=APP)
+    materializer.write(batches, end)
+    plan = warehouse_plan(spark, read_as, APP)
+    assert plan is not None
+    restored = build_restore(spark, read_as, plan)
+    record_restore(spark, read_as, APP, restored, {2: "dir-two", 0: "dir-zero"})
+    rows = (spark.read.format("delta").load(str(tmp_path / QUORUM_EVENTS))
+            .where("leader_id = -1").collect())
+    assert [(r["offset"], r["epoch"], r["voters"], r["restored_from"]) for r in rows] == [
+        (end, restored.snapshot_id.epoch, [0, 2], f"warehouse: {plan.describe()}")]
+    assert list(rows[0]["voter_directories"]) == ["dir-zero", "dir-two"]
+    fresh = DeltaMaterializer(spark, str(tmp_path), app_id=APP)
+    assert fresh.table_offsets()[QUORUM_EVENTS] == end
 
 
 def test_a_warehouse_uri_spark_cannot_reach_is_named_with_its_cause(spark: Any) -> None:
