@@ -27,6 +27,7 @@ NODE_KEYS = frozenset({
     "kraft.cpu.affinity",
     "kraft.log.preallocate",
     "kraft.retention.hold.observers",
+    "kraft.snapshot.log.ratio",
     "kraft.log.scrub.bytes.per.second",
 })
 QUORUM_KEYS = frozenset({"kraft.quorum.hw.wakeup.delay.ms", "kraft.quorum.lone.append.hold.ms",

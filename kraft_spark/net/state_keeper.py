@@ -126,6 +126,9 @@ class StateKeeper:
         self._last_snapshot_ms = now_ms()
         latest = self.store.latest_id()
         self._last_snapshot_offset = latest.offset if latest else 0
+        # The newest snapshot's size, written here or found at start or installed: the next is
+        # due only after kraft.snapshot.log.ratio times as many bytes of records (policy.py).
+        self._newest_snapshot_bytes = (self.store.size(latest) or 0) if latest else 0
         self.snapshots_generated = 0
         self.last_snapshot_bytes = 0
         self.retention_passed_observer = 0
@@ -169,6 +172,7 @@ class StateKeeper:
         self._bytes_since = 0
         self._last_snapshot_offset = snapshot_id.offset
         self._last_snapshot_ms = self._now_ms()
+        self._newest_snapshot_bytes = self.store.size(snapshot_id) or 0
         log.info("node %d: state loaded from the leader's snapshot %s (%d keys)",
                  self.node_id, label(snapshot_id), len(self.state))
         for listener in self.load_listeners:
@@ -186,6 +190,7 @@ class StateKeeper:
         due = (force and applied_since) or snapshot_due(
             self.config, bytes_since=self._bytes_since, applied_since=applied_since,
             ms_since=self._now_ms() - self._last_snapshot_ms,
+            last_snapshot_bytes=self._newest_snapshot_bytes,
         )
         if not due:
             return False
@@ -224,7 +229,7 @@ class StateKeeper:
             return
         self.store.add(sid)
         self.snapshots_generated += 1
-        self.last_snapshot_bytes = size
+        self.last_snapshot_bytes = self._newest_snapshot_bytes = size
         log.info("node %d: wrote snapshot %s (%d keys, %d bytes) in %.0f ms", self.node_id,
                  label(sid), keys, size, (time.perf_counter() - started) * 1000)
         self._writing = None
