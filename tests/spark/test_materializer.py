@@ -780,14 +780,19 @@ def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
 
     batches = logdata.log()
     warehouse = tmp_path / "wh"
-    mat = DeltaMaterializer(spark, str(warehouse))
+    reported: list[Any] = []
+    mat = DeltaMaterializer(spark, str(warehouse), on_commit=reported.append)
     mat.write(batches[:2], 5)
     state = KeyValueState()
     state.apply_all(batches[:5])
     sid = OffsetAndEpoch(state.applied_offset, state.applied_epoch)
     assert sid == OffsetAndEpoch(12, 2)
+    reported.clear()
     jumped = bootstrap_from_snapshot(mat, sid, state.items(), 12)
     assert jumped == dict.fromkeys(TABLES, 5)
+    # Each jump reported as any commit is (the driver's table-offset metric follows it).
+    assert sorted((c.table, c.first_offset, c.last_offset) for c in reported) == sorted(
+        (t, 5, 11) for t in TABLES)
     assert mat.table_offsets() == dict.fromkeys(TABLES, 12)
     assert read_snapshot(spark, warehouse) == logdata.replay(batches[:5])
     gap = commits_of(spark, warehouse, RECORDS)[-1]
