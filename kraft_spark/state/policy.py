@@ -1,6 +1,6 @@
 """When to write a snapshot and how far retention may move the log start (KIP-630), with
-Kafka's setting names and defaults. Pure functions of the node's numbers: the node and the
-simulator both ask them.
+Kafka's setting names and defaults. Pure functions of the node's numbers, asked by the node's
+``StateKeeper`` (the simulator triggers its snapshots on its own, kraft_spark/sim/snapshots.py).
 
 Snapshots: one is due when the committed records applied since the newest snapshot reach
 ``metadata.log.max.record.bytes.between.snapshots`` bytes (default 20 MiB), or when
