@@ -147,9 +147,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Longest first (``make test`` passes ``--no-loadscope-reorder``: xdist's default order, by
     number of tests, handed out the 9 tests of spark-a, 5 minutes in one group, after every
-    module of ten tests or more, and the run ended on it with a core idle): the Spark groups,
-    then the simulator's and the checker's seed campaigns and the real-process scenarios, then
-    the rest in collection order."""
+    module of ten tests or more): the Spark groups, then the simulator's and the checker's seed
+    campaigns and the real-process scenarios, then the rest in collection order. Measured once
+    each, this order alone did not shorten the pass (CI run 217: 639 s after the install,
+    against 631 s for run 216 without it): the suite is bound by its CPU time."""
     root = config.rootpath / "tests"
     for item in items:
         parts = item.path.relative_to(root).parts
