@@ -79,14 +79,12 @@ def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
     caller checked. Returns the committed version, already durable."""
     from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction
 
     path = os.path.abspath(path)
     actions = []
     if data:
         add = parquet_file.write_parquet(path, SCHEMAS[table], data)
-        actions.append(AddAction(add["path"], int(add["size"]), {}, int(add["modificationTime"]),
-                                 True, add["stats"]))
+        actions.append(_add_action(add))
     version = int(delta.version()) + 1
     try:
         delta.create_write_transaction(
@@ -118,22 +116,27 @@ def append_untracked(path: str, table: str, data: list[tuple[Any, ...]],
     a record beside the materializer's commits (the restore's ``quorum_events`` row) that moves
     no table's resume offset. Durable when it returns; returns the version it committed."""
     from deltalake import CommitProperties, DeltaTable
-    from deltalake.transaction import AddAction
 
     path = os.path.abspath(path)
     add = parquet_file.write_parquet(path, SCHEMAS[table], data)
     delta = DeltaTable(path)
     before = int(delta.version())
     delta.create_write_transaction(
-        [AddAction(add["path"], int(add["size"]), {}, int(add["modificationTime"]), True,
-                   add["stats"])],
-        mode="append", schema=delta.schema(),
+        [_add_action(add)], mode="append", schema=delta.schema(),
         commit_properties=CommitProperties(custom_metadata={"userMetadata": user_metadata}))
     delta.update_incremental()
     version = int(delta.version())
     for committed in range(before + 1, version + 1):  # ours, and any that raced it
         _make_commit_durable(path, committed)
     return version
+
+
+def _add_action(add: dict[str, Any]) -> Any:
+    """delta-rs's ``add`` action for a file ``parquet_file.write_parquet`` wrote."""
+    from deltalake.transaction import AddAction
+
+    return AddAction(add["path"], int(add["size"]), {}, int(add["modificationTime"]), True,
+                     add["stats"])
 
 
 def _make_commit_durable(path: str, version: int) -> None:

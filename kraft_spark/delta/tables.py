@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,11 +185,20 @@ def materializer_commits(
     from delta.tables import DeltaTable
 
     history = DeltaTable.forPath(spark, path).history(limit).select("version", "userMetadata")
+    return commits_in_history(((int(r["version"]), r["userMetadata"]) for r in history.collect()),
+                              app_id, others)
+
+
+def commits_in_history(
+    history: Iterable[tuple[int, str | None]], app_id: str, others: set[str] | None = None,
+) -> list[tuple[int, CommitMetadata]]:
+    """``materializer_commits`` of a table history read elsewhere (delta-rs's): the
+    ``(version, userMetadata)`` pairs of its commits."""
     found: list[tuple[int, CommitMetadata]] = []
-    for row in history.collect():
-        meta = CommitMetadata.parse(row["userMetadata"])
+    for version, user_metadata in history:
+        meta = CommitMetadata.parse(user_metadata)
         if meta is not None and meta.app_id == app_id:
-            found.append((int(row["version"]), meta))
+            found.append((version, meta))
         elif meta is not None and others is not None:
             others.add(meta.app_id)
     found.sort(key=lambda item: item[0], reverse=True)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kraft_spark.delta.tables import CommitMetadata, materializer_commits
+from kraft_spark.delta.tables import CommitMetadata, commits_in_history, materializer_commits
 from kraft_spark.warehouse.location import is_uri
 
 
@@ -53,15 +53,8 @@ def commits(spark: Any, path: str, app_id: str,
         return materializer_commits(spark, path, app_id, None, others)
     from deltalake import DeltaTable
 
-    found: list[tuple[int, CommitMetadata]] = []
-    for commit in DeltaTable(path).history():
-        meta = CommitMetadata.parse(commit.get("userMetadata"))
-        if meta is not None and meta.app_id == app_id:
-            found.append((int(commit["version"]), meta))
-        elif meta is not None:
-            others.add(meta.app_id)
-    found.sort(key=lambda item: item[0], reverse=True)
-    return found
+    return commits_in_history(((int(c["version"]), c.get("userMetadata"))
+                               for c in DeltaTable(path).history()), app_id, others)
 
 
 def record_rows(spark: Any, path: str, start: int, end: int) -> Iterator[RecordRow]:
