@@ -70,15 +70,15 @@ class SnapshotConfig:
         hold = props.get("kraft.retention.hold.observers", "true").strip().lower() or "true"
         if hold not in ("true", "false"):
             raise ConfigError(f"kraft.retention.hold.observers must be true or false, got {hold!r}")
+        base = cls()
         raw_ratio = props.get("kraft.snapshot.log.ratio", "").strip()
         try:
-            ratio = float(raw_ratio) if raw_ratio else 4.0
+            ratio = float(raw_ratio) if raw_ratio else base.snapshot_log_ratio
         except ValueError:
             ratio = -1.0
         if not 0 <= ratio <= 1000:
             raise ConfigError("kraft.snapshot.log.ratio must be a number from 0 to 1000, got "
                               f"{raw_ratio!r}")
-        base = cls()
         return cls(
             max_bytes_between_snapshots=number(
                 "metadata.log.max.record.bytes.between.snapshots",
@@ -100,7 +100,7 @@ def snapshot_due(
 ) -> bool:
     """Whether to snapshot now, given the bytes of records applied since the newest snapshot,
     whether anything was applied since, the time since it (or since start-up) and its size
-    (0: none written yet by this process)."""
+    (0: none on disk)."""
     if not applied_since:
         return False
     threshold = max(config.max_bytes_between_snapshots,
