@@ -49,9 +49,10 @@ How the commits are made
   (``txnAppId`` / ``txnVersion`` writer options) of an Arrow-built local relation, or a MERGE
   on a private session with one shuffle partition: 0.4-0.6 s on 2 idle cores, 1-3 s on busy
   ones (``spark.databricks.delta.snapshotPartitions=1`` in conf/spark-defaults.conf).
-- The first commits of a JVM pay class loading and code generation: ``prepare()`` (table
-  creation) takes most of it (3-7 s cold); for a warehouse URI ``warm_up()`` rehearses the
-  Spark appends (6-9 s cold) on scratch tables.
+- ``prepare()`` creates the tables and reads their offsets. A local warehouse: by delta-rs
+  (``rs_tables``: tens of milliseconds, and Delta's JVM classes are not loaded at start-up).
+  A warehouse URI: through Spark, whose first commits pay class loading and code generation
+  (3-7 s cold); ``warm_up()`` also rehearses the Spark appends (6-9 s cold) on scratch tables.
 - ``checkpoint()`` writes Delta checkpoints on demand: ``records`` checkpoints automatically only
   every 100 commits (tables.py), the driver checkpoints it from its other thread.
 
@@ -74,7 +75,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.delta import rs_append
+from kraft_spark.delta import rs_append, rs_tables
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.log_rows import Rows, rows_from
 from kraft_spark.delta.maintenance import (
@@ -222,6 +223,8 @@ class DeltaMaterializer:
         return min(offsets[t] for t in TABLES if t in tables)
 
     def _read_next_offset(self, table: str) -> int:
+        if self.in_process:
+            return rs_tables.next_offset(self.path(table), self.app_id)
         return next_offset(self.spark, self.path(table), self.app_id)
 
     # ------------------------------------------------------------------ writing
@@ -349,9 +352,12 @@ class DeltaMaterializer:
 
     def prepare(self) -> dict[str, int]:
         """Create the tables if missing and read their offsets (start-up, before serving)."""
-        from delta.tables import DeltaTable
+        if self.in_process:
+            new = [t for t in TABLES if not rs_tables.is_table(self.path(t))]
+        else:
+            from delta.tables import DeltaTable
 
-        new = [t for t in TABLES if not DeltaTable.isDeltaTable(self.spark, self.path(t))]
+            new = [t for t in TABLES if not DeltaTable.isDeltaTable(self.spark, self.path(t))]
         self._create_tables()
         with self._lock:
             for table in new:
@@ -429,6 +435,10 @@ class DeltaMaterializer:
             self._created = True
 
     def _create_tables_locked(self) -> None:
+        if self.in_process:
+            rs_tables.create_tables(self.path)
+            rs_tables.add_missing_columns(self.path)
+            return
         from delta.tables import DeltaTable
 
         for table in TABLES:

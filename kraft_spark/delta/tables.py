@@ -209,6 +209,16 @@ class MaterializerError(RuntimeError):
     """The Delta tables are in a state the materializer cannot resume from."""
 
 
+def foreign_table(path: str, app_id: str, others: set[str]) -> MaterializerError:
+    """The error for a table holding other clusters' materializer commits and none of
+    ``app_id``'s: resuming at 0 would append this cluster's log on top of their rows."""
+    return MaterializerError(
+        f"{path} holds rows materialized for txnAppId {', '.join(sorted(others))}, never "
+        f"for {app_id!r}: it belongs to another cluster, or this cluster's id changed. "
+        "Use an empty warehouse for this cluster, or the cluster id that wrote it"
+    )
+
+
 def next_offset(spark: SparkSession, path: str, app_id: str) -> int:
     """The Raft offset the table at ``path`` holds everything below (0 if none or no table).
 
@@ -227,11 +237,7 @@ def next_offset(spark: SparkSession, path: str, app_id: str) -> int:
         return commits[0][1].last_offset + 1
     if others:
         # Resuming at 0 would append this cluster's log on top of another's rows.
-        raise MaterializerError(
-            f"{path} holds rows materialized for txnAppId {', '.join(sorted(others))}, never "
-            f"for {app_id!r}: it belongs to another cluster, or this cluster's id changed. "
-            "Use an empty warehouse for this cluster, or the cluster id that wrote it"
-        )
+        raise foreign_table(path, app_id, others)
     if latest_version(spark, path) <= 0:
         return 0  # created, never written
     # Written to, but the materializer's commits are gone from the readable history (log

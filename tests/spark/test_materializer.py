@@ -549,12 +549,15 @@ def test_in_process_appends_are_durable_before_and_after_their_commit(
     ]
 
 
-def test_a_warehouse_of_another_cluster_is_refused(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
+def test_a_warehouse_of_another_cluster_is_refused(
+    spark: Any, tmp_path: Path, in_process: bool
+) -> None:
     """Resuming at offset 0 on tables another cluster (app id) wrote would append this log on
-    top of its rows: refused, naming both ids."""
+    top of its rows: refused, naming both ids, whichever side reads the offsets."""
     batches = logdata.log()
     DeltaMaterializer(spark, str(tmp_path), app_id="cluster-a").write(batches[:2], 5)
-    other = DeltaMaterializer(spark, str(tmp_path), app_id="cluster-b")
+    other = DeltaMaterializer(spark, str(tmp_path), app_id="cluster-b", in_process=in_process)
     with pytest.raises(MaterializerError, match=r"cluster-a, never for 'cluster-b'"):
         other.resume_offset()
     with pytest.raises(MaterializerError, match="another cluster"):
@@ -600,12 +603,13 @@ def test_disjoint_tables_from_two_threads(spark: Any, tmp_path: Path) -> None:
     assert DeltaMaterializer(spark, str(tmp_path)).table_offsets() == dict.fromkeys(TABLES, 16)
 
 
-def test_prepare_and_warm_up(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
+def test_prepare_and_warm_up(spark: Any, tmp_path: Path, in_process: bool) -> None:
     """warm_up() works on scratch tables and leaves nothing behind (a crashed one's leftovers
     included); prepare() creates the tables, then reads the offsets back."""
     leftover = tmp_path / f"{WARM_UP_PREFIX}crashed"
     (leftover / "records").mkdir(parents=True)
-    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer = DeltaMaterializer(spark, str(tmp_path), in_process=in_process)
     assert materializer.warm_up() > 0
     assert list(tmp_path.iterdir()) == []
     assert materializer.prepare() == dict.fromkeys(TABLES, 0)
@@ -613,7 +617,30 @@ def test_prepare_and_warm_up(spark: Any, tmp_path: Path) -> None:
     assert versions(spark, tmp_path) == dict.fromkeys(TABLES, 0)
     batches = logdata.log()
     assert materializer.write(batches[:2], 5) == 5
-    assert DeltaMaterializer(spark, str(tmp_path)).prepare() == dict.fromkeys(TABLES, 5)
+    assert DeltaMaterializer(spark, str(tmp_path), in_process=in_process).prepare() == \
+        dict.fromkeys(TABLES, 5)
+
+
+def test_tables_created_by_delta_rs_equal_those_spark_creates(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A local warehouse's tables are created by delta-rs (no Delta class loading in the
+    driver's JVM at start-up): same schema, nullability, properties and protocol as Delta's
+    Spark API makes them for a warehouse URI."""
+    made = {}
+    for in_process in (True, False):
+        warehouse = tmp_path / ("rs" if in_process else "spark")
+        DeltaMaterializer(spark, str(warehouse), in_process=in_process).prepare()
+        made[in_process] = {
+            table: (
+                spark.read.format("delta").load(table_path(warehouse, table)).schema,
+                spark.sql(f"DESCRIBE DETAIL delta.`{table_path(warehouse, table)}`")
+                .select("properties", "minReaderVersion", "minWriterVersion").first(),
+            )
+            for table in TABLES
+        }
+    assert made[True] == made[False]
+    assert made[True][RECORDS][1]["properties"]["delta.checkpointInterval"] == "100"
 
 
 @pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
@@ -804,8 +831,9 @@ def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
     assert offsets == expected
 
 
+@pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
 def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, in_process: bool
 ) -> None:
     """quorum_events of a warehouse created before ``voter_directories`` existed: start-up
     adds the column (older rows read null), and a voter-set change fills it."""
@@ -823,7 +851,7 @@ def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
     when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     spark.createDataFrame([(99, 1, 0, [0], [0], when)], old_schema).write.format(
         "delta").save(path)
-    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer = DeltaMaterializer(spark, str(tmp_path), in_process=in_process)
     materializer.prepare()
     assert spark.read.format("delta").load(path).schema.fieldNames()[-2:] == [
         "voter_directories", "restored_from"]
