@@ -4,9 +4,28 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+# How much of each application log a failed test shows.
+LOG_TAIL_LINES = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test shows the end of every application log under its ``tmp_path``
+    (``app.log``: the driver's output with the voters' and executors' lines), so a failure
+    seen once under full load can be read, not only re-run."""
+    outcome = yield
+    report = outcome.get_result()
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if not report.failed or not isinstance(tmp_path, Path):
+        return
+    for log in sorted(tmp_path.rglob("app.log")):
+        lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        report.sections.append((f"last {len(lines)} lines of {log}", "\n".join(lines)))
 
 
 @pytest.fixture(autouse=True)

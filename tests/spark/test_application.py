@@ -34,8 +34,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 class App:
+    """``kraft-spark run`` in its own process. ``sql``: with the Spark Connect server (and the
+    tables named in its catalog), which costs the driver ~7 CPU-s at start: only the tests that
+    query through it ask for it."""
+
     def __init__(self, data_dir: Path, http_port: int, voter_base: int,
-                 extra: tuple[str, ...] = (), props: str = "") -> None:
+                 extra: tuple[str, ...] = (), props: str = "", *, sql: bool = False) -> None:
         self.data_dir = data_dir
         conf = data_dir / "app.properties"
         conf.write_text(f"kraft.voter.base.port={voter_base}\n"
@@ -47,7 +51,7 @@ class App:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark", "run", "--data-dir", str(data_dir),
              "--http-port", str(http_port), "--config", str(conf),
-             "--sql-port", str(free_ports(1)[0]), *extra],
+             "--sql-port", str(free_ports(1)[0]) if sql else "0", *extra],
             stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -186,7 +190,7 @@ def test_local_mode_end_to_end_and_restart(tmp_path: Path, spark: Any) -> None:
     spark.catalog.clearCache()
     _wait_materialized(spark, warehouse, 24, timeout_s=5)
 
-    app = App(tmp_path, http_port, voter_base, props=tls)  # same data dir: resume
+    app = App(tmp_path, http_port, voter_base, props=tls, sql=True)  # same data dir: resume
     try:
         app.post({"records": [{"key": "a", "value": None}, {"key": "c", "value": 3}]})
         log = app.records()
