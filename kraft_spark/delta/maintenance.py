@@ -76,18 +76,19 @@ def compact_table(
     conflict with the blind appends of ``records`` made meanwhile from another thread
     (they read no files); the driver runs it on the thread that commits ``quorum_events``
     and ``snapshot``, so it never races their commits. The file count comes from the
-    snapshot's checksum (no Spark job; see ``_data_file_count``); OPTIMIZE itself is a Spark
-    job (1-2 s on 2 busy cores).
+    snapshot's checksum (no Spark job; see ``_data_file_count``), or is the caller's
+    (``files``: delta-rs's count of a local warehouse, which then meets no private Delta class
+    here); OPTIMIZE itself is Delta's public Spark API, a Spark job (1-2 s on 2 busy cores).
     """
     if min_files < 1 or (files is not None and files < min_files):
         return None  # ``files``: the caller's count (delta-rs's), no JVM call when not due
-    found = _latest_snapshot(spark, path)
-    if found is None:
-        return None
-    if files is None:
+    if files is None:  # counted from Delta's JVM snapshot (a warehouse URI)
+        found = _latest_snapshot(spark, path)
+        if found is None:
+            return None
         files = _data_file_count(found[1])
-    if files < min_files:
-        return None
+        if files < min_files:
+            return None
     from delta.tables import DeltaTable
 
     started = time.monotonic()

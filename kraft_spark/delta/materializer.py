@@ -337,10 +337,9 @@ class DeltaMaterializer:
         checksum for the JVM to count from)."""
         files = None
         if self.in_process and min_files >= 1:
-            try:
-                files = rs_append.data_file_count(self.path(table))
-            except Exception:  # no table yet: compact_table says so
-                files = None
+            if not rs_tables.is_table(self.path(table)):
+                return None
+            files = rs_append.data_file_count(self.path(table))
         kept = self._kept_by_compaction.get(table, 0) if min_files >= 1 else 0
         done = compact_table(self.spark, self.path(table), table, min_files + kept, files)
         if done is not None:
