@@ -12,6 +12,7 @@ from kraft_spark.raft.events import CoreEvent, RoleChanged, SnapshotEvent, Snaps
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
 from kraft_spark.raft.messages import NO_LEADER, Request, Response, VoteRequest, VoteResponse
 from kraft_spark.raft.producers import ProducerStateTable
+from kraft_spark.raft.quorum import VoteTally
 from kraft_spark.raft.ready import Outbound, Reply
 from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
 from kraft_spark.raft.snapshot_log import SnapshotAwareLog
@@ -87,12 +88,11 @@ class CoreState:
         self.role = Role.UNATTACHED
         self.high_watermark = 0  # never decreases within one run of the node
         self.election_deadline = NEVER
-        # Candidate
-        self.votes_granted: set[int] = set()
-        self.votes_rejected: set[int] = set()
-        # Prospective (KIP-996, prevote.py)
-        self.pre_votes_granted: set[int] = set()
-        self.pre_votes_rejected: set[int] = set()
+        # Candidate: its round of votes (kept once it leads: the LeaderChange record names
+        # who granted).
+        self.votes = VoteTally()
+        # Prospective (KIP-996, prevote.py): its round of pre-votes.
+        self.pre_votes = VoteTally()
         self.backoff_until: int | None = None
         self.election_retries = 0
         # Follower / observer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
-from kraft_spark.raft.quorum import majority
+from kraft_spark.raft.quorum import Outcome, VoteTally
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.vote_rules import (
     VoteDecision,
@@ -47,8 +47,7 @@ class ElectionMixin(CoreState):
             self.election_retries = 0
         self.transition(Role.CANDIDATE, self.epoch + 1, NO_LEADER, self.node_id)
         self.elections_started += 1
-        self.votes_granted = {self.node_id}
-        self.votes_rejected = set()
+        self.votes = VoteTally.opened_by(self.node_id)
         self.election_deadline = self.now + election_timeout_ms(
             self.rng, self.config.election_timeout_ms
         )
@@ -76,9 +75,10 @@ class ElectionMixin(CoreState):
                           self.config.request_timeout_ms)
 
     def _maybe_win(self) -> None:
-        if len(self.votes_granted) >= majority(len(self.voters)):
+        outcome = self.votes.outcome(len(self.voters))
+        if outcome is Outcome.WON:
             self.become_leader()
-        elif len(self.votes_rejected) >= majority(len(self.voters)):
+        elif outcome is Outcome.LOST:
             self._start_backoff()
 
     def _start_backoff(self) -> None:
@@ -112,9 +112,7 @@ class ElectionMixin(CoreState):
             return
         if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
             return
-        if pending.dest in self.votes_granted:
-            return
-        self.votes_rejected.add(pending.dest)
+        self.votes.reject(pending.dest)
         self._maybe_win()
 
     def handle_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
@@ -126,9 +124,9 @@ class ElectionMixin(CoreState):
         if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
             return
         if resp.error == ErrorCode.NONE and resp.vote_granted:
-            self.votes_granted.add(src)
+            self.votes.grant(src)
         else:
-            self.votes_rejected.add(src)
+            self.votes.reject(src)
         self._maybe_win()
 
     # ------------------------------------------------------------------ voter

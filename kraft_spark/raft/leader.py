@@ -133,7 +133,7 @@ class LeaderMixin(CoreState):
         change = LeaderChange(
             leader_id=self.node_id,
             voters=self.voters,
-            granting_voters=tuple(sorted(self.votes_granted)),
+            granting_voters=tuple(sorted(self.votes.granted)),
         )
         self.log.append(leader_change_batch(start, self.epoch, change, self.now))
         self.request_flush()

@@ -35,7 +35,7 @@ from __future__ import annotations
 from kraft_spark.raft.base import InFlight
 from kraft_spark.raft.elections import ElectionMixin
 from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
-from kraft_spark.raft.quorum import majority
+from kraft_spark.raft.quorum import Outcome, VoteTally
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.vote_rules import (
     election_timeout_ms,
@@ -52,8 +52,7 @@ class PreVoteMixin(ElectionMixin):
         if self.role not in (Role.PROSPECTIVE, Role.CANDIDATE):
             self.election_retries = 0
         self.transition(Role.PROSPECTIVE, self.epoch, NO_LEADER, self.voted_id)
-        self.pre_votes_granted = {self.node_id}
-        self.pre_votes_rejected = set()
+        self.pre_votes = VoteTally.opened_by(self.node_id)
         self.election_deadline = self.now + election_timeout_ms(
             self.rng, self.config.election_timeout_ms
         )
@@ -66,9 +65,10 @@ class PreVoteMixin(ElectionMixin):
         self.become_candidate()
 
     def _maybe_promote(self) -> None:
-        if len(self.pre_votes_granted) >= majority(len(self.voters)):
+        outcome = self.pre_votes.outcome(len(self.voters))
+        if outcome is Outcome.WON:
             self.become_candidate()
-        elif len(self.pre_votes_rejected) >= majority(len(self.voters)):
+        elif outcome is Outcome.LOST:
             self._start_backoff()  # then _poll_candidate starts another round
 
     def handle_pre_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
@@ -81,11 +81,9 @@ class PreVoteMixin(ElectionMixin):
             # A grant may still name the leader of our epoch: one the voter does not hear
             # from any more. Following it would undo the round (the simulator found two
             # voters sending each other back to a dead leader this way, --seed 1).
-            self.pre_votes_granted.add(src)
-            self.pre_votes_rejected.discard(src)
+            self.pre_votes.grant(src)
         else:
-            if src not in self.pre_votes_granted:
-                self.pre_votes_rejected.add(src)
+            self.pre_votes.reject(src)
             # Refused by a voter that hears from the leader of our epoch: follow it.
             if self.observe_epoch(resp.leader_epoch, resp.leader_id):
                 return
@@ -95,8 +93,8 @@ class PreVoteMixin(ElectionMixin):
         """The voter's host refused the connection: it will not grant anything soon."""
         if self.role is not Role.PROSPECTIVE or pending.epoch != self.epoch:
             return
-        if pending.dest not in self.pre_votes_granted:
-            self.pre_votes_rejected.add(pending.dest)
+        if pending.dest not in self.pre_votes.granted:
+            self.pre_votes.reject(pending.dest)
             self._maybe_promote()
 
     # ------------------------------------------------------------------ voter

@@ -16,7 +16,7 @@ from kraft_spark.raft.producers import (
     key_producer_id,
 )
 from kraft_spark.raft.progress import MAX_OBSERVERS, LeaderProgress, ReplicaProgress
-from kraft_spark.raft.quorum import majority, majority_offset
+from kraft_spark.raft.quorum import Outcome, VoteTally, majority, majority_offset
 from kraft_spark.raft.records import (
     Batch,
     LeaderChange,
@@ -45,6 +45,31 @@ def test_majority_offset_matches_naive_definition(offsets: list[int]) -> None:
     # Naive: the largest offset that at least a majority of entries reach.
     naive = max(o for o in offsets if sum(1 for x in offsets if x >= o) >= majority(len(offsets)))
     assert majority_offset(offsets) == naive
+
+
+@given(st.integers(min_value=1, max_value=7),
+       st.lists(st.tuples(st.integers(min_value=1, max_value=6), st.booleans()), max_size=20))
+def test_a_vote_tally_counts_each_voters_final_answer(
+    n_voters: int, answers: list[tuple[int, bool]]
+) -> None:
+    """Against a naive replay: a voter's grant is final, a refusal counts only until it grants;
+    the round is won by a majority of grants, else lost by a majority of refusals."""
+    tally = VoteTally.opened_by(0)
+    granted, refused = {0}, set()
+    for voter, grants in answers:
+        if grants:
+            tally.grant(voter)
+            granted.add(voter)
+            refused.discard(voter)
+        else:
+            tally.reject(voter)
+            if voter not in granted:
+                refused.add(voter)
+    assert (tally.granted, tally.rejected) == (granted, refused)
+    assert not tally.granted & tally.rejected
+    expected = (Outcome.WON if len(granted) >= majority(n_voters)
+                else Outcome.LOST if len(refused) >= majority(n_voters) else Outcome.OPEN)
+    assert tally.outcome(n_voters) is expected
 
 
 def test_vote_rules_in_spec_order() -> None:

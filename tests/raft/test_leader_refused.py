@@ -206,7 +206,7 @@ def test_a_refused_vote_counts_as_rejected() -> None:
     core, votes = _candidate()
     now = core.now
     core.on_request_failed(now, votes[1], refused=True)
-    assert core.votes_rejected == {1} and core.backoff_until is None  # no majority yet
+    assert core.votes.rejected == {1} and core.backoff_until is None  # no majority yet
     # The other voter rejects too (it voted for itself): a majority rejected -> back off now,
     # instead of waiting for the election timeout.
     core.handle_response(now + 1, 3, votes[3], VoteResponse(ErrorCode.NONE, -1, core.epoch, False))
@@ -225,7 +225,7 @@ def test_a_refused_vote_does_not_stop_a_win() -> None:
 def test_a_vote_failure_that_is_not_a_refusal_waits_for_an_answer_or_the_timeout() -> None:
     core, votes = _candidate()
     core.on_request_failed(core.now, votes[1], refused=False)
-    assert core.votes_rejected == set()
+    assert core.votes.rejected == set()
     assert votes[1] in core.in_flight
 
 
