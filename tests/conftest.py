@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -173,3 +174,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(
             "pytest-xdist ignored the test groups (tests/conftest.py): use a pytest and "
             "pytest-xdist pair that supports --dist loadgroup (pyproject.toml pins it)")
+
+
+# Where each test ran and when, for finding the pass's critical path (which worker's chain of
+# tests ends last): KRAFT_SPARK_TEST_TIMELINE=<file> appends one line per test, "worker start
+# end node-id" (wall-clock seconds). Off by default.
+TIMELINE = os.environ.get("KRAFT_SPARK_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    started = time.time()
+    yield
+    if TIMELINE:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(TIMELINE, "a", encoding="utf-8") as out:
+            out.write(f"{worker}\t{started:.1f}\t{time.time():.1f}\t{item.nodeid}\n")
