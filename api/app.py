@@ -63,7 +63,6 @@ from api.appends import (
 from api.conditional import ConditionalBatchIn
 from api.fast_append import (
     AppendEndpoint,
-    DirectAppend,
     FastAppendMiddleware,
 )
 from api.kv import kv_router
@@ -135,8 +134,6 @@ class _SidecarApp(FastAPI):
     front: ASGIApp | None = None
     # GET /v1/kv/{key} the same way (api.kv_front).
     front_reads: ASGIApp | None = None
-    # Found by api.direct's protocol: appends answered without an ASGI task.
-    direct_handler: DirectAppend | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -302,7 +299,6 @@ def create_app(
         if credentials is not None:
             front = BearerAuthMiddleware(front, credentials)
         app.front = HttpMetricsMiddleware(front, metrics=http_metrics)
-        app.direct_handler = DirectAppend(endpoint, credentials)
 
     # ---- the other routes
     @app.get(

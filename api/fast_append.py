@@ -1,13 +1,17 @@
-"""POST /v1/records without FastAPI's per-request work: the append endpoint, the fast-append
-middleware that answers the same requests directly in ASGI, and the direct path that appends
-from the server's own thread (api.direct). Answers are byte for byte those of the app's
-route (tests/api compare them)."""
+"""POST /v1/records without FastAPI's per-request work: the append endpoint and the fast-append
+middleware that answers the same requests in ASGI, on uvicorn's public interface (an ASGI
+app). Answers are byte for byte those of the app's route (tests/api compare them).
+
+There is one way in for an append: this middleware. An earlier path answered plain appends from
+uvicorn's protocol callbacks with no ASGI task, by overriding a private method of uvicorn's
+protocol; removing it cost the leader's own API 10 % of its one-connection throughput and
+26-30 % at 16 and 256 connections (bench/results/compare-20261128-041038.md against
+compare-20261128-042429.md, the same machine one after the other), while the application's
+address stayed 1.07x / 1.31x / 1.74x etcd's at 1 / 16 / 256 connections."""
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +22,6 @@ from api.appends import (
     Appender,
 )
 from api.conditional import judge, no_store_error, parse_conditional, with_conditions
-from api.direct import MAX_DIRECT_BODY, Answer
 from api.lease_writes import lease_field, with_lease
 from api.middleware import (
     error_response,
@@ -43,15 +46,10 @@ from api.values import (
     record_size,
     to_records,
 )
-from kraft_spark.client.errors import (
-    ClientError,
-)
 from kraft_spark.client.types import (
     AppendRecord,
     AppendResult,
 )
-from kraft_spark.http_auth import Credentials, bearer_token
-from kraft_spark.http_auth import Scope as AuthScope
 from kraft_spark.metrics import HttpMetrics
 from kraft_spark.store.service import KvStore
 from kraft_spark.store.txn import Condition
@@ -246,89 +244,3 @@ class FastAppendMiddleware:
             ],
         })
         await send({"type": "http.response.body", "body": payload})
-
-
-class DirectAppend:
-    """``POST /v1/records`` answered from uvicorn's protocol callbacks (``api.direct``), with no
-    ASGI task, when the backend can start an append at once (``start_append``: the embedded API
-    of the node that leads). Only the plain success path is claimed: a request with an
-    Idempotency-Key, a missing or wrong token, a body that is not JSON or fails a check, or an
-    append the backend cannot start here (this node does not lead) goes to the ASGI app, which
-    gives the same answers as before. Once started, the append's outcome is answered here with
-    the app's own messages (``Appender.unkeyed_failure``)."""
-
-    def __init__(self, endpoint: AppendEndpoint, credentials: Credentials | None) -> None:
-        self.endpoint = endpoint
-        self.credentials = credentials
-        self.max_body = min(MAX_DIRECT_BODY, endpoint.max_body_bytes)
-        self.answered = 0  # requests answered here, not by the app (tests, diagnostics)
-
-    def wants(self, scope: Scope) -> bool:
-        if scope["method"] != "POST" or route_path(scope) != "/v1/records":
-            return False
-        length = authorization = content_type = None
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                length = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"authorization":
-                authorization = value
-            elif name in (b"idempotency-key", b"transfer-encoding"):
-                return False
-        if length is None or not length.isdigit() or int(length) > self.max_body:
-            return False
-        if content_type is not None and not is_json_content_type(content_type.decode("latin-1")):
-            return False
-        if self.credentials is not None:  # a write credential, else the app answers 401/403
-            token = bearer_token(authorization)
-            identity = self.credentials.identify(token) if token is not None else None
-            if identity is None or identity.scope < AuthScope.WRITE:
-                return False
-        return True
-
-    def handle(self, scope: Scope, body: bytes, answer: Answer) -> bool:
-        started = time.perf_counter()
-        appender = self.endpoint.appender
-        start_append = getattr(appender.backend, "start_append", None)
-        if start_append is None:
-            return False
-        try:
-            records = self.endpoint.records(body)
-        except ApiError:
-            return False  # the app gives the answer
-
-        def done(result: AppendResult | None, exc: BaseException | None) -> None:
-            headers: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
-            if exc is None:
-                assert result is not None
-                status, payload = 200, append_json(result)
-                self.endpoint.metrics.appended_records.inc(len(records))
-            else:
-                if isinstance(exc, ClientError):
-                    error = appender.unkeyed_failure(exc)
-                else:
-                    log.error("unexpected error in the HTTP sidecar", exc_info=exc)
-                    error = ApiError(
-                        500, f"internal error ({type(exc).__name__}: {exc}); see this server's "
-                        "log",
-                    )
-                status, payload = error.status, error_json(error.message)
-                headers += [
-                    (name.lower().encode("latin-1"), value.encode("latin-1"))
-                    for name, value in error.headers.items()
-                ]
-            self.endpoint.metrics.observe(
-                "POST", "/v1/records", status, (time.perf_counter() - started) * 1000.0
-            )
-            self.answered += 1
-            answer(status, headers, payload)
-
-        return bool(start_append(records, appender.commit_timeout_s, done))
-
-
-def error_json(message: str) -> bytes:
-    """``{"error": message}`` as ``error_response`` renders it (Starlette's JSONResponse)."""
-    return json.dumps(
-        {"error": message}, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-    ).encode("utf-8")

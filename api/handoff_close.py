@@ -24,7 +24,7 @@ class CloseHandedOverWhenDeposed:
     node leads now."""
 
     def __init__(self, app: ASGIApp, own_port: int, leads: Callable[[], bool]) -> None:
-        self.app = app  # kept as ``.app``: api.direct finds the app's handler through it
+        self.app = app
         self._own_port = own_port
         self._leads = leads
 

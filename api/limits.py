@@ -39,7 +39,6 @@ from typing import Any, Final
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from api.direct import DirectHttpToolsProtocol
 from kraft_spark.net.config import DEFAULT_HTTP_HEADER_TIMEOUT_MS, DEFAULT_HTTP_MAX_CONNECTIONS
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,7 @@ def limited_protocol(limits: HttpLimits) -> type[HttpToolsProtocol]:
     # path is short, and with a timer armed and cancelled per request it looked ~4 % slower.
     period = min(1.0, limits.header_timeout_s / 4)
 
-    class LimitedHttpToolsProtocol(DirectHttpToolsProtocol):
+    class LimitedHttpToolsProtocol(HttpToolsProtocol):
         refused = _RateLimitedLog(
             "HTTP listener at its limit of %d connections (kraft.http.max.connections): "
             "refused new connections"

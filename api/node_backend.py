@@ -4,9 +4,7 @@
 submit_local`` hands the core a ``ProduceRequest`` and the core's ``ProduceResponse`` (once
 committed) settles it. Appends that arrive together (in the same loop iteration, or while
 ``max_in_flight`` batches are waiting for their commit) share one ``ProduceRequest`` through
-``LocalAppends``; each keeps its own contiguous slice of offsets. ``start_append`` is the same
-from a callback: the HTTP API's direct path (``api.direct``) answers a lone append straight
-from the core's answer, with no task and no loop turn in between.
+``LocalAppends``; each keeps its own contiguous slice of offsets.
 
 When this node does not lead, the append is forwarded to the leader through an
 ``AsyncQuorumClient`` (bootstrap: the voters; created lazily on the node's loop), which finds
@@ -45,7 +43,6 @@ from typing import Final
 from api.local_appends import (
     LOCAL_WAIT_MARGIN_S,
     LocalAppends,
-    Settle,
     produce_result,
 )
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
@@ -194,18 +191,6 @@ class NodeBackend:
         self._forwarded += 1
         return await self._forwarder().append(
             records, timeout_s=max(0.1, deadline - time.monotonic()), idempotency_key=key)
-
-    def start_append(
-        self, records: Sequence[AppendRecord], timeout_s: float, settle: Settle
-    ) -> bool:
-        """``append`` from a callback (the HTTP API's ``api.direct`` path) while this node
-        leads: ``settle(result, error)`` is called once, usually straight from the core's answer
-        (no loop turn in between). False, and nothing done, when this node does not lead (or
-        the API is closing): the caller takes the ``append`` path."""
-        if self._closed or not records or not self._node.is_leader:
-            return False
-        self._appends.submit(stamped(records), timeout_s, settle)
-        return True
 
     async def _forward_batch(self, records: tuple[Record, ...], timeout_s: float) -> AppendResult:
         """A batch found waiting on a node that no longer leads: to the leader (nothing was

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from api.direct import find_direct_handler
 from api.handoff_close import CloseHandedOverWhenDeposed
 
 OWN_PORT = 29200
@@ -45,9 +44,3 @@ def test_other_connections_and_a_leader_keep_theirs() -> None:
     assert (b"connection", b"close") not in headers_of(ROUTER_PORT, leads=True)
     assert (b"connection", b"close") not in headers_of(OWN_PORT, leads=False)
     assert (b"connection", b"close") not in headers_of(OWN_PORT, leads=True)
-
-
-def test_the_direct_handler_is_still_found_through_it() -> None:
-    inner = type("App", (), {"direct_handler": object()})()
-    assert find_direct_handler(CloseHandedOverWhenDeposed(inner, OWN_PORT, lambda: True)) \
-        is inner.direct_handler

@@ -260,42 +260,22 @@ def test_stop_calls_back_local_requests_still_waiting(tmp_path: Path) -> None:
     asyncio.run(run_quorum(tmp_path, body))
 
 
-def test_start_append_settles_from_the_core_and_declines_off_the_leader(tmp_path: Path) -> None:
+def test_appends_of_one_loop_turn_share_the_next_batch(tmp_path: Path) -> None:
     async def body(nodes: list[RaftNode]) -> None:
         leader = the_leader(nodes)
-        follower = next(n for n in nodes if n is not leader)
-        backend, off_leader = NodeBackend(leader), NodeBackend(follower)
+        backend = NodeBackend(leader)
         try:
-            results: list[AppendResult] = []
-            errors: list[BaseException] = []
-            finished = asyncio.Event()
-
-            def settle(result: AppendResult | None, error: BaseException | None) -> None:
-                if error is not None:
-                    errors.append(error)
-                else:
-                    assert result is not None
-                    results.append(result)
-                if len(results) + len(errors) == 20:
-                    finished.set()
-
             # One loop turn: the first goes at once, the other 19 share the next batch.
-            for i in range(20):
-                assert backend.start_append([NewRecord(f"k{i}".encode(), b"x")] * 2, 10, settle)
-            await asyncio.wait_for(finished.wait(), 10)
-            assert not errors
+            results = await asyncio.wait_for(asyncio.gather(*(
+                backend.append([NewRecord(f"k{i}".encode(), b"x")] * 2, timeout_s=10)
+                for i in range(20))), 10)
             assert backend.local_batches == 2 and backend.local_appends.appends_sent == 20
             for prev, cur in itertools.pairwise(results):
                 assert cur.base_offset == prev.last_offset + 1
                 assert cur.last_offset == cur.base_offset + 1
             read = await backend.read(results[0].base_offset, 100)
             assert [r.key for r in read][:4] == [b"k0", b"k0", b"k1", b"k1"]
-
-            assert not off_leader.start_append([NewRecord(b"k", b"x")], 10, settle)
-            assert off_leader.local_batches == 0 and off_leader.forwarded_batches == 0
         finally:
             await backend.close()
-            await off_leader.close()
-        assert not backend.start_append([NewRecord(b"k", b"x")], 10, settle)  # closed
 
     asyncio.run(run_quorum(tmp_path, body))
