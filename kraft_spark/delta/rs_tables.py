@@ -6,14 +6,13 @@ table resumes.
 Why not Spark: creating the tables through Delta's Spark API was most of the application's
 start-up after the session itself ("Delta ready in 6.5-12.4 s" on 2 busy cores, nearly all of
 it the JVM loading and compiling Delta's classes for three commits), and the in-process path
-never needs those classes again until a checkpoint or a compaction. With delta-rs, tens of
-milliseconds.
+needs those classes for nothing but a compaction (its commits and checkpoints are delta-rs's
+too). With delta-rs, tens of milliseconds.
 
 The tables are the ones Spark's ``DeltaTable.createIfNotExists`` made: the schema of
 ``tables.SCHEMAS`` (translated through its JSON form, which both sides share), the table
 properties of ``TABLE_PROPERTIES`` and ``TABLE_EXTRA_PROPERTIES``, reader 1 / writer 2
-protocol. ``mode="ignore"`` leaves a table that exists alone, so two starts racing create it
-once.
+protocol. A table that exists is left alone (only the missing ones are created).
 """
 
 from __future__ import annotations
