@@ -93,9 +93,8 @@ class PreVoteMixin(ElectionMixin):
         """The voter's host refused the connection: it will not grant anything soon."""
         if self.role is not Role.PROSPECTIVE or pending.epoch != self.epoch:
             return
-        if pending.dest not in self.pre_votes.granted:
-            self.pre_votes.reject(pending.dest)
-            self._maybe_promote()
+        self.pre_votes.reject(pending.dest)  # no effect once that voter granted
+        self._maybe_promote()
 
     # ------------------------------------------------------------------ voter
 
