@@ -4,11 +4,10 @@ import this module: ``kraft-spark node`` gives it ``serve_node_http`` (an
 ``EmbeddedHttpFactory``), so the library stays free of the web layer.
 
 Same process, same loop: a request to the leader reaches its ``RaftCore`` through
-``RaftNode.submit_local`` with no process hop (``api.node_backend``). uvicorn's
-``Server.serve()`` is not used: it installs SIGINT/SIGTERM handlers of its own, which would fight
-the node's (``kraft-spark node`` stops gracefully on those). This module drives the server's
-``startup`` / ``shutdown`` steps itself and runs its once-a-tick housekeeping (the Date header)
-as a task; the node stops the server before anything else in ``RaftNode.stop``.
+``RaftNode.submit_local`` with no process hop (``api.node_backend``). The server runs as
+uvicorn's ``Server.serve()`` in a task, leaving the node's SIGINT/SIGTERM handlers alone
+(``api.server.OwnSignalsServer``: ``kraft-spark node`` stops gracefully on those); the node
+stops the server before anything else in ``RaftNode.stop``.
 """
 
 from __future__ import annotations
@@ -19,14 +18,13 @@ import logging
 import socket
 from typing import Final, cast
 
-import uvicorn
 from fastapi import FastAPI
 
 from api.app import create_app
 from api.handoff_close import CloseHandedOverWhenDeposed
-from api.limits import HttpLimits, uvicorn_options
+from api.limits import HttpLimits
 from api.node_backend import NodeBackend
-from api.server import EagerAcceptServer
+from api.server import EagerAcceptServer, make_server
 from api.server import bind_tcp as bind_listener
 from kraft_spark.http_auth import Credentials
 from kraft_spark.metrics import Registry
@@ -57,7 +55,7 @@ def bind_tcp(host: str, port: int) -> socket.socket:
 class NodeHttpServer:
     """A uvicorn server on the running loop; ``await stop()`` once."""
 
-    def __init__(self, server: uvicorn.Server, app: FastAPI, sock: socket.socket, *,
+    def __init__(self, server: EagerAcceptServer, app: FastAPI, sock: socket.socket, *,
                  backend: NodeBackend, host: str, port: int, metrics: Registry) -> None:
         self._server = server
         self.app = app
@@ -69,7 +67,7 @@ class NodeHttpServer:
         self.backend = backend
         self.host = host
         self.port = port
-        self._ticker: asyncio.Task[None] | None = None
+        self._serving: asyncio.Task[None] | None = None
         self.store: NodeStore | None = None
         # Connections the append router hands over (kraft_spark.net.handoff).
         self.handoff: HandoffReceiver | None = None
@@ -81,20 +79,23 @@ class NodeHttpServer:
 
     async def _start(self) -> None:
         server = self._server
-        # What Server.serve() does besides capturing signals.
-        server.config.load()
-        server.lifespan = server.config.lifespan_class(server.config)
-        try:
-            await server.startup(sockets=[self._sock])
-        except SystemExit:  # uvicorn's way of saying the app's startup failed
+        loop = asyncio.get_running_loop()
+
+        async def serve() -> None:
+            # SystemExit: uvicorn's way of saying the app's startup failed.
+            with contextlib.suppress(SystemExit):
+                await server.serve(sockets=[self._sock])
+
+        self._serving = loop.create_task(serve(), name=f"http-serve-{self.port}")
+        while not server.started and not self._serving.done():
+            await asyncio.sleep(0.005)
+        if not server.started:
             self._sock.close()
             raise RuntimeError(
                 f"the HTTP API on {self.url} failed to start (the app's startup raised): see "
                 "the log"
-            ) from None
-        loop = asyncio.get_running_loop()
-        self._ticker = loop.create_task(server.main_loop(), name=f"http-tick-{self.port}")
-        acceptors = cast(EagerAcceptServer, server).acceptors
+            )
+        acceptors = server.acceptors
         if acceptors:
             adopt, handed = acceptors[0].adopt, self.handed_over
 
@@ -114,25 +115,21 @@ class NodeHttpServer:
             self.handoff.close()
         if self.store is not None:
             self.store.close()  # ends the watch streams, so the shutdown need not wait on them
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-        try:
-            await asyncio.wait_for(
-                server.shutdown(sockets=[self._sock]), GRACEFUL_SHUTDOWN_S + SHUTDOWN_MARGIN_S
-            )
-        except TimeoutError:
-            log.warning("the HTTP API on %s did not shut down in time; closing it", self.url)
-            server.force_exit = True
-        except Exception:
-            log.exception("the HTTP API on %s failed to shut down cleanly", self.url)
-        finally:
-            self._sock.close()
-            for srv in getattr(server, "servers", []):
-                srv.close()
-            for connection in list(server.server_state.connections):
-                connection.shutdown()
+        serving = self._serving
+        if serving is not None:
+            # uvicorn's shutdown: stop accepting, let requests in flight finish (up to
+            # GRACEFUL_SHUTDOWN_S), run the app's shutdown.
+            done, _ = await asyncio.wait({serving}, timeout=GRACEFUL_SHUTDOWN_S + SHUTDOWN_MARGIN_S)
+            if not done:
+                log.warning("the HTTP API on %s did not shut down in time; closing it", self.url)
+                server.force_exit = True
+                serving.cancel()
+                await asyncio.wait({serving}, timeout=SHUTDOWN_MARGIN_S)
+            elif serving.exception() is not None:
+                log.error("the HTTP API on %s failed to shut down cleanly", self.url,
+                          exc_info=serving.exception())
+        server.limits.close_all()  # what the graceful shutdown left open (a stuck stream)
+        self._sock.close()
         try:
             await asyncio.wait_for(self.backend.close(), SHUTDOWN_MARGIN_S)
         except Exception:
@@ -155,20 +152,14 @@ async def start_node_http(
     registry = Registry()
     app = create_app(backend, credentials=credentials, http_urls=lambda: urls, store=lambda: store,
                      metrics=registry)
-    config = uvicorn.Config(
-        CloseHandedOverWhenDeposed(app, bound_port, lambda: node.is_leader),
-        host=host,
-        port=bound_port,
-        **uvicorn_options(limits),
-        ws="none",
-        lifespan="on",
+    server = make_server(
+        CloseHandedOverWhenDeposed(app, bound_port, lambda: node.is_leader), host, bound_port,
+        limits=limits, own_signals=True, ws="none", lifespan="on",
         log_config=None,  # the node's logging configuration stays as it is
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        log_level="warning", access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
-    handle = NodeHttpServer(EagerAcceptServer(config), app, sock, backend=backend, host=host,
-                            port=bound_port, metrics=registry)
+    handle = NodeHttpServer(server, app, sock, backend=backend, host=host, port=bound_port,
+                            metrics=registry)
     handle.store = store
     try:
         await handle._start()

@@ -20,46 +20,61 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 import uvicorn
-from fastapi import FastAPI
 
-from api.limits import HttpLimits, uvicorn_options
+from api.limits import ASGIApp, HttpLimits, ListenerLimits
 from kraft_spark.net.acceptor import EagerAcceptor
 
-__all__ = ["EagerAcceptServer", "ServerHandle", "run_server", "serve_in_thread"]
+__all__ = [
+    "EagerAcceptServer", "OwnSignalsServer", "ServerHandle", "make_server", "run_server",
+    "serve_in_thread",
+]
 
 GRACEFUL_SHUTDOWN_S: Final = 10
 
 
 class EagerAcceptServer(uvicorn.Server):
     """uvicorn's server, its listening sockets served by ``EagerAcceptor`` instead of the
-    loop's ``create_server``: uvloop accepts one connection per loop iteration, so 256 clients
+    loop's ``create_server``, each connection under the listener's ``ListenerLimits``.
+
+    Why its own accept: uvloop accepts one connection per loop iteration, so 256 clients
     connecting at once to a busy node waited up to ~1 s for their first request to be read
     (``kraft_spark.net.acceptor``). Everything else (lifespan, connection tracking, graceful
-    shutdown) is uvicorn's: the protocols register themselves in ``server_state``."""
+    shutdown) is uvicorn's: its protocols register themselves in its server state.
 
-    _acceptors: list[EagerAcceptor]
+    Build it with :func:`make_server`. Serving sockets it did not accept (the acceptor's
+    ``adopt``) needs uvicorn's protocol factory, which uvicorn does not publish: ``startup``
+    builds it as uvicorn's own ``startup`` does, from the protocol class uvicorn loaded for the
+    documented ``http="httptools"`` and the keyword arguments uvicorn passes it. That is this
+    project's one use of uvicorn beyond its documented API, in this method alone; the tests that
+    serve a request through ``make_server`` fail at once if a uvicorn release changes it.
+    """
+
+    def __init__(self, config: uvicorn.Config, limits: ListenerLimits) -> None:
+        super().__init__(config)
+        self.limits = limits
+        self._acceptors: list[EagerAcceptor] = []
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        self._acceptors = []
-        if sockets is None:  # uvicorn binds host:port itself: keep its own path
-            await super().startup(sockets=None)
-            return
+        if not sockets:
+            raise ValueError("EagerAcceptServer serves the listening sockets it is given")
         await super().startup(sockets=[])  # lifespan and state, no listener of its own
         if self.should_exit or not self.started:
             return
         config, loop = self.config, asyncio.get_running_loop()
 
-        def create_protocol() -> asyncio.Protocol:
+        def uvicorn_protocol() -> asyncio.Protocol:
             protocol: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
                 config=config, server_state=self.server_state,
                 app_state=self.lifespan.state, _loop=loop,
             )
             return protocol
 
+        create_protocol = self.limits.protocol_factory(uvicorn_protocol)
         for sock in sockets:
             acceptor = EagerAcceptor(loop, sock, create_protocol)
             acceptor.start()
@@ -69,12 +84,35 @@ class EagerAcceptServer(uvicorn.Server):
     def acceptors(self) -> list[EagerAcceptor]:
         """One per listening socket given to ``startup`` (after it); ``adopt`` serves a
         connection accepted elsewhere."""
-        return list(getattr(self, "_acceptors", []))
+        return list(self._acceptors)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for acceptor in getattr(self, "_acceptors", []):
+        for acceptor in self._acceptors:
             acceptor.close()  # before uvicorn closes the sockets under the readers
         await super().shutdown(sockets=sockets)
+
+
+class OwnSignalsServer(EagerAcceptServer):
+    """For a server inside a process that handles SIGINT/SIGTERM itself (a node): ``serve()``
+    leaves the process's signal handlers alone; the process stops the server."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def make_server(
+    app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None,
+    own_signals: bool = False, **options: Any,
+) -> EagerAcceptServer:
+    """A server for ``app`` on the listening socket bound to ``host:port`` (pass it to
+    ``serve``/``run``), with the limits every kraft-spark listener takes (``api.limits``;
+    defaults if None) and no proxy-headers layer (nothing reads the client's address).
+    ``options``: more ``uvicorn.Config`` settings. ``own_signals``: see ``OwnSignalsServer``."""
+    listener = ListenerLimits(limits)
+    config = uvicorn.Config(listener.asgi(app), host=host, port=port, http="httptools",
+                            proxy_headers=False, **options)
+    return (OwnSignalsServer if own_signals else EagerAcceptServer)(config, listener)
 
 
 class ServerHandle:
@@ -145,7 +183,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def serve_in_thread(
-    app: FastAPI,
+    app: ASGIApp,
     host: str = "127.0.0.1",
     port: int = 0,
     *,
@@ -159,18 +197,10 @@ def serve_in_thread(
     ``limits``: connection cap and header timeout (``api.limits``; defaults if None)."""
     sock = _bind(host, port)
     bound_port = int(sock.getsockname()[1])
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=bound_port,
-        **uvicorn_options(limits),
-        lifespan="on",
-        log_config=None,
-        log_level=log_level,
-        access_log=False,
-        timeout_graceful_shutdown=graceful_shutdown_s,
+    server = make_server(
+        app, host, bound_port, limits=limits, lifespan="on", log_config=None,
+        log_level=log_level, access_log=False, timeout_graceful_shutdown=graceful_shutdown_s,
     )
-    server = EagerAcceptServer(config)
 
     def run() -> None:
         # uvicorn raises SystemExit when the app's startup fails; the thread just ends then.
@@ -199,7 +229,7 @@ def serve_in_thread(
 
 
 def run_server(
-    app: FastAPI,
+    app: ASGIApp,
     host: str = "127.0.0.1",
     port: int = 8080,
     *,
@@ -209,17 +239,10 @@ def run_server(
 ) -> None:
     """Serve in this thread until SIGINT/SIGTERM (when called from the main thread)."""
     sock = _bind(host, port)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=int(sock.getsockname()[1]),
-        **uvicorn_options(limits),
-        lifespan="on",
-        log_level=log_level,
-        timeout_graceful_shutdown=graceful_shutdown_s,
-    )
-    server = EagerAcceptServer(config)
-    logging.getLogger("uvicorn.error").info("serving on http://%s:%d", host, config.port)
+    bound_port = int(sock.getsockname()[1])
+    server = make_server(app, host, bound_port, limits=limits, lifespan="on",
+                         log_level=log_level, timeout_graceful_shutdown=graceful_shutdown_s)
+    logging.getLogger("uvicorn.error").info("serving on http://%s:%d", host, bound_port)
     try:
         server.run(sockets=[sock])
     except SystemExit as exc:  # uvicorn exits on a startup failure

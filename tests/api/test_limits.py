@@ -8,6 +8,7 @@ here is the listener) and misbehave as raw sockets.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from api.app import create_app
-from api.limits import HttpLimits, limited_protocol
+from api.limits import HttpLimits, ListenerLimits, Receive, Scope, Send
 from api.server import ServerHandle, serve_in_thread
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.raft.config import ConfigError
@@ -179,6 +180,71 @@ def test_a_slow_answer_is_not_a_header_timeout() -> None:
         handle.stop()
 
 
+def test_a_request_pipelined_behind_a_slow_answer_is_not_timed_out() -> None:
+    """Bytes that arrive while a request is being answered start no deadline: the second
+    request, sent at once behind the first, waits for the server, not for the client."""
+    backend = InMemoryTestBackend()
+    backend.hold = threading.Event()
+    handle = _serve(HttpLimits(max_connections=3, header_timeout_s=0.3), backend)
+    sock = _connect(handle)
+    try:
+        request = (b"POST /v1/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+        sock.sendall(request + request[:-3])  # the second one's last bytes come later
+        assert backend.entered.wait(5)
+        time.sleep(0.5)
+        sock.sendall(request[-3:])
+        time.sleep(1.0)  # three timeouts after those bytes, the first request still held
+        backend.hold.set()
+        received = b""
+        while received.count(b"HTTP/1.1 200 ") < 2:
+            chunk = sock.recv(65536)
+            assert chunk, received
+            received += chunk
+        assert len(backend.log) == 2
+    finally:
+        sock.close()
+        handle.stop()
+
+
+def test_a_long_streamed_answer_and_a_late_reader_are_not_timed_out() -> None:
+    """The body deadline counts only the application's waits for the client: a handler that
+    reads a large body late (uvicorn stops reading meanwhile), and a response streamed for
+    longer than the timeout while the app listens for the disconnect, both complete."""
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await asyncio.sleep(0.8)  # busy before reading: the server's time
+        size, more = 0, True
+        while more:
+            message = await receive()
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(4):  # 0.8 s of streaming, the app waiting for the disconnect meanwhile
+            waiter = asyncio.ensure_future(receive())
+            await asyncio.sleep(0.2)
+            assert not waiter.done()
+            waiter.cancel()
+            await send({"type": "http.response.body", "body": b"%d;" % size,
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b"end"})
+
+    handle = serve_in_thread(app, limits=HttpLimits(max_connections=3, header_timeout_s=0.3))
+    try:
+        conn = http.client.HTTPConnection(handle.host, handle.port, timeout=10)
+        big = b"x" * 300_000  # beyond what uvicorn buffers before it stops reading
+        conn.request("POST", "/", big, {"Content-Type": "application/octet-stream"})
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (200, b"300000;" * 4 + b"end")
+        conn.close()
+    finally:
+        handle.stop()
+
+
 def test_well_behaved_clients_are_untouched(small: ServerHandle) -> None:
     conn = http.client.HTTPConnection(small.host, small.port, timeout=5)
     try:
@@ -200,7 +266,7 @@ def test_the_limits_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="header_timeout_s"):
         HttpLimits(header_timeout_s=0)
     # Each listener counts its own refusals.
-    assert limited_protocol(HttpLimits()).refused is not limited_protocol(HttpLimits()).refused
+    assert ListenerLimits(HttpLimits()).refused is not ListenerLimits(HttpLimits()).refused
 
 
 def test_node_config_reads_the_http_limits() -> None:
