@@ -55,6 +55,7 @@ from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.cluster_acl import refused_unauthorized
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.cpu_placement import AFFINITY_ROLE, RolePlacement
+from kraft_spark.net.embedded_http import EmbeddedHttpFactory, EmbeddedHttpServer
 from kraft_spark.net.frame_server import FrameServer, ServerConnection
 from kraft_spark.net.local_requests import (
     LocalCallback,
@@ -66,19 +67,13 @@ from kraft_spark.net.log_repair import note_damage, open_with_repair
 from kraft_spark.net.node_flush import GroupCommitMixin
 from kraft_spark.net.node_listener import node_listener
 from kraft_spark.net.node_peers import PeerRequestsMixin
-from kraft_spark.net.node_tokens import (
-    EmbeddedHttpFactory,
-    EmbeddedHttpServer,
-    Token,
-    request_source,
-    wall_ms,
-)
 from kraft_spark.net.node_voters import (
     VoterEndpointsMixin,
     directory_of,
     local_endpoints,
     static_voter_set,
 )
+from kraft_spark.net.reply_token import Token, wall_ms
 from kraft_spark.net.scrub import LogScrubber
 from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
 from kraft_spark.net.stats import NodeStats
@@ -98,7 +93,7 @@ from kraft_spark.protocol.wire import (
 )
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.events import RoleChanged
-from kraft_spark.raft.messages import FetchRequest, FetchResponse
+from kraft_spark.raft.messages import FetchRequest, FetchResponse, request_source
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.transport import Connection

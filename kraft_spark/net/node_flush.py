@@ -12,7 +12,7 @@ from typing import Any
 
 from kraft_spark.log.segmented_log import FlushTicket, SegmentedLog
 from kraft_spark.net.config import NodeConfig
-from kraft_spark.net.node_tokens import wall_ms
+from kraft_spark.net.reply_token import wall_ms
 from kraft_spark.net.stats import NodeStats
 from kraft_spark.raft.core import RaftCore
 

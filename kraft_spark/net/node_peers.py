@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from kraft_spark.log.errors import LogError
 from kraft_spark.net.config import NodeConfig
-from kraft_spark.net.node_tokens import decode_fetch_reply, wall_ms
+from kraft_spark.net.reply_token import wall_ms
 from kraft_spark.protocol import ApiKey, decode_response, encode_request
-from kraft_spark.protocol.fast_wire import encode_fetch_request
+from kraft_spark.protocol.fast_wire import decode_fetch_reply, encode_fetch_request
 from kraft_spark.protocol.wire import WireError, request_to_wire, response_from_wire
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.messages import EndQuorumEpochRequest, FetchRequest, Response

@@ -25,12 +25,12 @@ from __future__ import annotations
 import struct
 import uuid
 
-from kraft_spark.protocol import METADATA_TOPIC, ApiKey, RequestHeader
+from kraft_spark.protocol import METADATA_TOPIC, ApiKey, RequestHeader, decode_response
 from kraft_spark.protocol.primitives import write_uvarint
-from kraft_spark.protocol.wire import decode_record_set, encode_batches
+from kraft_spark.protocol.wire import decode_record_set, encode_batches, response_from_wire
 from kraft_spark.protocol.wire_elections import split_error
 from kraft_spark.raft.log_api import OffsetAndEpoch
-from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse
+from kraft_spark.raft.messages import ErrorCode, FetchRequest, FetchResponse, Response
 from kraft_spark.raft.voter_set import NIL_DIRECTORY
 
 FETCH_VERSION = 12
@@ -316,8 +316,19 @@ def decode_fetch_response(payload: bytes) -> FetchResponse | None:
     )
 
 
+def decode_fetch_reply(payload: bytes) -> Response:
+    """A Fetch response body as the core's message: this module's decoder for the shape the
+    leaders send, else the generic schema-driven one (any other shape a Kafka leader may send)."""
+    fast = decode_fetch_response(payload)
+    if fast is not None:
+        return fast
+    fetch = int(ApiKey.FETCH)
+    return response_from_wire(fetch, decode_response(fetch, FETCH_VERSION, payload)[1])
+
+
 __all__ = [
     "FETCH_VERSION",
+    "decode_fetch_reply",
     "decode_fetch_request",
     "decode_fetch_response",
     "encode_fetch_request",

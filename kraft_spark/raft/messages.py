@@ -309,3 +309,14 @@ Response = (
     | VoterChangeResponse
     | ReadIndexResponse
 )
+
+
+def request_source(message: Request) -> int:
+    """The node a request comes from, as its fields name it (-1: a request that names none)."""
+    if isinstance(message, FetchRequest):
+        return message.replica_id
+    if isinstance(message, VoteRequest):
+        return message.candidate_id
+    if isinstance(message, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+        return message.leader_id
+    return -1

@@ -57,7 +57,7 @@ class Ready:
     snapshot_installed: OffsetAndEpoch | None = None
     # Informational, for traces, metrics and checkers: the log was truncated to this offset.
     truncated_to: int | None = None
-    # Human-readable notes of role changes in this step ("became Leader epoch 3").
+    # What happened in this step, as typed values (raft.events: role changes, truncations...).
     events: list[CoreEvent] = field(default_factory=list)
     next_deadline_ms: int = 0
 
