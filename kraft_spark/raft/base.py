@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.events import CoreEvent, RoleChanged, SnapshotEvent, SnapshotStep
+from kraft_spark.raft.following import Following
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
 from kraft_spark.raft.messages import NO_LEADER, Request, Response, VoteRequest, VoteResponse
 from kraft_spark.raft.producers import ProducerStateTable
@@ -95,26 +96,12 @@ class CoreState:
         self.pre_votes = VoteTally()
         self.backoff_until: int | None = None
         self.election_retries = 0
-        # Follower / observer
-        self.fetch_deadline = NEVER
-        self.fetch_jitter_ms = 0  # added to fetch.timeout.ms while following one leader
+        # Follower: the leader it follows (following.py); None in every other role.
+        self.following: Following | None = None
+        # The fetch loop, a follower's and an observer's looking for the leader.
         self.fetch_in_flight: int | None = None
-        # A Fetch to our leader succeeded since we began following it (a pre-vote is refused
-        # only by a follower that actually hears from its leader).
-        self.fetched_from_leader = False
         self.next_fetch_at = 0
         self.awaiting_flush = False
-        self.leader_hw_seen: int | None = None
-        # True once our leader's host refused a connection in this epoch (and no Fetch has
-        # succeeded since): the early election deadline is drawn once per leader, not once per
-        # refusal, or repeated refusals would pull every follower's deadline towards zero.
-        self.leader_refused = False
-        # True once our leader told us it resigned in this epoch (EndQuorumEpoch): Fetch
-        # responses it sent before resigning, which may arrive after that news on another
-        # connection, must not push our succession deadline back by a whole fetch timeout.
-        self.leader_resigned = False
-        # The first high watermark a catching-up voter heard from its current leader.
-        self.catch_up_first_hw: int | None = None
         # When we last said that a voter refused us as another cluster's node (follower.py).
         self.foreign_cluster_noted_at = -(10**12)
         self.fetch_target_index = rng.randrange(max(len(self.voters), 1))
@@ -223,7 +210,7 @@ class CoreState:
             self._persist_needed = True
         self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
         self.fetch_in_flight = None
-        self.fetched_from_leader = False
+        self.following = None  # become_follower makes a new one: nothing carries over
         self.awaiting_flush = False
         self.backoff_until = None
         if self.download is not None:  # a snapshot download belongs to one leader and role
@@ -240,22 +227,29 @@ class CoreState:
     def become_follower(self, epoch: int, leader_id: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
         self.transition(Role.FOLLOWER, epoch, leader_id, voted)
-        self.fetch_jitter_ms = (
-            fetch_timeout_jitter_ms(self.rng, self.config.max_fetch_jitter_ms)
-            if self.may_vote else 0)
-        self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
+        jitter = (fetch_timeout_jitter_ms(self.rng, self.config.max_fetch_jitter_ms)
+                  if self.may_vote else 0)
+        self.following = Following(
+            leader_id, self.now + self.config.fetch_timeout_ms + jitter, jitter_ms=jitter)
         self.next_fetch_at = self.now
-        self.leader_hw_seen = None
-        self.leader_refused = False
-        self.leader_resigned = False
-        self.catch_up_first_hw = None
         if leader_id in self.voters:
             self.fetch_target_index = self.voters.index(leader_id)
         self._maybe_send_fetch()
 
-    def fetch_timeout_with_jitter_ms(self) -> int:
-        """How long a follower goes without a successful Fetch before it campaigns."""
-        return self.config.fetch_timeout_ms + self.fetch_jitter_ms
+    @property
+    def followed(self) -> Following:
+        """The leader we follow: only while Follower (else an AssertionError, a bug)."""
+        following = self.following
+        assert following is not None, f"no leader is followed in role {self.role.value}"
+        return following
+
+    def push_fetch_deadline(self) -> None:
+        """A Fetch (or a snapshot chunk) from our leader succeeded: wait a whole fetch timeout
+        again, unless it resigned (then its succession deadline stands)."""
+        following = self.followed
+        if not following.resigned:
+            following.fetch_deadline = self.now + following.fetch_timeout_ms(
+                self.config.fetch_timeout_ms)
 
     def _arm_unattached_timer(self) -> None:
         if self.may_vote:
@@ -274,7 +268,7 @@ class CoreState:
         if self.role is Role.CANDIDATE or self.role is Role.PROSPECTIVE:
             return self.backoff_until if self.backoff_until is not None else self.election_deadline
         if self.role is Role.FOLLOWER:
-            return self.fetch_deadline
+            return self.followed.fetch_deadline
         return NEVER
 
     def observe_epoch(self, epoch: int, leader_id: int) -> bool:

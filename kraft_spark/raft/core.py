@@ -21,7 +21,7 @@ on; a timeout, a reset or a slow leader never counts as a refusal.
 
 The graceful handoff (docs/concepts/protocol.md) does not depend on message order either: a
 follower's successor turn from EndQuorumEpoch is not pushed back by Fetch responses the leader
-sent before resigning (``leader_resigned``), survives learning of the successor's newer epoch
+sent before resigning (``Following.resigned``), survives learning of the successor's newer epoch
 from any message (``observe_epoch``), and still applies when the first successor's Vote
 overtakes the
 EndQuorumEpoch (``_maybe_late_succession``).
@@ -45,6 +45,7 @@ from collections.abc import Iterable
 from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.follower import FollowerMixin
+from kraft_spark.raft.following import Following
 from kraft_spark.raft.leader_reads import ReadIndexMixin
 from kraft_spark.raft.log_api import RaftLog
 from kraft_spark.raft.messages import (
@@ -141,7 +142,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             )
         elif self.leader_id not in (NO_LEADER, self.node_id):
             self.role = Role.FOLLOWER
-            self.fetch_deadline = now_ms + config.fetch_timeout_ms
+            self.following = Following(self.leader_id, now_ms + config.fetch_timeout_ms)
         else:
             self.role = Role.UNATTACHED
             self.leader_id = NO_LEADER
@@ -300,7 +301,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
                 self.backoff_until if self.backoff_until is not None else self.election_deadline
             )
         elif role is Role.FOLLOWER:
-            deadlines.append(self.fetch_deadline)
+            deadlines.append(self.followed.fetch_deadline)
             if self.fetch_in_flight is None and not self.awaiting_flush:
                 deadlines.append(self.next_fetch_at)
         elif role is Role.UNATTACHED:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
 from kraft_spark.raft.quorum import Outcome, VoteTally
@@ -52,7 +54,7 @@ class ElectionMixin(CoreState):
             self.rng, self.config.election_timeout_ms
         )
         self._ask_voters(pre_vote=False)
-        self._maybe_win()
+        self._settle_round(self.votes, self.become_leader)
 
     def _ask_voters(self, *, pre_vote: bool) -> None:
         """Send every other voter a Vote (or a pre-vote) for our current epoch. Each request
@@ -74,10 +76,13 @@ class ElectionMixin(CoreState):
                 self.send(voter, "prevote" if pre_vote else "vote", request,
                           self.config.request_timeout_ms)
 
-    def _maybe_win(self) -> None:
-        outcome = self.votes.outcome(len(self.voters))
+    def _settle_round(self, tally: VoteTally, win: Callable[[], None]) -> None:
+        """A round of votes (``win``: lead) or pre-votes (``win``: stand as a candidate):
+        won, ``win()``; lost, back off (then ``_poll_candidate`` starts another round); else
+        wait for more answers."""
+        outcome = tally.outcome(len(self.voters))
         if outcome is Outcome.WON:
-            self.become_leader()
+            win()
         elif outcome is Outcome.LOST:
             self._start_backoff()
 
@@ -113,7 +118,7 @@ class ElectionMixin(CoreState):
         if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
             return
         self.votes.reject(pending.dest)
-        self._maybe_win()
+        self._settle_round(self.votes, self.become_leader)
 
     def handle_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
         if pending.kind == "prevote":
@@ -127,7 +132,7 @@ class ElectionMixin(CoreState):
             self.votes.grant(src)
         else:
             self.votes.reject(src)
-        self._maybe_win()
+        self._settle_round(self.votes, self.become_leader)
 
     # ------------------------------------------------------------------ voter
 
@@ -220,9 +225,10 @@ class ElectionMixin(CoreState):
             )
         else:
             delay = election_timeout_ms(self.rng, self.config.election_timeout_ms)
-        if self.role is Role.FOLLOWER:
-            self.leader_resigned = True  # its older Fetch responses must not undo this
-            self.fetch_deadline = min(self.fetch_deadline, self.now + delay)
+        following = self.following  # None unless Follower
+        if following is not None:
+            following.resigned = True  # its older Fetch responses must not undo this
+            following.fetch_deadline = min(following.fetch_deadline, self.now + delay)
             if delay == 0:
                 self.become_candidate()
         else:

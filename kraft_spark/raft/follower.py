@@ -88,11 +88,12 @@ class FollowerMixin(CoreState):
         leader committed *without it*: our Fetches do not count toward the high watermark while we
         catch up, so a high watermark that moved past the start of the leader's epoch while we
         watched was put there by a majority of the other voters (a zombie leader cannot)."""
-        hw = self.leader_hw_seen
-        first = self.catch_up_first_hw
+        following = self.following  # None unless Follower
+        if following is None:
+            return
+        hw, first = following.hw_seen, following.first_hw
         if (
             self.pending_catch_up
-            and self.role is Role.FOLLOWER
             and hw is not None
             and first is not None
             and hw > first
@@ -116,23 +117,24 @@ class FollowerMixin(CoreState):
         Safety never depends on timers, only liveness does: the vote rules still decide who
         leads. Ignored unless we are a voting Follower of ``refused.dest`` in the epoch the
         Fetch was sent in, and when the deadline is already sooner."""
+        following = self.following  # None unless Follower
         if (
-            self.role is not Role.FOLLOWER
+            following is None
             or not self.may_vote
             or refused.kind not in ("fetch", "fetch_snapshot")
-            or refused.dest != self.leader_id
+            or refused.dest != following.leader_id
             or refused.epoch != self.epoch
-            or self.leader_refused
+            or following.refused
         ):
             return
-        self.leader_refused = True
+        following.refused = True
         delay = leader_gone_delay_ms(self.rng, self.config.election_timeout_ms)
-        if self.now + delay < self.fetch_deadline:
-            self.fetch_deadline = self.now + delay
-            self.events.append(LeaderUnreachable(self.leader_id, delay))
+        if self.now + delay < following.fetch_deadline:
+            following.fetch_deadline = self.now + delay
+            self.events.append(LeaderUnreachable(following.leader_id, delay))
 
     def _poll_follower(self) -> None:
-        if self.now >= self.fetch_deadline:
+        if self.now >= self.followed.fetch_deadline:
             if self.may_vote:
                 self.become_prospective()
             else:
@@ -164,10 +166,10 @@ class FollowerMixin(CoreState):
                 else:
                     self._arm_unattached_timer()
             return
-        if not self.leader_resigned:
-            self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
-        self.leader_refused = False
-        self.fetched_from_leader = True
+        following = self.followed
+        self.push_fetch_deadline()
+        following.refused = False
+        following.fetched = True
         self.maybe_update_own_endpoints()  # a fetching follower's poll timer rarely fires
         if resp.snapshot_id is not None:
             self.begin_snapshot_fetch(pending.dest, resp.snapshot_id)
@@ -176,9 +178,9 @@ class FollowerMixin(CoreState):
             self._rule_apply_diverging(resp.diverging_epoch)
         else:
             self._append_fetched(resp.batches)
-            self.leader_hw_seen = resp.high_watermark
-            if self.catch_up_first_hw is None:
-                self.catch_up_first_hw = resp.high_watermark
+            following.hw_seen = resp.high_watermark
+            if following.first_hw is None:
+                following.first_hw = resp.high_watermark
             new_hw = min(resp.high_watermark, self.log.end_offset())
             if new_hw > self.high_watermark:
                 self.high_watermark = new_hw

@@ -35,7 +35,7 @@ from __future__ import annotations
 from kraft_spark.raft.base import InFlight
 from kraft_spark.raft.elections import ElectionMixin
 from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
-from kraft_spark.raft.quorum import Outcome, VoteTally
+from kraft_spark.raft.quorum import VoteTally
 from kraft_spark.raft.state import Role
 from kraft_spark.raft.vote_rules import (
     election_timeout_ms,
@@ -57,19 +57,12 @@ class PreVoteMixin(ElectionMixin):
             self.rng, self.config.election_timeout_ms
         )
         self._ask_voters(pre_vote=True)
-        self._maybe_promote()
+        self._settle_round(self.pre_votes, self.become_candidate)
 
     def campaign_now(self, now_ms: int) -> None:
         """Become a candidate at ``now_ms`` without a pre-vote round (scripted scenarios)."""
         self.now = max(self.now, now_ms)
         self.become_candidate()
-
-    def _maybe_promote(self) -> None:
-        outcome = self.pre_votes.outcome(len(self.voters))
-        if outcome is Outcome.WON:
-            self.become_candidate()
-        elif outcome is Outcome.LOST:
-            self._start_backoff()  # then _poll_candidate starts another round
 
     def handle_pre_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
         if resp.leader_epoch > self.epoch:
@@ -87,14 +80,14 @@ class PreVoteMixin(ElectionMixin):
             # Refused by a voter that hears from the leader of our epoch: follow it.
             if self.observe_epoch(resp.leader_epoch, resp.leader_id):
                 return
-        self._maybe_promote()
+        self._settle_round(self.pre_votes, self.become_candidate)
 
     def on_pre_vote_refused(self, pending: InFlight) -> None:
         """The voter's host refused the connection: it will not grant anything soon."""
         if self.role is not Role.PROSPECTIVE or pending.epoch != self.epoch:
             return
         self.pre_votes.reject(pending.dest)  # no effect once that voter granted
-        self._maybe_promote()
+        self._settle_round(self.pre_votes, self.become_candidate)
 
     # ------------------------------------------------------------------ voter
 
@@ -106,12 +99,13 @@ class PreVoteMixin(ElectionMixin):
         shortened) deadlines passed: `kraft-spark bench voters` failover 632 ms, not 309."""
         if self.role is Role.LEADER:
             return True
+        following = self.following  # None unless Follower
         return (
-            self.role is Role.FOLLOWER
-            and self.fetched_from_leader
-            and not self.leader_resigned
-            and not self.leader_refused
-            and self.now < self.fetch_deadline
+            following is not None
+            and following.fetched
+            and not following.resigned
+            and not following.refused
+            and self.now < following.fetch_deadline
         )
 
     def handle_pre_vote_request(self, token: object, req: VoteRequest) -> None:

@@ -131,8 +131,7 @@ class SnapshotFetchMixin(CoreState):
             self.abort_snapshot_fetch(f"the leader answered {resp.error.name}")
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
             return
-        if not self.leader_resigned:
-            self.fetch_deadline = self.now + self.fetch_timeout_with_jitter_ms()
+        self.push_fetch_deadline()
         try:
             download.write(resp.position, resp.data)
             done = download.position() >= resp.size

@@ -24,7 +24,6 @@ from kraft_spark.raft.base import InFlight
 from kraft_spark.raft.events import VoterEvent, VoterStep
 from kraft_spark.raft.membership import MembershipMixin
 from kraft_spark.raft.messages import ErrorCode, UpdateVoterRequest, VoterChangeResponse
-from kraft_spark.raft.state import Role
 from kraft_spark.raft.voter_set import KRAFT_VERSION_DYNAMIC, Endpoint, Voter
 
 UPDATE_RETRY_MS = 5_000
@@ -71,8 +70,8 @@ class VoterUpdateMixin(MembershipMixin):
         """Called on a follower's poll: ask the leader to correct our listed endpoints."""
         if (
             not self.local_endpoints
-            or self.role is not Role.FOLLOWER
-            or not self.fetched_from_leader
+            or self.following is None  # not a Follower
+            or not self.following.fetched
             or not self.history.dynamic
             or self.voter_update_in_flight
             or self.now < self.next_voter_update_at

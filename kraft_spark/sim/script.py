@@ -413,7 +413,7 @@ class ScriptedCluster(ExpectCommands):
                 return
             role = core.role
             if role is Role.FOLLOWER:
-                when = core.fetch_deadline
+                when = core.followed.fetch_deadline
             elif role in (Role.CANDIDATE, Role.PROSPECTIVE) and core.backoff_until is not None:
                 when = core.backoff_until
             else:  # Unattached, Resigned, or waiting for its election timeout

@@ -82,7 +82,7 @@ def test_in_order_end_quorum_epoch_is_unchanged() -> None:
     core = follower_of_1_with_one_record()
     assert end_quorum_epoch(core, T0 + 1).error == ErrorCode.NONE
     delay = successor_backoff_ms(1, CONFIG.retry_backoff_ms, CONFIG.election_backoff_max_ms)
-    assert core.fetch_deadline == T0 + 1 + delay
+    assert core.followed.fetch_deadline == T0 + 1 + delay
 
 
 def test_a_fetch_answered_before_the_resignation_does_not_undo_the_succession() -> None:
@@ -94,9 +94,9 @@ def test_a_fetch_answered_before_the_resignation_does_not_undo_the_succession() 
     assert fetch_id is not None
     assert end_quorum_epoch(core, T0 + 1).error == ErrorCode.NONE
     delay = successor_backoff_ms(1, CONFIG.retry_backoff_ms, CONFIG.election_backoff_max_ms)
-    assert core.fetch_deadline == T0 + 1 + delay
+    assert core.followed.fetch_deadline == T0 + 1 + delay
     core.handle_response(T0 + 2, 1, fetch_id, FetchResponse(ErrorCode.NONE, 1, 1, 1))
-    assert core.fetch_deadline == T0 + 1 + delay
+    assert core.followed.fetch_deadline == T0 + 1 + delay
     assert core.high_watermark == 1  # the response itself is still used
     core.poll(T0 + 1 + delay)
     assert core.role is Role.PROSPECTIVE and core.epoch == 1  # pre-votes first (KIP-996)

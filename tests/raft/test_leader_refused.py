@@ -68,18 +68,18 @@ def test_refused_fetch_brings_the_election_forward_within_bounds() -> None:
     for seed in range(60):
         core = make_core(seed=seed)
         fetch_id = follow(core, leader=1, epoch=1, now=T0)
-        assert core.fetch_deadline == T0 + CONFIG.fetch_timeout_ms
+        assert core.followed.fetch_deadline == T0 + CONFIG.fetch_timeout_ms
         now = T0 + 3
         core.on_request_failed(now, fetch_id, refused=True)
-        assert now <= core.fetch_deadline <= now + WINDOW
+        assert now <= core.followed.fetch_deadline <= now + WINDOW
         assert core.role is Role.FOLLOWER  # nothing else changed yet
         events = core.take_ready().events
-        if core.fetch_deadline < T0 + CONFIG.fetch_timeout_ms:
-            assert LeaderUnreachable(1, core.fetch_deadline - now) in events, events
-        deadlines.add(core.fetch_deadline - now)
+        if core.followed.fetch_deadline < T0 + CONFIG.fetch_timeout_ms:
+            assert LeaderUnreachable(1, core.followed.fetch_deadline - now) in events, events
+        deadlines.add(core.followed.fetch_deadline - now)
         # The shortened deadline fires like the fetch timeout: pre-votes (KIP-996), then a
         # Candidate of the next epoch.
-        core.poll(core.fetch_deadline)
+        core.poll(core.followed.fetch_deadline)
         assert core.role is Role.PROSPECTIVE and core.epoch == 1
     # Randomized (so two followers rarely tie), and spread over the window.
     assert len(deadlines) > 30
@@ -91,7 +91,7 @@ def test_the_delay_comes_from_the_injected_rng() -> None:
         core = make_core(seed=seed)
         fetch_id = follow(core, leader=1, epoch=1, now=T0)
         core.on_request_failed(T0, fetch_id, refused=True)
-        return core.fetch_deadline - T0
+        return core.followed.fetch_deadline - T0
 
     assert [delay(s) for s in range(10)] == [delay(s) for s in range(10)]
 
@@ -100,7 +100,7 @@ def test_the_delay_is_drawn_once_per_leader() -> None:
     core = make_core(seed=0)
     fetch_id = follow(core, leader=1, epoch=1, now=T0)
     core.on_request_failed(T0, fetch_id, refused=True)
-    first = core.fetch_deadline
+    first = core.followed.fetch_deadline
     retry_at = T0 + CONFIG.retry_backoff_ms
     assert first > retry_at + 10 * CONFIG.retry_backoff_ms  # seed 0 draws a long delay
     # The Fetch is retried every retry.backoff.ms and refused again: the deadline stays.
@@ -109,7 +109,7 @@ def test_the_delay_is_drawn_once_per_leader() -> None:
         core.poll(retry_at)
         [retry_id] = fetches(core.take_ready())
         core.on_request_failed(retry_at, retry_id, refused=True)
-        assert core.fetch_deadline == first
+        assert core.followed.fetch_deadline == first
         retry_at += CONFIG.retry_backoff_ms
 
 
@@ -117,21 +117,21 @@ def test_a_successful_fetch_clears_the_refusal() -> None:
     core = make_core(seed=1)
     fetch_id = follow(core, leader=1, epoch=1, now=T0)
     core.on_request_failed(T0, fetch_id, refused=True)
-    assert core.leader_refused
+    assert core.followed.refused
     core.poll(T0 + CONFIG.retry_backoff_ms)
     [retry_id] = fetches(core.take_ready())
     now = T0 + CONFIG.retry_backoff_ms + 1
     core.handle_response(now, 1, retry_id, FetchResponse(ErrorCode.NONE, 1, 1, 0))
-    assert not core.leader_refused
-    assert core.fetch_deadline == now + CONFIG.fetch_timeout_ms
+    assert not core.followed.refused
+    assert core.followed.fetch_deadline == now + CONFIG.fetch_timeout_ms
 
 
 def test_a_failure_that_is_not_a_refusal_only_retries_the_fetch_sooner() -> None:
     core = make_core()
     fetch_id = follow(core, leader=1, epoch=1, now=T0)
     core.on_request_failed(T0 + 5, fetch_id, refused=False)  # e.g. the connection was reset
-    assert core.fetch_deadline == T0 + CONFIG.fetch_timeout_ms
-    assert not core.leader_refused
+    assert core.followed.fetch_deadline == T0 + CONFIG.fetch_timeout_ms
+    assert not core.followed.refused
     ready = core.take_ready()
     assert not ready.events
     # Retried after retry.backoff.ms instead of at the request's own deadline (1.5 s later).
@@ -145,8 +145,8 @@ def test_a_refusal_from_an_older_epoch_is_ignored() -> None:
     old_fetch = follow(core, leader=1, epoch=1, now=T0)
     follow(core, leader=1, epoch=2, now=T0 + 1)  # the same node leads again, in epoch 2
     core.on_request_failed(T0 + 2, old_fetch, refused=True)
-    assert core.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
-    assert not core.leader_refused
+    assert core.followed.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
+    assert not core.followed.refused
 
 
 def test_a_refusal_from_another_node_than_the_leader_is_ignored() -> None:
@@ -154,11 +154,11 @@ def test_a_refusal_from_another_node_than_the_leader_is_ignored() -> None:
     old_fetch = follow(core, leader=1, epoch=1, now=T0)
     follow(core, leader=3, epoch=2, now=T0 + 1)  # n1 is no longer our leader
     core.on_request_failed(T0 + 2, old_fetch, refused=True)
-    assert core.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
+    assert core.followed.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
     # And directly: a refused Fetch to a node that is not our leader, in our epoch.
     core.maybe_hasten_election(InFlight(dest=1, kind="fetch", epoch=2, deadline=T0 + 99))
-    assert core.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
-    assert not core.leader_refused
+    assert core.followed.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
+    assert not core.followed.refused
 
 
 def test_a_candidate_ignores_a_refused_fetch() -> None:
@@ -179,15 +179,15 @@ def test_observers_never_hasten_an_election() -> None:
     core.on_request_failed(T0, fetch_id, refused=True)
     # An observer whose leader is gone looks for it elsewhere (as on a Fetch timeout).
     assert core.role is Role.UNATTACHED
-    assert not core.leader_refused
+    assert core.following is None  # nothing about the gone leader outlives following it
 
 
 def test_unknown_or_answered_requests_are_ignored() -> None:
     core = make_core()
     follow(core, leader=1, epoch=1, now=T0)
-    before = (core.role, core.fetch_deadline, core.fetch_in_flight)
+    before = (core.role, core.followed.fetch_deadline, core.fetch_in_flight)
     core.on_request_failed(T0, 9999, refused=True)
-    assert (core.role, core.fetch_deadline, core.fetch_in_flight) == before
+    assert (core.role, core.followed.fetch_deadline, core.fetch_in_flight) == before
 
 
 def _candidate(seed: int = 0) -> tuple[RaftCore, dict[int, int]]:
@@ -249,9 +249,9 @@ def test_followers_of_one_leader_time_out_at_different_moments() -> None:
     for seed in range(60):
         core = make_core(seed=seed, config=QuorumConfig())  # the default jitter
         follow(core, leader=1, epoch=1, now=T0)
-        jitter = core.fetch_jitter_ms
+        jitter = core.followed.jitter_ms
         assert 0 <= jitter <= CONFIG.election_timeout_ms // 2
-        assert core.fetch_deadline == T0 + CONFIG.fetch_timeout_ms + jitter
+        assert core.followed.fetch_deadline == T0 + CONFIG.fetch_timeout_ms + jitter
         jitters.add(jitter)
         core.poll(T0 + CONFIG.fetch_timeout_ms + jitter - 1)
         assert core.role is Role.FOLLOWER
