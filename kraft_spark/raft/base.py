@@ -7,13 +7,13 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kraft_spark.raft.campaign import Campaign
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.events import CoreEvent, RoleChanged, SnapshotEvent, SnapshotStep
 from kraft_spark.raft.following import Following
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
 from kraft_spark.raft.messages import NO_LEADER, Request, Response, VoteRequest, VoteResponse
 from kraft_spark.raft.producers import ProducerStateTable
-from kraft_spark.raft.quorum import VoteTally
 from kraft_spark.raft.ready import Outbound, Reply
 from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
 from kraft_spark.raft.snapshot_log import SnapshotAwareLog
@@ -89,13 +89,8 @@ class CoreState:
         self.role = Role.UNATTACHED
         self.high_watermark = 0  # never decreases within one run of the node
         self.election_deadline = NEVER
-        # Candidate: its round of votes (kept once it leads: the LeaderChange record names
-        # who granted).
-        self.votes = VoteTally()
-        # Prospective (KIP-996, prevote.py): its round of pre-votes.
-        self.pre_votes = VoteTally()
-        self.backoff_until: int | None = None
-        self.election_retries = 0
+        # Prospective or Candidate: its round and backoff (campaign.py); None in other roles.
+        self.campaign: Campaign | None = None
         # Follower: the leader it follows (following.py); None in every other role.
         self.following: Following | None = None
         # The fetch loop, a follower's and an observer's looking for the leader.
@@ -212,7 +207,7 @@ class CoreState:
         self.fetch_in_flight = None
         self.following = None  # become_follower makes a new one: nothing carries over
         self.awaiting_flush = False
-        self.backoff_until = None
+        self.campaign = None  # each round is a new one (become_prospective, become_candidate)
         if self.download is not None:  # a snapshot download belongs to one leader and role
             self.download.abort()
             self.download = None
@@ -235,6 +230,19 @@ class CoreState:
         if leader_id in self.voters:
             self.fetch_target_index = self.voters.index(leader_id)
         self._maybe_send_fetch()
+
+    @property
+    def campaigning(self) -> Campaign:
+        """Our round of pre-votes or votes: only while Prospective or Candidate (else an
+        AssertionError, a bug)."""
+        campaign = self.campaign
+        assert campaign is not None, f"no campaign in role {self.role.value}"
+        return campaign
+
+    def rounds_lost(self) -> int:
+        """Rounds lost in a row so far: carried into the next round while we campaign, 0 when
+        we begin campaigning from another role."""
+        return self.campaign.retries if self.campaign is not None else 0
 
     @property
     def followed(self) -> Following:
@@ -266,7 +274,7 @@ class CoreState:
         if self.role is Role.UNATTACHED or self.role is Role.RESIGNED:
             return self.election_deadline
         if self.role is Role.CANDIDATE or self.role is Role.PROSPECTIVE:
-            return self.backoff_until if self.backoff_until is not None else self.election_deadline
+            return self.campaigning.next_step_at(self.election_deadline)
         if self.role is Role.FOLLOWER:
             return self.followed.fetch_deadline
         return NEVER

@@ -297,9 +297,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         if role is Role.LEADER:
             deadlines.append(self.leader_next_deadline())
         elif role is Role.CANDIDATE or role is Role.PROSPECTIVE:
-            deadlines.append(
-                self.backoff_until if self.backoff_until is not None else self.election_deadline
-            )
+            deadlines.append(self.campaigning.next_step_at(self.election_deadline))
         elif role is Role.FOLLOWER:
             deadlines.append(self.followed.fetch_deadline)
             if self.fetch_in_flight is None and not self.awaiting_flush:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kraft_spark.raft.base import CoreState, InFlight
+from kraft_spark.raft.campaign import Campaign
 from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
 from kraft_spark.raft.quorum import Outcome, VoteTally
 from kraft_spark.raft.state import Role
@@ -45,16 +44,16 @@ class ElectionMixin(CoreState):
     def become_candidate(self) -> None:
         """Vote for ourselves in epoch + 1 and ask every other voter."""
         assert self.may_vote, "non-voting nodes never campaign"
-        if self.role not in (Role.CANDIDATE, Role.PROSPECTIVE):
-            self.election_retries = 0
+        retries = self.rounds_lost()
         self.transition(Role.CANDIDATE, self.epoch + 1, NO_LEADER, self.node_id)
         self.elections_started += 1
-        self.votes = VoteTally.opened_by(self.node_id)
+        self.campaign = Campaign(VoteTally.opened_by(self.node_id), pre_vote=False,
+                                 retries=retries)
         self.election_deadline = self.now + election_timeout_ms(
             self.rng, self.config.election_timeout_ms
         )
         self._ask_voters(pre_vote=False)
-        self._settle_round(self.votes, self.become_leader)
+        self._settle_round()
 
     def _ask_voters(self, *, pre_vote: bool) -> None:
         """Send every other voter a Vote (or a pre-vote) for our current epoch. Each request
@@ -76,30 +75,35 @@ class ElectionMixin(CoreState):
                 self.send(voter, "prevote" if pre_vote else "vote", request,
                           self.config.request_timeout_ms)
 
-    def _settle_round(self, tally: VoteTally, win: Callable[[], None]) -> None:
-        """A round of votes (``win``: lead) or pre-votes (``win``: stand as a candidate):
-        won, ``win()``; lost, back off (then ``_poll_candidate`` starts another round); else
-        wait for more answers."""
-        outcome = tally.outcome(len(self.voters))
+    def _settle_round(self) -> None:
+        """Our round of votes (won: lead) or pre-votes (won: stand as a candidate): lost, back
+        off (then ``_poll_candidate`` starts another round); else wait for more answers."""
+        campaign = self.campaigning
+        outcome = campaign.tally.outcome(len(self.voters))
         if outcome is Outcome.WON:
-            win()
+            if campaign.pre_vote:
+                self.become_candidate()
+            else:
+                self.become_leader()
         elif outcome is Outcome.LOST:
             self._start_backoff()
 
     def _start_backoff(self) -> None:
-        if self.backoff_until is None:
-            self.backoff_until = self.now + failed_election_backoff_ms(
+        campaign = self.campaigning
+        if campaign.backoff_until is None:
+            campaign.backoff_until = self.now + failed_election_backoff_ms(
                 self.rng,
-                self.election_retries,
+                campaign.retries,
                 self.config.retry_backoff_ms,
                 self.config.election_backoff_max_ms,
             )
-            self.election_retries += 1
+            campaign.retries += 1
 
     def _poll_candidate(self) -> None:
         """A Candidate's or a Prospective's timers: the same backoff after a lost round."""
-        if self.backoff_until is not None:
-            if self.now >= self.backoff_until:
+        backoff_until = self.campaigning.backoff_until
+        if backoff_until is not None:
+            if self.now >= backoff_until:
                 # A failed election is retried through pre-votes (KIP-996): a candidate that
                 # cannot win no longer raises the epoch for everyone each time.
                 self.become_prospective()
@@ -117,8 +121,8 @@ class ElectionMixin(CoreState):
             return
         if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
             return
-        self.votes.reject(pending.dest)
-        self._settle_round(self.votes, self.become_leader)
+        self.campaigning.tally.reject(pending.dest)
+        self._settle_round()
 
     def handle_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
         if pending.kind == "prevote":
@@ -129,10 +133,10 @@ class ElectionMixin(CoreState):
         if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
             return
         if resp.error == ErrorCode.NONE and resp.vote_granted:
-            self.votes.grant(src)
+            self.campaigning.tally.grant(src)
         else:
-            self.votes.reject(src)
-        self._settle_round(self.votes, self.become_leader)
+            self.campaigning.tally.reject(src)
+        self._settle_round()
 
     # ------------------------------------------------------------------ voter
 

@@ -120,6 +120,8 @@ class LeaderMixin(CoreState):
     # ------------------------------------------------------------------ becoming / leaving
 
     def become_leader(self) -> None:
+        # The LeaderChange record names who granted the round just won.
+        granting = tuple(sorted(self.campaigning.tally.granted))
         self.transition(Role.LEADER, self.epoch, self.node_id, self.node_id)
         start = self.log.end_offset()
         others = {v for v in self.voters if v != self.node_id}
@@ -133,7 +135,7 @@ class LeaderMixin(CoreState):
         change = LeaderChange(
             leader_id=self.node_id,
             voters=self.voters,
-            granting_voters=tuple(sorted(self.votes.granted)),
+            granting_voters=granting,
         )
         self.log.append(leader_change_batch(start, self.epoch, change, self.now))
         self.request_flush()

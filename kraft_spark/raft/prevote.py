@@ -33,6 +33,7 @@ Rules, Kafka's where Kafka has one:
 from __future__ import annotations
 
 from kraft_spark.raft.base import InFlight
+from kraft_spark.raft.campaign import Campaign
 from kraft_spark.raft.elections import ElectionMixin
 from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
 from kraft_spark.raft.quorum import VoteTally
@@ -49,15 +50,15 @@ class PreVoteMixin(ElectionMixin):
     def become_prospective(self) -> None:
         """Start a round of pre-votes in our current epoch (no epoch change, no vote cast)."""
         assert self.may_vote, "non-voting nodes never campaign"
-        if self.role not in (Role.PROSPECTIVE, Role.CANDIDATE):
-            self.election_retries = 0
+        retries = self.rounds_lost()
         self.transition(Role.PROSPECTIVE, self.epoch, NO_LEADER, self.voted_id)
-        self.pre_votes = VoteTally.opened_by(self.node_id)
+        self.campaign = Campaign(VoteTally.opened_by(self.node_id), pre_vote=True,
+                                 retries=retries)
         self.election_deadline = self.now + election_timeout_ms(
             self.rng, self.config.election_timeout_ms
         )
         self._ask_voters(pre_vote=True)
-        self._settle_round(self.pre_votes, self.become_candidate)
+        self._settle_round()
 
     def campaign_now(self, now_ms: int) -> None:
         """Become a candidate at ``now_ms`` without a pre-vote round (scripted scenarios)."""
@@ -74,20 +75,20 @@ class PreVoteMixin(ElectionMixin):
             # A grant may still name the leader of our epoch: one the voter does not hear
             # from any more. Following it would undo the round (the simulator found two
             # voters sending each other back to a dead leader this way, --seed 1).
-            self.pre_votes.grant(src)
+            self.campaigning.tally.grant(src)
         else:
-            self.pre_votes.reject(src)
+            self.campaigning.tally.reject(src)
             # Refused by a voter that hears from the leader of our epoch: follow it.
             if self.observe_epoch(resp.leader_epoch, resp.leader_id):
                 return
-        self._settle_round(self.pre_votes, self.become_candidate)
+        self._settle_round()
 
     def on_pre_vote_refused(self, pending: InFlight) -> None:
         """The voter's host refused the connection: it will not grant anything soon."""
         if self.role is not Role.PROSPECTIVE or pending.epoch != self.epoch:
             return
-        self.pre_votes.reject(pending.dest)  # no effect once that voter granted
-        self._settle_round(self.pre_votes, self.become_candidate)
+        self.campaigning.tally.reject(pending.dest)  # no effect once that voter granted
+        self._settle_round()
 
     # ------------------------------------------------------------------ voter
 

@@ -414,8 +414,8 @@ class ScriptedCluster(ExpectCommands):
             role = core.role
             if role is Role.FOLLOWER:
                 when = core.followed.fetch_deadline
-            elif role in (Role.CANDIDATE, Role.PROSPECTIVE) and core.backoff_until is not None:
-                when = core.backoff_until
+            elif role in (Role.CANDIDATE, Role.PROSPECTIVE):
+                when = core.campaigning.next_step_at(core.election_deadline)
             else:  # Unattached, Resigned, or waiting for its election timeout
                 when = core.election_deadline
             node.clock = max(node.clock, when)

@@ -170,7 +170,7 @@ def test_a_candidate_ignores_a_refused_fetch() -> None:
     deadline = core.election_deadline
     core.on_request_failed(T0 + CONFIG.fetch_timeout_ms + 1, fetch_id, refused=True)
     assert core.role is Role.CANDIDATE
-    assert core.election_deadline == deadline and core.backoff_until is None
+    assert core.election_deadline == deadline and core.campaigning.backoff_until is None
 
 
 def test_observers_never_hasten_an_election() -> None:
@@ -206,13 +206,14 @@ def test_a_refused_vote_counts_as_rejected() -> None:
     core, votes = _candidate()
     now = core.now
     core.on_request_failed(now, votes[1], refused=True)
-    assert core.votes.rejected == {1} and core.backoff_until is None  # no majority yet
+    # No majority yet.
+    assert core.campaigning.tally.rejected == {1} and core.campaigning.backoff_until is None
     # The other voter rejects too (it voted for itself): a majority rejected -> back off now,
     # instead of waiting for the election timeout.
     core.handle_response(now + 1, 3, votes[3], VoteResponse(ErrorCode.NONE, -1, core.epoch, False))
-    assert core.backoff_until is not None
-    assert core.backoff_until - (now + 1) <= CONFIG.election_backoff_max_ms
-    assert core.backoff_until < core.election_deadline
+    assert core.campaigning.backoff_until is not None
+    assert core.campaigning.backoff_until - (now + 1) <= CONFIG.election_backoff_max_ms
+    assert core.campaigning.backoff_until < core.election_deadline
 
 
 def test_a_refused_vote_does_not_stop_a_win() -> None:
@@ -225,7 +226,7 @@ def test_a_refused_vote_does_not_stop_a_win() -> None:
 def test_a_vote_failure_that_is_not_a_refusal_waits_for_an_answer_or_the_timeout() -> None:
     core, votes = _candidate()
     core.on_request_failed(core.now, votes[1], refused=False)
-    assert core.votes.rejected == set()
+    assert core.campaigning.tally.rejected == set()
     assert votes[1] in core.in_flight
 
 
