@@ -64,7 +64,7 @@ from kraft_spark.net.local_requests import (
     NodeStoppedError,
 )
 from kraft_spark.net.log_repair import note_damage, open_with_repair
-from kraft_spark.net.node_flush import GroupCommitMixin
+from kraft_spark.net.node_flush import GroupCommit
 from kraft_spark.net.node_listener import node_listener
 from kraft_spark.net.node_peers import PeerRequestsMixin
 from kraft_spark.net.node_voters import (
@@ -101,7 +101,7 @@ from kraft_spark.transport import Connection
 log = logging.getLogger(__name__)
 
 
-class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
+class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
     """One voter or observer. ``await start()``, then ``await stop()``."""
 
     def __init__(
@@ -126,9 +126,6 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         )
         self._backlog: deque[Ready] = deque()
         self._persisting = False
-        self._flushing = False
-        self._flush_wanted = False
-        self._flush_avg_s = 0.0  # recent fsync duration (see _flushed_in)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = -1
         self._timer_due = 0.0  # loop time at which the armed timer fires
@@ -139,6 +136,11 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         self.high_watermark = 0
         self._hw_listeners: list[Callable[[int], None]] = []
         self.stats = NodeStats()
+        self._group_commit = GroupCommit(
+            log=lambda: self.log, stopping=lambda: self._stopping, flushed=self._log_flushed,
+            fail=self._fail, spawn=self._spawn, worker=self._worker,
+            inline_max_ms=config.inline_flush_max_ms, stats=self.stats,
+        )
         self._local: set[LocalToken] = set()
         # True while a local request's callback runs (inside _dispatch): a submission from it
         # drains on the next loop turn (_drain_soon), not nested in this Ready.
@@ -339,6 +341,13 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
         self._spawn(self.stop(graceful=False), "fatal-stop")
+
+    def _log_flushed(self) -> None:
+        """Group commit made the log durable to where it was asked: tell the core, then carry
+        out what it answers."""
+        if self._core is not None and not self._stopping:
+            self._core.on_log_flushed(wall_ms())
+            self._drain()
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -543,9 +552,7 @@ class RaftNode(GroupCommitMixin, VoterEndpointsMixin, PeerRequestsMixin):
         # Last: an inline flush carries out the next Readies (nested) before returning, so
         # everything of this one must be done first (a nested Ready may move the HW further).
         if ready.flush_log:
-            self._flush_wanted = True
-            if not self._flushing:
-                self._flush_inline()
+            self._group_commit.want()
 
     def _arm_timer(self, deadline_ms: int) -> None:
         if self._stopping:
