@@ -66,7 +66,7 @@ from kraft_spark.net.local_requests import (
 from kraft_spark.net.log_repair import note_damage, open_with_repair
 from kraft_spark.net.node_flush import GroupCommit
 from kraft_spark.net.node_listener import node_listener
-from kraft_spark.net.node_peers import PeerRequestsMixin
+from kraft_spark.net.node_peers import PeerRequests
 from kraft_spark.net.node_voters import (
     VoterEndpointsMixin,
     directory_of,
@@ -96,12 +96,11 @@ from kraft_spark.raft.events import RoleChanged
 from kraft_spark.raft.messages import FetchRequest, FetchResponse, request_source
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
-from kraft_spark.transport import Connection
 
 log = logging.getLogger(__name__)
 
 
-class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
+class RaftNode(VoterEndpointsMixin):
     """One voter or observer. ``await start()``, then ``await stop()``."""
 
     def __init__(
@@ -118,7 +117,6 @@ class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
         self._core: RaftCore | None = None
         self.cluster_id = ""
         self._server: FrameServer | None = None
-        self._peers: dict[int, Connection] = {}
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{config.node_id}-disk")
         # kraft.cpu.affinity=role: the leader and the others on separate CPUs (one machine).
         self._placement = (
@@ -149,7 +147,10 @@ class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
         self._http_factory = http
         self._http: EmbeddedHttpServer | None = None
         self._http_stop: asyncio.Future[None] | None = None
-        self._resigning = 0  # EndQuorumEpoch requests in flight (a graceful stop waits)
+        self._peer_requests = PeerRequests(
+            config, self.node_id, voter_address=self._voter_address, core=lambda: self._core,
+            stopping=lambda: self._stopping, drain=self._drain, fail=self._fail,
+        )
 
     # ------------------------------------------------------------------ life cycle
 
@@ -288,8 +289,7 @@ class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for conn in self._peers.values():
-            await conn.close()
+        await self._peer_requests.close()
         if self._keeper is not None:
             with contextlib.suppress(Exception):
                 await self._keeper.wait_idle()
@@ -318,7 +318,7 @@ class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
         """Wait until the resignation's EndQuorumEpoch requests were answered or gave up."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not self._resigning and not self._backlog and not self._persisting:
+            if not self._peer_requests.resigning and not self._backlog and not self._persisting:
                 return
             await asyncio.sleep(0.01)
 
@@ -493,7 +493,7 @@ class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
     def _dispatch(self, ready: Ready) -> None:
         for out in ready.sends:
             try:
-                self._send(out)
+                self._peer_requests.send(out)
             except Exception:
                 # A request the codec refuses (a field out of its wire range) must not cost
                 # the rest of this Ready (replies, other sends); the core's own request
@@ -575,8 +575,7 @@ class RaftNode(VoterEndpointsMixin, PeerRequestsMixin):
     # ------------------------------------------------------------------ queries
 
     def peer_connected(self, node_id: int) -> bool:
-        conn = self._peers.get(node_id)
-        return conn is not None and conn.connected
+        return self._peer_requests.connected(node_id)
 
     def describe(self) -> dict[str, Any]:
         """A snapshot of this node's state (role, epoch, leader, offsets) for tools and tests."""

@@ -21,24 +21,42 @@ from kraft_spark.transport import Connection, TransportError
 log = logging.getLogger("kraft_spark.net.node")
 
 
-class PeerRequestsMixin:
-    """Mixed into ``RaftNode``, which owns the fields and the methods declared here."""
+class PeerRequests:
+    """The node's connections to its peers and the requests of its core on them.
 
-    config: NodeConfig
-    node_id: int
-    _core: RaftCore | None
-    _peers: dict[int, Connection]
-    _resigning: int
-    _stopping: bool
+    ``voter_address``: where a voter listens (None: unknown, the request is dropped and the
+    core retries on its schedule); ``core``: the node's core now (None before it started);
+    ``stopping``: answers are ignored then; ``drain``: the node carries out what the core
+    answered; ``fail``: a storage failure while the core takes an answer, fatal to the node."""
 
-    def _drain(self) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        config: NodeConfig,
+        node_id: int,
+        *,
+        voter_address: Callable[[int], tuple[str, int] | None],
+        core: Callable[[], RaftCore | None],
+        stopping: Callable[[], bool],
+        drain: Callable[[], None],
+        fail: Callable[[BaseException], None],
+    ) -> None:
+        self.config = config
+        self.node_id = node_id
+        self._voter_address = voter_address
+        self._core = core
+        self._stopping = stopping
+        self._drain = drain
+        self._fail = fail
+        self._peers: dict[int, Connection] = {}
+        self.resigning = 0  # EndQuorumEpoch requests in flight (a graceful stop waits)
 
-    def _fail(self, exc: BaseException) -> None:
-        raise NotImplementedError
+    def connected(self, node_id: int) -> bool:
+        conn = self._peers.get(node_id)
+        return conn is not None and conn.connected
 
-    def _voter_address(self, node_id: int) -> tuple[str, int] | None:
-        raise NotImplementedError
+    async def close(self) -> None:
+        for conn in self._peers.values():
+            await conn.close()
 
     def _peer(self, node_id: int) -> Connection | None:
         conn = self._peers.get(node_id)
@@ -60,7 +78,7 @@ class PeerRequestsMixin:
             self._peers[node_id] = conn
         return conn
 
-    def _send(self, out: Outbound) -> None:
+    def send(self, out: Outbound) -> None:
         """Send one request of the core; its answer (or failure) comes back to
         ``_on_response`` as a callback, with no task in between."""
         conn = self._peer(out.dest)
@@ -95,14 +113,15 @@ class PeerRequestsMixin:
         )
         # Counted once it is sent (start_request raised nothing): its callback will come.
         if type(message) is EndQuorumEpochRequest:
-            self._resigning += 1
+            self.resigning += 1
 
     def _on_response(
         self, out: Outbound, response: Response | None, error: BaseException | None
     ) -> None:
         if type(out.message) is EndQuorumEpochRequest:
-            self._resigning -= 1
-        if self._stopping or self._core is None:
+            self.resigning -= 1
+        core = self._core()
+        if self._stopping() or core is None:
             return
         if error is not None:
             if not isinstance(error, TransportError | WireError):
@@ -113,13 +132,16 @@ class PeerRequestsMixin:
             refused = isinstance(error, TransportError) and error.refused
             log.debug("node %d: request to %d failed%s: %s", self.node_id, out.dest,
                       " (refused)" if refused else "", error)
-            self._core.on_request_failed(wall_ms(), out.request_id, refused=refused)
+            core.on_request_failed(wall_ms(), out.request_id, refused=refused)
             self._drain()
             return
         assert response is not None
         try:  # a follower appends what it fetched: a full or failing disk shows up here
-            self._core.handle_response(wall_ms(), out.dest, out.request_id, response)
+            core.handle_response(wall_ms(), out.dest, out.request_id, response)
         except (LogError, OSError) as exc:
             self._fail(exc)
             return
         self._drain()
+
+
+__all__ = ["PeerRequests"]
