@@ -5,37 +5,24 @@ Everything the core decides happens on the event loop thread; the shell only car
 
 1. **persist** quorum-state on a worker thread; every later Ready waits in ``_backlog`` until it
    is on disk, so no message that depends on a vote or an epoch leaves before the vote does;
-2. **send and reply**: requests go to peers through one pipelined connection each, written at
-   once, their answers coming back as callbacks (``Connection.start_request``: no task per
-   request); replies go back on the connection the request came from. Fetch requests and
-   responses, the two messages of every commit, use the hand-written codecs of
-   ``kraft_spark.protocol.fast_wire``, every other message the generic Kafka codec;
-3. **flush the log** with group commit: one flush runs at a time
-   (``SegmentedLog.begin_flush`` / ``sync_flush`` / ``end_flush``); appends that arrive during it
-   wait for the next one, so N concurrent appends cost one fsync. While the disk is fast (recent
-   fsyncs average at most ``kraft.log.flush.inline.max.ms``, 2 ms by default) the fsync runs
-   inline on the loop, after this Ready's messages went out: handing it to the worker thread
-   and back costs two loop wake-ups, about as much as a fast fsync itself. Once fsyncs get
-   slow they move to the worker thread, so a slow disk never holds the loop for long;
+2. **send and reply**: requests go to peers through one pipelined connection each, their
+   answers coming back as callbacks (``node_peers.PeerRequests``); replies go back on the
+   connection the request came from, Fetch's on the hand-written codecs (``fast_wire``);
+3. **flush the log** with group commit (``node_flush.GroupCommit``): one flush at a time, so
+   N concurrent appends cost one fsync; inline on the loop, after this Ready's messages went
+   out, while the disk is fast (handing a fast fsync to the disk thread and back costs two loop
+   wake-ups, about as much as the fsync), on the disk thread once it is slow;
 4. **high watermark**: listeners (the sidecar, the driver's materializer) are told.
 
-Local requests: ``submit_local`` hands the core a client request (Produce, a client Fetch,
-DescribeQuorum) from this process, as if it came from a connection; its answer calls a
-callback instead of being written to a socket (the reply's token is a ``LocalToken``;
-``local_requests``).
-The embedded HTTP API (``kraft.http.listener``, ``api.node_http``, handed to the node as an
-``EmbeddedHttpFactory`` by ``kraft-spark node``) uses it so an
-append to the leader goes straight into its core. ``stop`` stops that HTTP server first (its
-requests in flight finish briefly), and fails local requests still unanswered at the end with
-``NodeStoppedError``.
+Local requests: ``submit_local`` hands the core a client request from this process (the
+embedded HTTP API's, ``embedded_http``), its answer a callback (``local_requests``). ``stop``
+stops that HTTP server first and fails local requests still unanswered with
+``NodeStoppedError``. A peer's refused connection (``ECONNREFUSED``) reaches the core as
+``on_request_failed(refused=True)``: followers of a killed leader campaign early.
 
-Failures: a request whose connection fails is reported with ``RaftCore.on_request_failed``,
-flagged ``refused`` only when the peer's host refused the connection (``ECONNREFUSED``), which
-lets followers of a killed leader campaign without waiting out the whole fetch timeout.
-
-Timers: after every input the shell re-arms one timer for ``Ready.next_deadline_ms``.
-The clock is wall-clock milliseconds (DescribeQuorum reports wall-clock timestamps); the core
-never lets its clock go backwards.
+Timers: after every input the shell re-arms one timer for ``Ready.next_deadline_ms``. The clock
+is wall-clock milliseconds (DescribeQuorum reports wall-clock timestamps); the core never lets
+its clock go backwards.
 """
 
 from __future__ import annotations
@@ -68,7 +55,7 @@ from kraft_spark.net.node_flush import GroupCommit
 from kraft_spark.net.node_listener import node_listener
 from kraft_spark.net.node_peers import PeerRequests
 from kraft_spark.net.node_voters import (
-    VoterEndpointsMixin,
+    VoterEndpoints,
     directory_of,
     local_endpoints,
     static_voter_set,
@@ -100,7 +87,7 @@ from kraft_spark.raft.state import PersistedState, Role
 log = logging.getLogger(__name__)
 
 
-class RaftNode(VoterEndpointsMixin):
+class RaftNode:
     """One voter or observer. ``await start()``, then ``await stop()``."""
 
     def __init__(
@@ -147,9 +134,14 @@ class RaftNode(VoterEndpointsMixin):
         self._http_factory = http
         self._http: EmbeddedHttpServer | None = None
         self._http_stop: asyncio.Future[None] | None = None
+        self.voter_endpoints = VoterEndpoints(
+            config, core=lambda: self._core, cluster_id=lambda: self.cluster_id,
+            stopping=lambda: self._stopping, spawn=self._spawn, hand_to_core=self._hand_to_core,
+        )
         self._peer_requests = PeerRequests(
-            config, self.node_id, voter_address=self._voter_address, core=lambda: self._core,
-            stopping=lambda: self._stopping, drain=self._drain, fail=self._fail,
+            config, self.node_id, voter_address=self.voter_endpoints.address,
+            core=lambda: self._core, stopping=lambda: self._stopping, drain=self._drain,
+            fail=self._fail,
         )
 
     # ------------------------------------------------------------------ life cycle
@@ -368,7 +360,8 @@ class RaftNode(VoterEndpointsMixin):
         if self._stopping or self._core is None:
             conn.close()
             return
-        if self._answered_without_core(conn, header, body):  # DescribeCluster, Metadata
+        # DescribeCluster and Metadata: answered from what the node knows.
+        if self.voter_endpoints.answered_without_core(conn, header, body):
             return
         if refused_unauthorized(self.config.acl, conn, header, self.node_id):  # ALTER CLUSTER
             return
@@ -382,7 +375,8 @@ class RaftNode(VoterEndpointsMixin):
             conn.respond(header.api_key, header.api_version, header.correlation_id,
                          error_response_body(header.api_key, exc.error, str(exc)))
             return
-        if self._probing_new_voter(conn, header, message):  # AddRaftVoter: ApiVersions first
+        # AddRaftVoter: the new voter's ApiVersions first.
+        if self.voter_endpoints.probing_new_voter(conn, header, message):
             return
         self._hand_to_core(conn, header, message)
 
@@ -523,7 +517,7 @@ class RaftNode(VoterEndpointsMixin):
                     )
                     continue
                 body = response_to_wire(reply.message, self.cluster_id,
-                                        self._voter_endpoints())
+                                        self.voter_endpoints.endpoints())
                 token.conn.respond(token.api_key, token.api_version, token.correlation_id, body)
             except Exception:
                 log.exception("node %d: cannot answer %s", self.node_id, reply.message)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kraft_spark.log.meta import MetaProperties
@@ -54,53 +55,63 @@ def directory_of(meta: MetaProperties) -> uuid.UUID:
         return NIL_DIRECTORY
 
 
-class VoterEndpointsMixin:
-    """Mixed into ``RaftNode``, which owns ``config``, ``cluster_id``, ``_core`` and the
-    methods below that raise NotImplementedError."""
+class VoterEndpoints:
+    """Where the voters listen, as the node knows it, and the requests about voters the node
+    answers or vets itself: DescribeCluster, Metadata, and an AddRaftVoter's probe of the new
+    voter. ``core``: the node's core now (None before it started); ``cluster_id``: the node's
+    (known once its directory is read); ``stopping``: whether the node stops; ``spawn``: runs a
+    task of the node; ``hand_to_core``: gives a request to the core, as the node's listener
+    does."""
 
-    config: NodeConfig
-    cluster_id: str
-    _core: RaftCore | None
-    _stopping: bool
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        core: Callable[[], RaftCore | None],
+        cluster_id: Callable[[], str],
+        stopping: Callable[[], bool],
+        spawn: Callable[[Coroutine[Any, Any, None], str], None],
+        hand_to_core: Callable[[ServerConnection, RequestHeader, Any], None],
+    ) -> None:
+        self.config = config
+        self._core_now = core
+        self._cluster_id = cluster_id
+        self._stopping = stopping
+        self._spawn = spawn
+        self._hand_to_core = hand_to_core
+        self._endpoint_cache: tuple[VoterSet | None, list[dict[str, Any]]] = (None, [])
 
-    def _spawn(self, coro: Any, name: str) -> None:
-        raise NotImplementedError
-
-    def _hand_to_core(self, conn: ServerConnection, header: RequestHeader, message: Any) -> None:
-        raise NotImplementedError
-    _endpoint_cache: tuple[VoterSet | None, list[dict[str, Any]]] = (None, [])
-
-    def _voter_address(self, node_id: int) -> tuple[str, int] | None:
+    def address(self, node_id: int) -> tuple[str, int] | None:
         """Where voter ``node_id`` listens: the configured address (``controller.quorum.voters``
         or the Spark application's current generation), else its VotersRecord endpoint."""
         known = self.config.voters.get(node_id) or self.config.addresses.get(node_id)
         if known is not None:
             return known
-        core = self._core
+        core = self._core_now()
         if core is not None:
             voter = core.voter_set.get(node_id)
             if voter is not None:
                 return voter.address()
         return None
 
-    def _voter_endpoints(self) -> list[dict[str, Any]]:
+    def endpoints(self) -> list[dict[str, Any]]:
         """``{"node_id", "host", "port"}`` per voter in force (clients find the leader)."""
-        core = self._core
+        core = self._core_now()
         voters = core.voter_set if core is not None else static_voter_set(self.config)
         if self._endpoint_cache[0] is not voters:
-            found = ((v.node_id, self._voter_address(v.node_id)) for v in voters.voters)
+            found = ((v.node_id, self.address(v.node_id)) for v in voters.voters)
             self._endpoint_cache = (voters, [
                 {"node_id": node_id, "host": where[0], "port": where[1]}
                 for node_id, where in found if where is not None
             ])
         return self._endpoint_cache[1]
 
-    def _probing_new_voter(
+    def probing_new_voter(
         self, conn: ServerConnection, header: RequestHeader, message: object
     ) -> bool:
         """A leader asks a voter to be added for its ApiVersions first (voter_probe); the
         core then gets the request from ``_probe_then_add``. False: not such a request."""
-        core = self._core
+        core = self._core_now()
         if (not isinstance(message, AddVoterRequest) or not message.endpoints or core is None
                 or core.role is not Role.LEADER):
             return False
@@ -115,7 +126,7 @@ class VoterEndpointsMixin:
             where.host, where.port, min(PROBE_TIMEOUT_S, self.config.quorum.request_timeout_ms
                                         / 1000), self.config.client_ssl(),
             self.config.client_sasl)
-        if self._stopping or self._core is None:
+        if self._stopping() or self._core_now() is None:
             conn.close()
         elif refusal is not None:
             log.info("node %d: refusing to add voter %d: %s", self.config.node_id,
@@ -125,7 +136,7 @@ class VoterEndpointsMixin:
         else:
             self._hand_to_core(conn, header, message)
 
-    def _answered_without_core(
+    def answered_without_core(
         self, conn: ServerConnection, header: RequestHeader, body: Any
     ) -> bool:
         """Answer the admin requests the node serves by itself; False for any other."""
@@ -140,22 +151,22 @@ class VoterEndpointsMixin:
     def _answer_describe_cluster(
         self, conn: ServerConnection, header: RequestHeader, body: dict[str, Any]
     ) -> None:
-        core = self._core
+        core = self._core_now()
         assert core is not None
         voters = core.voter_set.with_addresses(
             {v.node_id: a for v in core.voter_set.voters
-             if (a := self._voter_address(v.node_id)) is not None})
+             if (a := self.address(v.node_id)) is not None})
         conn.respond(header.api_key, header.api_version, header.correlation_id,
-                     describe_cluster_body(self.cluster_id, core.known_leader(), voters,
+                     describe_cluster_body(self._cluster_id(), core.known_leader(), voters,
                                            body.get("endpoint_type", 1)))
 
     def _answer_metadata(
         self, conn: ServerConnection, header: RequestHeader, body: dict[str, Any]
     ) -> None:
         """Metadata names the leader this node knows as the one broker (see wire_metadata)."""
-        core = self._core
+        core = self._core_now()
         assert core is not None
         leader = core.known_leader()
-        where = self._voter_address(leader) if leader >= 0 else None
+        where = self.address(leader) if leader >= 0 else None
         conn.respond(header.api_key, header.api_version, header.correlation_id,
-                     metadata_body(header.api_version, self.cluster_id, leader, where, body))
+                     metadata_body(header.api_version, self._cluster_id(), leader, where, body))
