@@ -1,6 +1,7 @@
-"""Serving the sidecar with uvicorn: in a background thread of this process, or blocking.
+"""Serving the HTTP API with uvicorn: every listener's server (``make_server``), and the
+sidecar in a background thread of this process (``serve_in_thread``).
 
-Either way uvicorn runs the app's lifespan on its own event loop, so a backend made by
+uvicorn runs the app's lifespan on its own event loop, so a backend made by
 ``create_app(backend_factory=...)`` is built and closed on the loop that serves its requests.
 
     handle = serve_in_thread(app, "127.0.0.1", 0)   # 0: any free port
@@ -8,15 +9,13 @@ Either way uvicorn runs the app's lifespan on its own event loop, so a backend m
     handle.stop()
 
 ``serve_in_thread`` leaves the process's logging configuration alone (uvicorn's loggers propagate
-to the root logger); ``run_server`` installs uvicorn's default logging, as the ``uvicorn`` command
-does.
+to the root logger).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import threading
 import time
@@ -30,8 +29,7 @@ from api.limits import ASGIApp, HttpLimits, ListenerLimits
 from kraft_spark.net.acceptor import EagerAcceptor
 
 __all__ = [
-    "EagerAcceptServer", "OwnSignalsServer", "ServerHandle", "make_server", "run_server",
-    "serve_in_thread",
+    "EagerAcceptServer", "OwnSignalsServer", "ServerHandle", "make_server", "serve_in_thread",
 ]
 
 GRACEFUL_SHUTDOWN_S: Final = 10
@@ -226,29 +224,3 @@ def serve_in_thread(
             )
         time.sleep(0.005)
     return ServerHandle(server, thread, host, bound_port)
-
-
-def run_server(
-    app: ASGIApp,
-    host: str = "127.0.0.1",
-    port: int = 8080,
-    *,
-    log_level: str = "info",
-    graceful_shutdown_s: int = GRACEFUL_SHUTDOWN_S,
-    limits: HttpLimits | None = None,
-) -> None:
-    """Serve in this thread until SIGINT/SIGTERM (when called from the main thread)."""
-    sock = _bind(host, port)
-    bound_port = int(sock.getsockname()[1])
-    server = make_server(app, host, bound_port, limits=limits, lifespan="on",
-                         log_level=log_level, timeout_graceful_shutdown=graceful_shutdown_s)
-    logging.getLogger("uvicorn.error").info("serving on http://%s:%d", host, bound_port)
-    try:
-        server.run(sockets=[sock])
-    except SystemExit as exc:  # uvicorn exits on a startup failure
-        raise RuntimeError(
-            f"the HTTP server on {host}:{port} failed to start (the app's startup raised): see "
-            "the log"
-        ) from exc
-    finally:
-        sock.close()
