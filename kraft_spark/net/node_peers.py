@@ -43,7 +43,7 @@ class PeerRequests:
         self.config = config
         self.node_id = node_id
         self._voter_address = voter_address
-        self._core = core
+        self._core_now = core
         self._stopping = stopping
         self._drain = drain
         self._fail = fail
@@ -120,7 +120,7 @@ class PeerRequests:
     ) -> None:
         if type(out.message) is EndQuorumEpochRequest:
             self.resigning -= 1
-        core = self._core()
+        core = self._core_now()
         if self._stopping() or core is None:
             return
         if error is not None:

@@ -224,8 +224,8 @@ class CoreState:
         self.transition(Role.FOLLOWER, epoch, leader_id, voted)
         jitter = (fetch_timeout_jitter_ms(self.rng, self.config.max_fetch_jitter_ms)
                   if self.may_vote else 0)
-        self.following = Following(
-            leader_id, self.now + self.config.fetch_timeout_ms + jitter, jitter_ms=jitter)
+        self.following = Following(jitter_ms=jitter)
+        self.push_fetch_deadline()
         self.next_fetch_at = self.now
         if leader_id in self.voters:
             self.fetch_target_index = self.voters.index(leader_id)
@@ -252,12 +252,9 @@ class CoreState:
         return following
 
     def push_fetch_deadline(self) -> None:
-        """A Fetch (or a snapshot chunk) from our leader succeeded: wait a whole fetch timeout
-        again, unless it resigned (then its succession deadline stands)."""
-        following = self.followed
-        if not following.resigned:
-            following.fetch_deadline = self.now + following.fetch_timeout_ms(
-                self.config.fetch_timeout_ms)
+        """We began following, or a Fetch (or a snapshot chunk) from our leader succeeded:
+        ``Following.restart_deadline`` now."""
+        self.followed.restart_deadline(self.now, self.config.fetch_timeout_ms)
 
     def _arm_unattached_timer(self) -> None:
         if self.may_vote:

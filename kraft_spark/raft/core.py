@@ -142,7 +142,8 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             )
         elif self.leader_id not in (NO_LEADER, self.node_id):
             self.role = Role.FOLLOWER
-            self.following = Following(self.leader_id, now_ms + config.fetch_timeout_ms)
+            self.following = Following()  # no jitter drawn at a restart
+            self.push_fetch_deadline()
         else:
             self.role = Role.UNATTACHED
             self.leader_id = NO_LEADER

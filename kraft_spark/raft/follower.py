@@ -122,7 +122,7 @@ class FollowerMixin(CoreState):
             following is None
             or not self.may_vote
             or refused.kind not in ("fetch", "fetch_snapshot")
-            or refused.dest != following.leader_id
+            or refused.dest != self.leader_id
             or refused.epoch != self.epoch
             or following.refused
         ):
@@ -131,7 +131,7 @@ class FollowerMixin(CoreState):
         delay = leader_gone_delay_ms(self.rng, self.config.election_timeout_ms)
         if self.now + delay < following.fetch_deadline:
             following.fetch_deadline = self.now + delay
-            self.events.append(LeaderUnreachable(following.leader_id, delay))
+            self.events.append(LeaderUnreachable(self.leader_id, delay))
 
     def _poll_follower(self) -> None:
         if self.now >= self.followed.fetch_deadline:

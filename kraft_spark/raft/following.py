@@ -18,13 +18,14 @@ from dataclasses import dataclass
 
 @dataclass(slots=True)
 class Following:
-    leader_id: int
-    # No successful Fetch by then: a voter campaigns (through pre-votes), an observer looks
-    # for the leader elsewhere.
-    fetch_deadline: int
+    """The leader itself is the core's ``leader_id`` (set with the role, never apart from it)."""
+
     # Added to fetch.timeout.ms while following this leader (voters only: 0 for observers), so
     # the followers of a leader that vanished do not all campaign at once.
     jitter_ms: int = 0
+    # No successful Fetch by then: a voter campaigns (through pre-votes), an observer looks
+    # for the leader elsewhere. Set by ``restart_deadline`` as soon as the value is made.
+    fetch_deadline: int = 0
     # A Fetch to this leader succeeded (a pre-vote is refused only by a follower that actually
     # hears from its leader).
     fetched: bool = False
@@ -40,9 +41,12 @@ class Following:
     hw_seen: int | None = None
     first_hw: int | None = None
 
-    def fetch_timeout_ms(self, fetch_timeout_ms: int) -> int:
-        """How long we go without a successful Fetch from this leader before we give up on it."""
-        return fetch_timeout_ms + self.jitter_ms
+    def restart_deadline(self, now: int, fetch_timeout_ms: int) -> None:
+        """We began following, or a Fetch (or a snapshot chunk) from the leader succeeded at
+        ``now``: give it a whole fetch timeout (plus our jitter) again, unless it resigned (its
+        succession deadline stands)."""
+        if not self.resigned:
+            self.fetch_deadline = now + fetch_timeout_ms + self.jitter_ms
 
 
 __all__ = ["Following"]
