@@ -45,6 +45,7 @@ from api.local_appends import (
     LocalAppends,
     produce_result,
 )
+from kraft_spark.addresses import url_host
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
 from kraft_spark.client.errors import (
     ClientError,
@@ -140,7 +141,7 @@ class NodeBackend:
             # Reads and DescribeQuorum look for a leader as long as the quorum's own settings
             # say an election may take (appends use their own timeout), as the sidecar does.
             self._client = AsyncQuorumClient(
-                [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in cfg.voters.values()],
+                [f"{url_host(h)}:{p}" for h, p in cfg.voters.values()],
                 cluster_id=self._node.cluster_id or None,
                 **self._timeouts.client_kwargs(),
                 ssl_context=cfg.client_ssl(),

@@ -26,6 +26,7 @@ from api.limits import HttpLimits
 from api.node_backend import NodeBackend
 from api.server import EagerAcceptServer, make_server
 from api.server import bind_tcp as bind_listener
+from kraft_spark.addresses import http_url
 from kraft_spark.http_auth import Credentials
 from kraft_spark.metrics import Registry
 from kraft_spark.net.config import NodeConfig
@@ -74,8 +75,7 @@ class NodeHttpServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return http_url(self.host, self.port)
 
     async def _start(self) -> None:
         server = self._server

@@ -26,6 +26,7 @@ from typing import Any, Final
 import uvicorn
 
 from api.limits import ASGIApp, HttpLimits, ListenerLimits
+from kraft_spark.addresses import http_url
 from kraft_spark.net.acceptor import EagerAcceptor
 
 __all__ = [
@@ -124,8 +125,7 @@ class ServerHandle:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return http_url(self.host, self.port)
 
     @property
     def running(self) -> bool:

@@ -14,3 +14,12 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def url_host(host: str) -> str:
+    """``host`` as a URL or a ``host:port`` writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
+
+
+def http_url(host: str, port: int) -> str:
+    return f"http://{url_host(host)}:{port}"

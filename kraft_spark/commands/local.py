@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kraft_spark.addresses import http_url
 from kraft_spark.client.security import ClientSecurity
 from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
@@ -155,10 +156,6 @@ def _check_port_free(host: str, port: int, flag: str) -> None:
                 f"{flag}: cannot listen on {host}:{port} ({exc.strerror}): another process "
                 f"uses it; choose another {flag}"
             ) from exc
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def _run_local(args: argparse.Namespace) -> int:
@@ -289,7 +286,7 @@ def _run_local(args: argparse.Namespace) -> int:
                 if http_port is not None:
                     # The node binds its HTTP port after its quorum port.
                     _wait_listening(args.host, http_port, proc, log_path)
-                    line["http"] = f"http://{_url_host(args.host)}:{http_port}"
+                    line["http"] = http_url(args.host, http_port)
             except CommandError as exc:
                 # One node that cannot start does not stop the others (a damaged
                 # quorum-state, say: the node's log names the file and the fix).
@@ -301,7 +298,7 @@ def _run_local(args: argparse.Namespace) -> int:
             from kraft_spark.commands.local_front import start_front
             from kraft_spark.commands.sidecar import start_sidecar
 
-            urls = {i: f"http://{_url_host(args.host)}:{p}"
+            urls = {i: http_url(args.host, p)
                     for i, p in enumerate(http_ports) if p is not None}
             bootstrap = [f"{args.host}:{p}" for p in ports]
             # With the nodes' own HTTP APIs, the address printed is the append router's

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kraft_spark.addresses import url_host
 from kraft_spark.errors import CommandError
 from kraft_spark.log.errors import LogError
 from kraft_spark.log.meta import read_meta_properties
@@ -102,8 +103,7 @@ def controller_of(path: str) -> tuple[int, uuid.UUID, tuple[Endpoint, ...]]:
 
 
 def _endpoint_text(endpoint: Endpoint) -> str:
-    host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
-    return f"{endpoint.name}://{host}:{endpoint.port}"
+    return f"{endpoint.name}://{url_host(endpoint.host)}:{endpoint.port}"
 
 
 def _add(args: argparse.Namespace, run: Runner) -> int:
