@@ -1,16 +1,16 @@
-"""Keeping the Delta tables fast to read: checkpoints of ``records`` and compaction (OPTIMIZE)
-of the small files every materializer commit adds; and keeping older warehouses current (the
-columns added since they were created). Uses Delta's JVM ``DeltaLog`` for the snapshot and its
-checksum (not a public API; checked on delta-spark 4.4)."""
+"""Keeping the Delta tables of a warehouse only Spark opens fast to read and current, on Delta's
+public Spark API: compaction (OPTIMIZE) of the small files every materializer commit adds, and
+the columns added since older warehouses were created. Their checkpoints are Delta's automatic
+ones. (A warehouse delta-rs serves has its upkeep in ``rs_maintenance`` and ``rs_tables``.)"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kraft_spark.delta.tables import ADDED_COLUMNS, delta_log_for
+from kraft_spark.delta.tables import ADDED_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,60 +40,29 @@ class Compaction:
     seconds: float
 
 
-def checkpoint_table(spark: SparkSession, path: str, min_commits: int = 10) -> int | None:
-    """Write a Delta checkpoint of the table at ``path`` if ``min_commits`` or more commits
-    were made since its last one; return the version checkpointed (None if not due or no table).
-
-    The driver calls it for ``records`` from the thread that commits the other tables, so
-    the ``records`` thread never stalls on a checkpoint (see TABLE_EXTRA_PROPERTIES). Safe
-    while another thread commits to the table: a checkpoint is a file per version. Uses
-    Delta's JVM ``DeltaLog`` (not a public API; checked on delta-spark 4.4).
-    """
-    found = _latest_snapshot(spark, path)
-    if found is None:
-        return None
-    delta_log, snapshot = found
-    version = int(snapshot.version())
-    last = int(snapshot.checkpointProvider().version())
-    if version < 0 or version - last < min_commits:
-        return None
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
-    return version
-
-def compact_table(
-    spark: SparkSession, path: str, table: str, min_files: int, files: int | None = None
-) -> Compaction | None:
+def compact_table(spark: SparkSession, path: str, table: str, min_files: int) -> Compaction | None:
     """Bin-pack ``table``'s small data files into large ones (Delta OPTIMIZE) once it holds
-    ``min_files`` or more; None when not due, disabled (``min_files`` < 1) or no table.
+    ``min_files`` or more; None when not due, disabled (``min_files`` < 1) or no table. For a
+    warehouse only Spark opens (delta-rs's own compaction serves the others:
+    ``rs_maintenance``).
 
     Every materializer commit adds one small Parquet file, so a long-running application
     makes thousands an hour, and every query of the table lists and opens them all.
     OPTIMIZE commits with ``dataChange = false``: the rows, the table's offsets (its
     commits carry no materializer metadata, which ``next_offset`` skips) and time travel to
-    any earlier version are unchanged; the replaced files stay until a VACUUM. It does not
-    conflict with the blind appends of ``records`` made meanwhile from another thread
-    (they read no files); the driver runs it on the thread that commits ``quorum_events``
-    and ``snapshot``, so it never races their commits. The file count comes from the
-    snapshot's checksum (no Spark job; see ``_data_file_count``), or is the caller's
-    (``files``: delta-rs's count of a local warehouse, which then meets no private Delta class
-    here); OPTIMIZE itself is Delta's public Spark API, a Spark job (1-2 s on 2 busy cores).
+    any earlier version are unchanged; the replaced files stay until a VACUUM. The file count
+    is ``DESCRIBE DETAIL``'s (public SQL); OPTIMIZE is Delta's public Spark API, a Spark job
+    (1-2 s on 2 busy cores).
     """
-    if min_files < 1 or (files is not None and files < min_files):
-        return None  # ``files``: the caller's count (delta-rs's), no JVM call when not due
-    if files is None:  # counted from Delta's JVM snapshot (a warehouse URI)
-        found = _latest_snapshot(spark, path)
-        if found is None:
-            return None
-        files = _data_file_count(found[1])
-        if files < min_files:
-            return None
     from delta.tables import DeltaTable
 
+    if min_files < 1 or not DeltaTable.isDeltaTable(spark, path):
+        return None
+    files = int(DeltaTable.forPath(spark, path).detail().select("numFiles").collect()[0][0])
+    if files < min_files:
+        return None
     started = time.monotonic()
-    optimize = DeltaTable.forPath(spark, path).optimize()
-    result = optimize.executeCompaction().collect()
+    result = DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()
     metrics = result[0]["metrics"] if result else None
     return Compaction(
         table=table,
@@ -102,26 +71,3 @@ def compact_table(
         files_added=int(metrics["numFilesAdded"]) if metrics is not None else 0,
         seconds=time.monotonic() - started,
     )
-
-def _latest_snapshot(spark: SparkSession, path: str) -> tuple[Any, Any] | None:
-    """Delta's JVM ``DeltaLog`` of ``table`` and its latest snapshot; None before the table
-    exists. Not a public API; checked on delta-spark 4.4."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    delta_log = delta_log_for(spark, path)
-    none = jvm.scala.Option.empty()
-    return delta_log, delta_log.update(False, none, none)
-
-
-def _data_file_count(snapshot: Any) -> int:
-    """The number of data files of a Delta snapshot: from its checksum (``.crc``, which Delta
-    writes with every commit), else Delta's own count, which reconstructs the table's state
-    (3 Spark jobs, ~0.4 s on 2 busy cores, measured)."""
-    checksum = snapshot.checksumOpt()
-    if checksum.isDefined():
-        return int(checksum.get().numFiles())
-    return int(snapshot.numOfFiles())

@@ -36,23 +36,28 @@ history (``userMetadata``; the log's ``txn`` state as a fallback), never from a 
 
 How the commits are made
 ------------------------
-- A warehouse that is a local path (``in_process``; a shared mount counts): every commit by
-  delta-rs in the driver process, on public APIs only. ``records`` and ``quorum_events``:
-  pyarrow writes the rows as one Parquet file and delta-rs commits it with the ``txn`` action
-  and ``userMetadata`` (``rs_append``). ``snapshot``: delta-rs's MERGE (``rs_merge``: ~15 ms
-  for 100 keys). delta-rs reads the recorded transaction version from its own table state, kept
-  up to date incrementally. No Spark job and no JVM call per commit: the JVM's commit forked
-  shells and ran hooks worth ~12 % of the voters' one-connection throughput.
-- A warehouse URI (``s3a://``, ``abfss://``, ``hdfs://`` ...): Delta's public Spark API, with
-  the connectors and credentials of the Spark configuration. The recorded version is read from
-  the table's history (the newest materializer commit's ``userMetadata``), then an append
-  (``txnAppId`` / ``txnVersion`` writer options) of an Arrow-built local relation, or a MERGE
-  on a private session with one shuffle partition: 0.4-0.6 s on 2 idle cores, 1-3 s on busy
-  ones (``spark.databricks.delta.snapshotPartitions=1`` in conf/spark-defaults.conf).
-- ``prepare()`` creates the tables and reads their offsets. A local warehouse: by delta-rs
-  (``rs_tables``: tens of milliseconds, and Delta's JVM classes are not loaded at start-up).
-  A warehouse URI: through Spark, whose first commits pay class loading and code generation
-  (3-7 s cold); ``warm_up()`` also rehearses the Spark appends (6-9 s cold) on scratch tables.
+- A warehouse delta-rs serves (``in_process``): a local path (a shared mount counts) or an
+  ``s3://``/``s3a://``, ``gs://``, ``abfss://``/``az://`` or ``hdfs://`` URI, whose storage
+  options come from the Spark configuration's Hadoop keys and the driver's environment
+  (``storage_options``). Every commit by delta-rs in the driver process, on public APIs only.
+  ``records`` and ``quorum_events``: pyarrow writes the rows as one Parquet file and delta-rs
+  commits it with the ``txn`` action and ``userMetadata`` (``rs_append``). ``snapshot``:
+  delta-rs's MERGE (``rs_merge``: ~15 ms for 100 keys). Checkpoints and compaction are
+  delta-rs's too (``rs_maintenance``), so every commit to the tables takes its version the same
+  way (on S3, a conditional write). delta-rs reads the recorded transaction version from its
+  own table state, kept up to date incrementally. No Spark job and no JVM call: the JVM's
+  commit forked shells and ran hooks worth ~12 % of the voters' one-connection throughput.
+- A URI only Spark opens (``wasbs://``, ``oss://``, a custom Hadoop file system): Delta's
+  public Spark API, with the connectors and credentials of the Spark configuration. The
+  recorded version is read from the table's history (the newest materializer commit's
+  ``userMetadata``), then an append (``txnAppId`` / ``txnVersion`` writer options) of an
+  Arrow-built local relation, or a MERGE on a private session with one shuffle partition:
+  0.4-0.6 s on 2 idle cores, 1-3 s on busy ones. Compaction is Delta's OPTIMIZE, checkpoints
+  Delta's automatic ones.
+- ``prepare()`` creates the tables and reads their offsets: by delta-rs in tens of
+  milliseconds (``rs_tables``), or through Spark, whose first commits pay class loading and
+  code generation (3-7 s cold); ``warm_up()`` also rehearses the Spark appends (6-9 s cold) on
+  scratch tables.
 - ``checkpoint()`` writes Delta checkpoints on demand: ``records`` checkpoints automatically only
   every 100 commits (tables.py), the driver checkpoints it from its other thread.
 
@@ -75,15 +80,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kraft_spark.delta import rs_append, rs_tables
+from kraft_spark.delta import rs_append, rs_maintenance, rs_tables
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.log_rows import Rows, rows_from
-from kraft_spark.delta.maintenance import (
-    Compaction,
-    add_missing_columns,
-    checkpoint_table,
-    compact_table,
-)
+from kraft_spark.delta.maintenance import Compaction, add_missing_columns, compact_table
+from kraft_spark.delta.storage_options import DELTA_RS_SCHEMES
+from kraft_spark.delta.table_store import TableStore, spark_conf_of, store_for
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
     QUORUM_EVENTS,
@@ -112,6 +114,8 @@ if TYPE_CHECKING:
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+# OPTIMIZE's threshold (conf/spark-defaults.conf): files under it are compacted, by either path.
+MIN_FILE_SIZE_CONF = "spark.databricks.delta.optimize.minFileSize"
 # Scratch tables of warm_up() live under the warehouse in a directory Spark and Delta readers
 # skip (a leading underscore); leftovers of a crashed warm-up are removed by the next one.
 WARM_UP_PREFIX = "_warm_up-"
@@ -172,8 +176,16 @@ class DeltaMaterializer:
         self.app_id = app_id
         self.on_commit = on_commit
         # Every commit by delta-rs in this process (rs_append, rs_merge; no Spark job, no JVM):
-        # a warehouse on the driver's file system. Else Spark's public Delta API commits.
-        self.in_process = _is_local_path(warehouse) if in_process is None else in_process
+        # a warehouse on the driver's file system or an object store delta-rs serves. Else
+        # (in_process=False, or a URI only Spark opens) Spark's public Delta API commits.
+        self.store: TableStore | None = (
+            None if in_process is False else store_for(warehouse, spark_conf_of(spark)))
+        if in_process and self.store is None:
+            raise MaterializerError(
+                f"{warehouse}: delta-rs opens no such URI (it serves local paths and "
+                f"{', '.join(sorted(DELTA_RS_SCHEMES))}); leave in_process unset to commit "
+                "through Spark")
+        self.in_process = self.store is not None
         self.last_commit_stats: CommitStats | None = None
         # Per-table resume offsets, cached; a missing table is read from Delta when needed.
         # Only the thread committing a table advances or drops its entry (_set_next/_drop_next),
@@ -223,8 +235,8 @@ class DeltaMaterializer:
         return min(offsets[t] for t in TABLES if t in tables)
 
     def _read_next_offset(self, table: str) -> int:
-        if self.in_process:
-            return rs_tables.next_offset(self.path(table), self.app_id)
+        if self.store is not None:
+            return rs_tables.next_offset(self.store, table, self.app_id)
         return next_offset(self.spark, self.path(table), self.app_id)
 
     # ------------------------------------------------------------------ writing
@@ -322,26 +334,35 @@ class DeltaMaterializer:
             self._generation[table] += 1
 
     def checkpoint(self, table: str, min_commits: int = 10) -> int | None:
-        """See ``maintenance.checkpoint_table`` (the driver calls it for ``records`` from the
-        thread that commits the other tables)."""
-        if self.in_process:
-            return rs_append.checkpoint(self.path(table), min_commits)  # no Spark job
-        return checkpoint_table(self.spark, self.path(table), min_commits)
+        """Write a checkpoint of ``table`` if ``min_commits`` or more commits were made since
+        its last one; return the version checkpointed (None: not due, no table, or a warehouse
+        only Spark opens, whose checkpoints are Delta's automatic ones). The driver calls it
+        for ``records`` from the thread that commits the other tables, so the ``records``
+        thread never stalls on one (see TABLE_EXTRA_PROPERTIES). Safe while another thread
+        commits to the table: a checkpoint is a file per version."""
+        if self.store is None:
+            return None
+        return rs_maintenance.checkpoint(self.store, table, min_commits)  # no Spark job
 
     def compact(self, table: str, min_files: int) -> Compaction | None:
-        """See ``maintenance.compact_table``: due once ``min_files`` data files were added
-        since the last compaction. The files a compaction left (the large ones it wrote, and
-        those OPTIMIZE leaves alone: ``spark.databricks.delta.optimize.minFileSize``) do not
-        count again, or a table of compacted files would be OPTIMIZEd for nothing at every
-        cycle. With delta-rs committing, the file count is delta-rs's (its commits leave no
-        checksum for the JVM to count from)."""
-        files = None
-        if self.in_process and min_files >= 1:
-            if not rs_tables.is_table(self.path(table)):
-                return None
-            files = rs_append.data_file_count(self.path(table))
-        kept = self._kept_by_compaction.get(table, 0) if min_files >= 1 else 0
-        done = compact_table(self.spark, self.path(table), table, min_files + kept, files)
+        """Compact ``table``'s small data files (``rs_maintenance.compact``; Delta OPTIMIZE,
+        ``maintenance.compact_table``, for a warehouse only Spark opens) once ``min_files``
+        data files were added since the last compaction; None when not due or disabled
+        (``min_files`` < 1). The files a compaction left (the large ones it wrote, and those
+        it leaves alone) do not count again, or a table of compacted files would be compacted
+        for nothing at every cycle."""
+        if min_files < 1:
+            return None
+        kept = self._kept_by_compaction.get(table, 0)
+        if self.store is None:
+            done = compact_table(self.spark, self.path(table), table, min_files + kept)
+        elif not rs_tables.is_table(self.store, table):
+            return None
+        else:
+            files = rs_maintenance.data_file_count(self.store, table)
+            target = int(self.spark.conf.get(MIN_FILE_SIZE_CONF, str(64 << 20)) or 64 << 20)
+            done = (rs_maintenance.compact(self.store, table, files, target)
+                    if files >= min_files + kept else None)
         if done is not None:
             self._kept_by_compaction[table] = (done.files_before - done.files_removed
                                                + done.files_added)
@@ -351,8 +372,8 @@ class DeltaMaterializer:
 
     def prepare(self) -> dict[str, int]:
         """Create the tables if missing and read their offsets (start-up, before serving)."""
-        if self.in_process:
-            new = [t for t in TABLES if not rs_tables.is_table(self.path(t))]
+        if self.store is not None:
+            new = [t for t in TABLES if not rs_tables.is_table(self.store, t)]
         else:
             from delta.tables import DeltaTable
 
@@ -404,16 +425,16 @@ class DeltaMaterializer:
             data = [r for r in rows.events if r[0] >= first]
         else:
             data = [r for r in rows.latest.values() if r[2] >= first]
-        if self.in_process:
+        if self.store is not None:
             # delta-rs reads the recorded version from its own table state (kept up to date
             # incrementally) and commits at exactly the version it checked. The driver is the
             # tables' only writer; the check is the one that matters (Delta's own would let an
             # overlapping range through).
             rs_append.commit_in_process(
-                self.path(table), table, data, meta,
+                self.store, table, data, meta,
                 lambda recorded: _continues(table, recorded, meta))
             return len(data)
-        # Through Spark (a warehouse URI): the recorded version from the table's history (the
+        # Through Spark (a URI only Spark opens): the recorded version from the table's history (the
         # newest materializer commit's userMetadata), then an append or MERGE carrying
         # txnAppId/txnVersion, which Delta itself skips when that version is already recorded.
         recorded = next_offset(self.spark, self.path(table), meta.app_id) - 1
@@ -434,9 +455,9 @@ class DeltaMaterializer:
             self._created = True
 
     def _create_tables_locked(self) -> None:
-        if self.in_process:
-            rs_tables.create_tables(self.path)
-            rs_tables.add_missing_columns(self.path)
+        if self.store is not None:
+            rs_tables.create_tables(self.store)
+            rs_tables.add_missing_columns(self.store)
             return
         from delta.tables import DeltaTable
 
@@ -528,14 +549,6 @@ def _check_batches(batches: Sequence[Batch], high_watermark: int) -> None:
         )
 
 
-
-
-def _is_local_path(path: str) -> bool:
-    """A plain path of the driver's own file system (no URI scheme: ``file:``, ``s3a:``, ``hdfs:``
-    ... go through Spark)."""
-    from kraft_spark.warehouse.location import is_uri
-
-    return not is_uri(path)
 
 
 def _continues(table: str, recorded: int, meta: CommitMetadata) -> bool:

@@ -1,31 +1,30 @@
 """One Parquet data file of a Delta table, written as Spark writes it (INT64 UTC microsecond
 timestamps, required columns, file statistics data skipping may trust) and made durable before
-the commit that adds it: ``write_parquet`` returns that commit's ``add`` action
-(``rs_append`` commits it with delta-rs).
+the commit that adds it (``TableStore.put``): ``write_parquet`` returns that commit's ``add``
+action (``rs_append`` commits it with delta-rs).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs; used for a few arrays
 from pyspark.sql import types as T
 
 from kraft_spark.delta.arrow_rows import arrow_type
-from kraft_spark.log.fs import RealFileSystem
+
+if TYPE_CHECKING:
+    from kraft_spark.delta.table_store import TableStore
 
 
 def write_parquet(
-    table_dir: str, schema: T.StructType, rows: list[tuple[Any, ...]]
+    store: TableStore, table_name: str, schema: T.StructType, rows: list[tuple[Any, ...]]
 ) -> dict[str, Any]:
-    """Write ``rows`` as one Parquet file in the table's directory; return its ``add`` action
-    (path, size, stats of the scalar columns)."""
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
-
+    """Write ``rows`` as one Parquet file of the table ``table_name`` of ``store``, durable when
+    this returns; return its ``add`` action (path, size, stats of the scalar columns)."""
     columns = list(zip(*rows, strict=True))
     arrays = []
     fields = []
@@ -67,28 +66,18 @@ def write_parquet(
         )
     )
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    target = os.path.join(table_dir, name)
-    pq.write_table(table, target, compression="snappy")
     # Durable before the commit that references it: a commit surviving a power loss must not
     # point at a missing or torn file.
-    make_durable(target, table_dir)
-    info = os.stat(target)
+    size, modified_ms = store.put_parquet(table_name, name, table)
     stats = {"numRecords": len(rows), "minValues": low, "maxValues": high, "nullCount": nulls}
     return {
         "path": name,
         "partitionValues": {},
-        "size": info.st_size,
-        "modificationTime": int(info.st_mtime * 1000),
+        "size": size,
+        "modificationTime": modified_ms,
         "dataChange": True,
         "stats": json.dumps(stats, separators=(",", ":")),
     }
-
-
-def make_durable(file: str, directory: str) -> None:
-    """fsync ``file``, then its entry in ``directory`` (the log's own file system calls)."""
-    fs = RealFileSystem()
-    fs.fsync(file)
-    fs.fsync_dir(directory)
 
 
 def _stats_timestamp(ms: int) -> str:

@@ -11,20 +11,18 @@ one connection, materialization took the voters' throughput from 1,043 to 913 ap
 the only commit path of a local warehouse.
 
 What every commit holds (docs/concepts/delta-tables.md): one Parquet file written by
-``parquet_file.write_parquet`` (fsync'd before the commit); the ``txn`` action
-(``txnAppId = app_id``, ``txnVersion = last offset``) and the ``userMetadata`` JSON of
+``parquet_file.write_parquet`` (durable before the commit: ``TableStore.put``); the ``txn``
+action (``txnAppId = app_id``, ``txnVersion = last offset``) and the ``userMetadata`` JSON of
 ``CommitMetadata`` in its commitInfo; the caller checks the recorded transaction version first
-(``materializer._continues``); the commit file and the log directory are fsync'd after the
-commit. Tables stay readable by Spark and any Delta reader: reader 1 / writer 2 protocol, one
-``add`` per commit.
-Differences: delta-rs writes no ``.crc`` checksum (Spark readers then compute the table state
-themselves), and the commit's ``operationMetrics`` are delta-rs's, not Spark's WRITE metrics.
-"""
+(``materializer._continues``); on a local directory the commit file and the log directory are
+fsync'd after the commit (``TableStore.commit_durable``). The same code commits to a local
+warehouse and to an object store delta-rs serves (``table_store``). Tables stay readable by
+Spark and any Delta reader: reader 1 / writer 2 protocol, one ``add`` per commit. Differences:
+delta-rs writes no ``.crc`` checksum (Spark readers then compute the table state themselves),
+and the commit's ``operationMetrics`` are delta-rs's, not Spark's WRITE metrics. """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +31,7 @@ from kraft_spark.delta.rs_merge import open_table
 from kraft_spark.delta.tables import SCHEMAS, SNAPSHOT
 
 if TYPE_CHECKING:
+    from kraft_spark.delta.table_store import TableStore
     from kraft_spark.delta.tables import CommitMetadata
 
 
@@ -41,49 +40,47 @@ if TYPE_CHECKING:
 COMMIT_ATTEMPTS = 3
 
 
-def commit_in_process(path: str, table: str, data: list[tuple[Any, ...]],
+def commit_in_process(store: TableStore, table: str, data: list[tuple[Any, ...]],
                       meta: CommitMetadata, continues: Callable[[int], bool]) -> None:
-    """Commit ``data`` to ``table`` at ``path`` with delta-rs (``snapshot``: a MERGE; else an
+    """Commit ``data`` to ``table`` of ``store`` with delta-rs (``snapshot``: a MERGE; else an
     append; no rows: a commit of the offsets alone), at the version right after the one whose
     recorded txn version ``continues`` accepted (False: the commit landed before, skip it; it
-    raises on a mismatch). Another commit in between (the driver's OPTIMIZE of ``records``,
+    raises on a mismatch). Another commit in between (the driver's compaction of ``records``,
     or another writer) fails ours (max_commit_retries=0), and the check is made again on the
     newer version: a commit of the same range by the same app id is then skipped, a
     different one raises, an unrelated one is retried."""
     from deltalake.exceptions import CommitFailedError
 
-    path = os.path.abspath(path)
     for attempt in range(COMMIT_ATTEMPTS):
-        delta = open_table(path)  # the newest version
+        delta = open_table(store, table)  # the newest version
         if not continues(rs_merge.recorded_txn_version(delta, meta.app_id)):
             return
         try:  # on top of that version, the one checked
             if table == SNAPSHOT and data:
                 version = int(delta.version()) + 1
                 rs_merge.merge_snapshot(delta, data, meta)  # no Spark job
-                _make_commit_durable(path, version)
+                store.commit_durable(table, version)
             else:
-                append_rows(delta, path, table, data, meta)  # no JVM
+                append_rows(delta, store, table, data, meta)  # no JVM
             return
         except CommitFailedError:
             if attempt + 1 == COMMIT_ATTEMPTS:
                 raise
 
 
-def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
+def append_rows(delta: Any, store: TableStore, table: str, data: list[tuple[Any, ...]],
                 meta: CommitMetadata) -> int:
     """Append ``data`` (rows of ``table``'s schema; none: a commit of only the ``txn`` action
-    and metadata, so the table's offset advances) to the Delta table at ``path``, ``delta`` as
+    and metadata, so the table's offset advances) to ``table`` of ``store``, ``delta`` as
     ``open_table`` loaded it, at the version after that one (raises delta-rs's
     CommitFailedError if another commit took it): the version whose recorded txn version the
     caller checked. Returns the committed version, already durable."""
     from deltalake import CommitProperties, Transaction
     from deltalake.exceptions import CommitFailedError
 
-    path = os.path.abspath(path)
     actions = []
     if data:
-        add = parquet_file.write_parquet(path, SCHEMAS[table], data)
+        add = parquet_file.write_parquet(store, table, SCHEMAS[table], data)
         actions.append(_add_action(add))
     version = int(delta.version()) + 1
     try:
@@ -104,22 +101,22 @@ def append_rows(delta: Any, path: str, table: str, data: list[tuple[Any, ...]],
         # The version was taken: no commit references our file (other errors leave it: the
         # commit may have landed).
         if data:
-            os.unlink(os.path.join(path, add["path"]))
+            store.delete(table, add["path"])
         raise
-    _make_commit_durable(path, version)
+    store.commit_durable(table, version)
     return version
 
 
-def append_untracked(path: str, table: str, data: list[tuple[Any, ...]],
+def append_untracked(store: TableStore, table: str, data: list[tuple[Any, ...]],
                      user_metadata: str) -> int:
-    """Append ``data`` to ``table`` at ``path`` in a commit of its own without a ``txn`` action:
-    a record beside the materializer's commits (the restore's ``quorum_events`` row) that moves
-    no table's resume offset. Durable when it returns; returns the version it committed."""
-    from deltalake import CommitProperties, DeltaTable
+    """Append ``data`` to ``table`` of ``store`` in a commit of its own without a ``txn``
+    action: a record beside the materializer's commits (the restore's ``quorum_events`` row)
+    that moves no table's resume offset. Durable when it returns; returns the version it
+    committed."""
+    from deltalake import CommitProperties
 
-    path = os.path.abspath(path)
-    add = parquet_file.write_parquet(path, SCHEMAS[table], data)
-    delta = DeltaTable(path)
+    add = parquet_file.write_parquet(store, table, SCHEMAS[table], data)
+    delta = open_table(store, table)
     before = int(delta.version())
     delta.create_write_transaction(
         [_add_action(add)], mode="append", schema=delta.schema(),
@@ -127,7 +124,7 @@ def append_untracked(path: str, table: str, data: list[tuple[Any, ...]],
     delta.update_incremental()
     version = int(delta.version())
     for committed in range(before + 1, version + 1):  # ours, and any that raced it
-        _make_commit_durable(path, committed)
+        store.commit_durable(table, committed)
     return version
 
 
@@ -137,44 +134,3 @@ def _add_action(add: dict[str, Any]) -> Any:
 
     return AddAction(add["path"], int(add["size"]), {}, int(add["modificationTime"]), True,
                      add["stats"])
-
-
-def _make_commit_durable(path: str, version: int) -> None:
-    """fsync commit ``version`` of the table at ``path`` and the log directory (delta-rs's
-    local store does not): a later commit must not survive a power loss without it."""
-    log_dir = os.path.join(path, "_delta_log")
-    parquet_file.make_durable(os.path.join(log_dir, f"{version:020d}.json"), log_dir)
-
-
-def data_file_count(path: str) -> int:
-    """The number of data files in the table at ``path`` (delta-rs's state, no Spark job)."""
-    return len(open_table(os.path.abspath(path)).file_uris())
-
-
-def checkpoint(path: str, min_commits: int) -> int | None:
-    """Write a checkpoint of the table at ``path`` with delta-rs if ``min_commits`` or more
-    commits were made since its last one; return the version checkpointed (None: not due, or
-    no table). The JVM's checkpoint is a Spark job reconstructing the state (every ~10 s on the
-    driver's upkeep thread, the largest JVM cost left once delta-rs commits); delta-rs writes
-    the same classic Parquet checkpoint and ``_last_checkpoint`` that Spark reads."""
-    from deltalake.exceptions import TableNotFoundError
-
-    path = os.path.abspath(path)
-    try:
-        delta = open_table(path)
-    except TableNotFoundError:
-        return None
-    version = int(delta.version())
-    if version < 0 or version - _last_checkpoint_version(path) < min_commits:
-        return None
-    delta.create_checkpoint()
-    return version
-
-
-def _last_checkpoint_version(path: str) -> int:
-    """The version of the table's last checkpoint (``_delta_log/_last_checkpoint``), -1: none."""
-    try:
-        with open(os.path.join(path, "_delta_log", "_last_checkpoint"), encoding="utf-8") as f:
-            return int(json.load(f)["version"])
-    except FileNotFoundError:
-        return -1

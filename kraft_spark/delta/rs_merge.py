@@ -14,8 +14,8 @@ transaction ``txnAppId = app_id`` / ``txnVersion = last offset`` (a ``txn`` acti
 (in commitInfo, where ``materializer_commits`` and time travel by offset find it); and the
 merge conditions make a replayed change a no-op (``t.offset < s.offset``).
 
-Used for local warehouses (the materializer's direct-append case); a Hadoop URI (s3a://, hdfs://)
-keeps the Spark MERGE.
+Used for every warehouse delta-rs serves (a local path, S3, GCS, ADLS, HDFS); a URI only Spark
+opens keeps the Spark MERGE.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa  # type: ignore[import-untyped]  # no stubs
 
 if TYPE_CHECKING:
+    from kraft_spark.delta.table_store import TableStore
     from kraft_spark.delta.tables import CommitMetadata
 
 _SOURCE_SCHEMA = pa.schema([
@@ -37,22 +38,23 @@ _SOURCE_SCHEMA = pa.schema([
 _COLUMNS = ("key", "value", "offset", "epoch", "timestamp")
 
 
-_OPEN: dict[str, Any] = {}  # path -> DeltaTable, brought up to date before each use
+_OPEN: dict[str, Any] = {}  # table URI -> DeltaTable, brought up to date before each use
 
 
-def open_table(path: str) -> Any:
-    """The table at ``path``, kept open between merges and updated from the log's new commits
-    (reading the whole log again each time would grow with every commit)."""
+def open_table(store: TableStore, name: str) -> Any:
+    """The table ``name`` of ``store``, kept open between commits and updated from the log's
+    new commits (reading the whole log again each time would grow with every commit)."""
     from deltalake import DeltaTable
 
-    table = _OPEN.get(path)
+    uri = store.uri(name)
+    table = _OPEN.get(uri)
     if table is None:
-        table = _OPEN[path] = DeltaTable(path)
+        table = _OPEN[uri] = DeltaTable(uri, storage_options=store.storage_options())
     else:
         try:
             table.update_incremental()
         except Exception:  # a vacuumed or rewritten log: read it from the start
-            table = _OPEN[path] = DeltaTable(path)
+            table = _OPEN[uri] = DeltaTable(uri, storage_options=store.storage_options())
     return table
 
 

@@ -1,13 +1,13 @@
 """The start-up of a warehouse the materializer commits to in process (a path on the driver's
-file system; ``rs_append``), with delta-rs (the ``deltalake`` package) in the driver process:
-creating the three tables, giving older ones the columns added since, and reading where each
-table resumes.
+file system, or an object store delta-rs serves: ``table_store``; ``rs_append``), with delta-rs
+(the ``deltalake`` package) in the driver process: creating the three tables, giving older ones
+the columns added since, and reading where each table resumes.
 
 Why not Spark: creating the tables through Delta's Spark API was most of the application's
 start-up after the session itself ("Delta ready in 6.5-12.4 s" on 2 busy cores, nearly all of
 it the JVM loading and compiling Delta's classes for three commits), and the in-process path
-needs those classes for nothing but a compaction (its commits and checkpoints are delta-rs's
-too). With delta-rs, tens of milliseconds.
+needs those classes for nothing (its commits, checkpoints and compactions are delta-rs's). With
+delta-rs, tens of milliseconds.
 
 The tables are the ones Spark's ``DeltaTable.createIfNotExists`` made: the schema of
 ``tables.SCHEMAS`` (translated through its JSON form, which both sides share), the table
@@ -17,8 +17,7 @@ protocol. A table that exists is left alone (only the missing ones are created).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kraft_spark.delta.tables import (
     ADDED_COLUMNS,
@@ -30,41 +29,43 @@ from kraft_spark.delta.tables import (
     foreign_table,
 )
 
+if TYPE_CHECKING:
+    from kraft_spark.delta.table_store import TableStore
 
-def is_table(path: str) -> bool:
+
+def is_table(store: TableStore, table: str) -> bool:
     from deltalake import DeltaTable
 
-    return bool(DeltaTable.is_deltatable(os.path.abspath(path)))
+    return bool(DeltaTable.is_deltatable(store.uri(table), store.storage_options()))
 
 
-def create_tables(path_of: Callable[[str], str]) -> list[str]:
-    """Create each of the tables that does not exist at ``path_of(table)``; return their
-    names."""
+def create_tables(store: TableStore) -> list[str]:
+    """Create each of the tables that does not exist in ``store``; return their names."""
     from deltalake import DeltaTable, Schema
 
     created = []
     for table in TABLES:
-        path = os.path.abspath(path_of(table))
-        if is_table(path):
+        if is_table(store, table):
             continue
         DeltaTable.create(
-            path,
+            store.uri(table),
             schema=Schema.from_json(SCHEMAS[table].json()),
             mode="ignore",
             configuration={**TABLE_PROPERTIES, **TABLE_EXTRA_PROPERTIES.get(table, {})},
+            storage_options=store.storage_options(),
         )
         created.append(table)
     return created
 
 
-def add_missing_columns(path_of: Callable[[str], str]) -> list[str]:
+def add_missing_columns(store: TableStore) -> list[str]:
     """Give tables an older version created the columns added since (``ADDED_COLUMNS``): a
     metadata-only commit, older rows read as null. Returns ``table.column`` of each added."""
     from deltalake import DeltaTable, Field
 
     added = []
     for table, column, _sql_type in ADDED_COLUMNS:
-        delta = DeltaTable(os.path.abspath(path_of(table)))
+        delta = DeltaTable(store.uri(table), storage_options=store.storage_options())
         if column in {f.name for f in delta.schema().fields}:
             continue
         delta.alter.add_columns(Field.from_json(SCHEMAS[table][column].json()))
@@ -72,19 +73,18 @@ def add_missing_columns(path_of: Callable[[str], str]) -> list[str]:
     return added
 
 
-def next_offset(path: str, app_id: str) -> int:
-    """The Raft offset the table at ``path`` holds everything below (0 if none or no table):
+def next_offset(store: TableStore, table: str, app_id: str) -> int:
+    """The Raft offset ``table`` of ``store`` holds everything below (0 if none or no table):
     ``txnVersion + 1`` of ``app_id`` in the table's state. Every materializer commit carries
     that transaction and its ``userMetadata`` in one atomic commit, so the two agree (the
-    Spark path, ``tables.next_offset``, reads the history first because Delta's JVM state of a
-    table without a checksum costs a Spark job). A table that records no transaction of
-    ``app_id`` but materializer commits of other app ids is refused, as there."""
+    Spark path, ``tables.next_offset``, reads the history first, its public API). A table that
+    records no transaction of ``app_id`` but materializer commits of other app ids is refused,
+    as there."""
     from deltalake import DeltaTable
 
-    path = os.path.abspath(path)
-    if not is_table(path):
+    if not is_table(store, table):
         return 0
-    delta = DeltaTable(path)
+    delta = DeltaTable(store.uri(table), storage_options=store.storage_options())
     version = delta.transaction_version(app_id)
     if version is not None:
         return int(version) + 1
@@ -92,5 +92,5 @@ def next_offset(path: str, app_id: str) -> int:
     commits_in_history(((int(c["version"]), c.get("userMetadata")) for c in delta.history()),
                        app_id, others)
     if others:
-        raise foreign_table(path, app_id, others)
+        raise foreign_table(store.uri(table), app_id, others)
     return 0

@@ -259,24 +259,31 @@ def latest_version(spark: SparkSession, path: str) -> int:
     return int(rows[0]["version"]) if rows else -1
 
 
-def delta_log_for(spark: SparkSession, path: str) -> Any:
-    """Delta's JVM ``DeltaLog`` of the table at ``path`` (not a public API; checked on
-    delta-spark 4.4)."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    return jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-
-
 def txn_version_from_log(spark: SparkSession, path: str, app_id: str) -> int | None:
-    """The table's current ``txnVersion`` for ``app_id``, from the Delta log's table state.
+    """The table's current ``txnVersion`` for ``app_id``, from the Delta log's files.
 
-    Uses Delta's JVM ``DeltaLog`` (not a public API; checked on delta-spark 4.4). Only a fallback
-    for tables whose last materializer commit is no longer in the readable history (log cleanup
-    after foreign commits such as OPTIMIZE); the transaction itself survives checkpoints.
+    Only a fallback for tables whose last materializer commit is no longer in the readable
+    history (log cleanup after foreign commits such as OPTIMIZE); the transaction itself
+    survives checkpoints. Read with Spark's public JSON and Parquet readers from the log's
+    documented format (the Delta protocol: ``txn`` actions in commit files and checkpoints): a
+    writer's ``txnVersion`` only grows, so the largest one in the checkpoints and the commit
+    files left is the current one.
     """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    none = jvm.scala.Option.empty()
-    snapshot = delta_log_for(spark, path).update(False, none, none)
-    version = snapshot.transactions().get(app_id)
-    return int(version.get()) if version.isDefined() else None
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    log = f"{path.rstrip('/')}/_delta_log"
+    found: list[int] = []
+    for reader, pattern in ((spark.read.json, "*.json"), (spark.read.parquet,
+                                                            "*.checkpoint*.parquet")):
+        try:
+            actions = reader(f"{log}/{pattern}")
+        except AnalysisException:  # no such files (no checkpoint yet)
+            continue
+        if "txn" not in actions.columns:
+            continue
+        row = (actions.where(F.col("txn.appId") == app_id)
+               .agg(F.max("txn.version").alias("v")).collect()[0])
+        if row["v"] is not None:
+            found.append(int(row["v"]))
+    return max(found) if found else None

@@ -26,13 +26,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from kraft_spark.delta import rs_tables
+from kraft_spark.delta.rs_append import append_untracked
+from kraft_spark.delta.table_store import spark_conf_of, store_for
 from kraft_spark.delta.tables import QUORUM_EVENTS, RECORDS, TABLES, CommitMetadata, table_path
 from kraft_spark.raft.records import Record
 from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
 from kraft_spark.state.snapshot_file import SnapshotId, encode_snapshot, label
 from kraft_spark.store.txn import OUTCOME_HEADER
 from kraft_spark.warehouse import table_reads
-from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles, is_uri
+from kraft_spark.warehouse.location import WarehouseError, WarehouseFiles
 from kraft_spark.warehouse.restore_plan import RestorePlan, plan_restore
 from kraft_spark.warehouse.snapshot_copies import SNAPSHOT_DIR, load, stored_ids
 
@@ -164,12 +167,11 @@ def record_restore(spark: Any, warehouse: str, app_id: str, restored: RestoredLo
                 [voters[i] for i in ids], f"warehouse: {restored.plan.describe()}")
 
     path = table_path(warehouse, QUORUM_EVENTS)
-    if not is_uri(warehouse) and table_reads.is_table(spark, path):
+    store = store_for(warehouse, spark_conf_of(spark))
+    if store is not None and rs_tables.is_table(store, QUORUM_EVENTS):
         # In this process, as the materializer commits: a Spark job on the new, cold
         # executors took 18 s here (bench/multihost.py, 2026-11-28).
-        from kraft_spark.delta.rs_append import append_untracked
-
-        append_untracked(path, QUORUM_EVENTS, [row(int(now.timestamp() * 1000))], meta)
+        append_untracked(store, QUORUM_EVENTS, [row(int(now.timestamp() * 1000))], meta)
         return
     (spark.createDataFrame([row(now)], SCHEMAS[QUORUM_EVENTS]).coalesce(1).write.format("delta")
      .mode("append").option("userMetadata", meta).save(path))

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kraft_spark.delta import rs_tables
 from kraft_spark.delta.tables import CommitMetadata, commits_in_history, materializer_commits
 from kraft_spark.warehouse.location import is_uri
 
@@ -41,7 +40,9 @@ def is_table(spark: Any, path: str) -> bool:
         from delta.tables import DeltaTable as SparkDeltaTable
 
         return bool(SparkDeltaTable.isDeltaTable(spark, path))
-    return rs_tables.is_table(path)
+    from deltalake import DeltaTable
+
+    return bool(DeltaTable.is_deltatable(path))
 
 
 def commits(spark: Any, path: str, app_id: str,

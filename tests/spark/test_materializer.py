@@ -29,7 +29,7 @@ from kraft_spark.delta import (
     snapshot_version,
 )
 from kraft_spark.delta import materializer as materializer_module
-from kraft_spark.delta import parquet_file as parquet_file_module
+from kraft_spark.delta import table_store as table_store_module
 from kraft_spark.delta.materializer import WARM_UP_PREFIX, ResumeMismatch
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
@@ -342,7 +342,11 @@ def test_appends_through_spark_equal_in_process_appends(spark: Any, tmp_path: Pa
     assert via_spark.write(batches[:2], 5) == 5
     direct = DeltaMaterializer(spark, str(tmp_path))
     assert direct.in_process
-    assert not DeltaMaterializer(spark, tmp_path.as_uri()).in_process  # URIs: Spark
+    assert DeltaMaterializer(spark, tmp_path.as_uri()).in_process  # file: is delta-rs's too
+    # A URI delta-rs does not open (Hadoop's legacy Azure driver) stays on Spark.
+    assert not DeltaMaterializer(spark, "wasbs://c@a.blob.core.windows.net/w").in_process
+    with pytest.raises(MaterializerError, match="delta-rs opens no such URI"):
+        DeltaMaterializer(spark, "wasbs://c@a.blob.core.windows.net/w", in_process=True)
     assert direct.write(batches[:4], 12) == 9
     assert DeltaMaterializer(spark, str(tmp_path), in_process=False).write(batches, 16) == 16
     assert_tables_equal_log(spark, tmp_path, batches)
@@ -526,7 +530,7 @@ def test_in_process_appends_are_durable_before_and_after_their_commit(
 ) -> None:
     """The Parquet file (and its directory entry) is fsync'd before the commit that adds it,
     and the commit file (and _delta_log) before the next commit starts."""
-    make_durable = parquet_file_module.make_durable
+    make_durable = table_store_module.make_durable
     records = tmp_path / RECORDS
     seen: list[tuple[str, list[str]]] = []  # (path, the records commits at that moment)
 
@@ -537,7 +541,7 @@ def test_in_process_appends_are_durable_before_and_after_their_commit(
 
     materializer = DeltaMaterializer(spark, str(tmp_path))
     materializer.prepare()
-    monkeypatch.setattr(parquet_file_module, "make_durable", recording)
+    monkeypatch.setattr(table_store_module, "make_durable", recording)
     materializer.write(logdata.log()[:2], 5, (RECORDS,))
     data_file = next(records.glob("*.parquet"))
     created, commit = (f"{v:020d}.json" for v in (0, 1))
@@ -643,13 +647,14 @@ def test_tables_created_by_delta_rs_equal_those_spark_creates(
     assert made[True][RECORDS][1]["properties"]["delta.checkpointInterval"] == "100"
 
 
-@pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
-def test_checkpoint_when_due(spark: Any, tmp_path: Path, in_process: bool) -> None:
-    """delta-rs writes the checkpoint when it commits (a local warehouse), Delta's JVM
-    otherwise (a warehouse URI); either way Spark reads the table from it and the offsets
-    resume."""
+def test_checkpoint_when_due(spark: Any, tmp_path: Path) -> None:
+    """delta-rs writes the checkpoint on demand; Spark reads the table from it and the offsets
+    resume. Through Spark (a URI delta-rs does not open) the checkpoints are Delta's automatic
+    ones: ``checkpoint`` does nothing."""
     batches = logdata.log()
-    materializer = DeltaMaterializer(spark, str(tmp_path), in_process=in_process)
+    assert DeltaMaterializer(spark, str(tmp_path / "spark"), in_process=False).checkpoint(
+        RECORDS, min_commits=0) is None
+    materializer = DeltaMaterializer(spark, str(tmp_path))
     assert materializer.checkpoint(RECORDS) is None  # no table yet
     for i in range(1, len(batches) + 1):
         materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
@@ -678,22 +683,21 @@ def test_compaction_keeps_rows_offsets_and_time_travel(spark: Any, tmp_path: Pat
     assert materializer.compact(RECORDS, min_files=1) is None  # no table yet
     for i in range(1, len(batches) + 1):
         materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
-    # Not due, right after the commits: decided from the checksum, without a Spark job (Delta's
-    # own count reconstructs the state: three jobs, every cycle of the driver's thread).
-    group = f"compact-probe-{id(materializer)}"
-    spark.sparkContext.setJobGroup(group, "compact when not due")
-    try:
-        assert materializer.compact(RECORDS, min_files=1000) is None
-    finally:
-        spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
-    assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
     path = table_path(tmp_path, RECORDS)
     before = latest_version(spark, path)
     files = _data_files(spark, tmp_path, RECORDS)
     assert files >= 3  # one small file per commit that had records
-    assert materializer.compact(RECORDS, min_files=files + 1) is None  # not due
-    assert materializer.compact(RECORDS, min_files=0) is None  # disabled
-    done = materializer.compact(RECORDS, min_files=files)
+    # Counted and compacted by delta-rs in this process: no Spark job, due or not.
+    group = f"compact-probe-{id(materializer)}"
+    spark.sparkContext.setJobGroup(group, "compact")
+    try:
+        assert materializer.compact(RECORDS, min_files=1000) is None
+        assert materializer.compact(RECORDS, min_files=files + 1) is None  # not due
+        assert materializer.compact(RECORDS, min_files=0) is None  # disabled
+        done = materializer.compact(RECORDS, min_files=files)
+    finally:
+        spark.sparkContext.setJobGroup(None, None)  # type: ignore[arg-type]
+    assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
     assert done is not None
     assert (done.table, done.files_before, done.files_removed, done.files_added) == (
         RECORDS, files, files, 1)
@@ -713,11 +717,13 @@ def test_compaction_keeps_rows_offsets_and_time_travel(spark: Any, tmp_path: Pat
 
 def test_a_compactions_own_files_are_not_rewritten_or_counted_again(
         spark: Any, tmp_path: Path) -> None:
-    """OPTIMIZE rewrites the files under ``spark.databricks.delta.optimize.minFileSize``
+    """A compaction rewrites the files under ``spark.databricks.delta.optimize.minFileSize``
     (conf/spark-defaults.conf: 64 MiB; Delta's default, 1 GiB, made every compaction rewrite
     the files the earlier ones wrote, hence the whole table). Here the threshold is scaled to
-    the first compaction's file: the second leaves that file alone, and it does not count
-    towards the second's ``min_files`` either."""
+    the first compaction's file (made large by one large value): the second leaves that file
+    alone, and it does not count towards the second's ``min_files`` either."""
+    import random
+
     from deltalake import DeltaTable
 
     def files() -> dict[str, int]:
@@ -725,20 +731,21 @@ def test_a_compactions_own_files_are_not_rewritten_or_counted_again(
         return dict(zip(actions.column("path").to_pylist(),
                         actions.column("size_bytes").to_pylist(), strict=True))
 
-    batches = logdata.log()
-    half = len(batches) // 2
+    large = random.Random(7).randbytes(16_000).hex()  # hardly compressible
+    batches = [logdata.data(0, 1, ("big", large)),
+               *(logdata.data(i, 1, (f"k{i}", str(i))) for i in range(1, 7))]
     materializer = DeltaMaterializer(spark, str(tmp_path))
-    for i in range(1, half + 1):
+    for i in range(1, 4):
         materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
     first = materializer.compact(RECORDS, min_files=2)
-    assert first is not None and first.files_added == 1
+    assert first is not None and (first.files_removed, first.files_added) == (3, 1)
     [(compacted, size)] = files().items()
     spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(size))
     try:
-        for i in range(half + 1, len(batches) + 1):
+        for i in range(4, len(batches) + 1):
             materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
         new = {p: n for p, n in files().items() if p != compacted}
-        assert len(new) >= 2 and max(new.values()) < size  # what the second may rewrite
+        assert len(new) == 4 and sum(new.values()) < size  # what the second may rewrite
         assert materializer.compact(RECORDS, min_files=len(new) + 1) is None  # kept: not due
         second = materializer.compact(RECORDS, min_files=len(new))
         assert second is not None
@@ -752,7 +759,7 @@ def test_a_compactions_own_files_are_not_rewritten_or_counted_again(
 
 
 def test_compaction_while_records_are_appended(spark: Any, tmp_path: Path) -> None:
-    """OPTIMIZE on one thread while the other commits records call by call (blind appends):
+    """Compaction on one thread while the other commits records call by call (blind appends):
     neither fails, no row is lost or doubled."""
     batches = logdata.log()
     materializer = DeltaMaterializer(spark, str(tmp_path))
