@@ -12,7 +12,15 @@ from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.events import CoreEvent, RoleChanged, SnapshotEvent, SnapshotStep
 from kraft_spark.raft.following import Following
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
-from kraft_spark.raft.messages import NO_LEADER, Request, Response, VoteRequest, VoteResponse
+from kraft_spark.raft.messages import (
+    NO_LEADER,
+    ErrorCode,
+    Request,
+    Response,
+    VoterChangeResponse,
+    VoteRequest,
+    VoteResponse,
+)
 from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.ready import Outbound, Reply
 from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
@@ -157,6 +165,10 @@ class CoreState:
 
     def known_leader(self) -> int:
         return self.node_id if self.role is Role.LEADER else self.leader_id
+
+    def voter_change_response(self, error: ErrorCode, message: str | None) -> VoterChangeResponse:
+        """The answer to AddVoter, RemoveVoter or UpdateVoter (KIP-853)."""
+        return VoterChangeResponse(error, message, self.known_leader(), self.epoch)
 
     def describe_role(self) -> str:
         return self.role_event().describe_role()

@@ -3,10 +3,9 @@ graceful resignation, DescribeQuorum."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from kraft_spark.raft.base import NEVER, CoreState
-from kraft_spark.raft.events import LeaderResigned
+from kraft_spark.raft.events import LeaderResigned, VoterEvent, VoterStep
+from kraft_spark.raft.leader_state import LeaderState, ParkedFetch, ProduceWaiter
 from kraft_spark.raft.messages import (
     CLIENT_REPLICA_ID,
     NO_LEADER,
@@ -22,7 +21,7 @@ from kraft_spark.raft.messages import (
 )
 from kraft_spark.raft.producers import SequenceCheck
 from kraft_spark.raft.progress import LeaderProgress
-from kraft_spark.raft.read_index import PendingRead, ReadIndexTracker
+from kraft_spark.raft.read_index import PendingRead
 from kraft_spark.raft.records import Batch, LeaderChange, leader_change_batch
 from kraft_spark.raft.replication import diverging_epoch, snapshot_to_send
 from kraft_spark.raft.state import Role
@@ -33,58 +32,6 @@ from kraft_spark.raft.vote_rules import election_timeout_ms
 CONCURRENT_WINDOW_MS = 100
 # Every this many lone appends, one is handed to every voter at once (see handle_produce).
 HOLD_PROBE_EVERY = 32
-
-
-@dataclass(slots=True)
-class ParkedFetch:
-    token: object
-    request: FetchRequest
-    deadline: int
-
-
-@dataclass(slots=True)
-class ProduceWaiter:
-    """A Produce answered once the high watermark passes ``last_offset``."""
-
-    token: object
-    base_offset: int
-    last_offset: int
-    epoch: int
-    deadline: int
-
-
-@dataclass(slots=True)
-class LeaderState:
-    """Bookkeeping of one leader epoch; discarded when the node stops leading."""
-
-    progress: LeaderProgress
-    # Offset of this epoch's LeaderChange record: nothing commits until it is on a majority.
-    epoch_start_offset: int
-    started_ms: int
-    unendorsed: set[int]
-    next_begin_epoch_at: int = 0
-    flush_due_at: int = NEVER
-    parked: list[ParkedFetch] = field(default_factory=list)
-    waiters: list[ProduceWaiter] = field(default_factory=list)
-    # The high watermark last sent to each replica: a Fetch from a replica that has not heard
-    # the current one is answered at once instead of parked (followers and the observer learn
-    # commits without waiting MaxWaitMs).
-    hw_sent: dict[int, int] = field(default_factory=dict)
-    # When parked Fetches are answered only to tell a newer high watermark (see
-    # QuorumConfig.hw_wakeup_delay_ms); NEVER while every parked replica has heard it.
-    hw_wakeup_at: int = NEVER
-    # The voter whose Fetch last moved the high watermark (-1: none yet): a lone append goes to
-    # it first (QuorumConfig.lone_append_hold_ms). While the other parked Fetches wait for it,
-    # the time by which they are answered anyway; NEVER when none wait.
-    quickest: int = -1
-    held_until: int = NEVER
-    # When an append last arrived while another awaited commit (concurrent writers).
-    concurrent_at: int = -NEVER
-    # The voter set a reassignment in progress moves to, as its last step said (membership.py).
-    reassignment_target: tuple[int, ...] = ()
-    lone_appends: int = 0
-    # Linearizable reads waiting for a majority to confirm this leader (read_index.py).
-    reads: ReadIndexTracker = field(default_factory=ReadIndexTracker)
 
 
 class LeaderMixin(CoreState):
@@ -167,12 +114,26 @@ class LeaderMixin(CoreState):
             self.leader_state.unendorsed.discard(voter)
 
     def on_leave_leader(self) -> None:
-        """Answer everything still waiting on this leader: the outcome of pending appends is
-        unknown to us now (they may still commit under the next leader)."""
+        """Answer everything still waiting on this leader: the outcome of pending appends and
+        of a voter change is unknown to us now (they may still commit under the next leader)."""
         ls = self.leader_state
         self.leader_state = None
-        if ls is None:
-            return
+        if ls is not None:
+            self._release_leader_state(ls)
+        # A leader stays a voter while it leads (rule 4 of membership.py); one that appended
+        # its own removal and lost leadership before it committed is no voter of the set in
+        # force: it must not campaign with it (found by the simulator: it was elected by the
+        # voters of the older set).
+        if not self.voter_set.contains(self.node_id, self.directory_id):
+            self.is_voter = False
+            self.events.append(VoterEvent(VoterStep.NOT_LISTED))
+
+    def _release_leader_state(self, ls: LeaderState) -> None:
+        change = ls.voter_change.abandon()
+        if change is not None and change.token is not None:
+            self.reply(change.token, self.voter_change_response(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"leadership lost before {change.description} committed; it may still commit"))
         for waiter in ls.waiters:
             self.reply(
                 waiter.token,
@@ -210,6 +171,15 @@ class LeaderMixin(CoreState):
         ls = self.leader_state
         assert ls is not None
         now = self.now
+        if ls.voter_change.step_down_due:
+            self._step_down_removed(ls)
+            return
+        unanswered = ls.voter_change.expired(now)
+        if unanswered is not None:
+            token, description = unanswered
+            self.reply(token, self.voter_change_response(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{description} did not commit in time; it may still commit"))
         check = self.config.check_quorum_timeout_ms
         if now - ls.started_ms >= check and not ls.progress.has_fetch_majority_since(now - check):
             self.become_resigned(graceful=False)
@@ -250,11 +220,14 @@ class LeaderMixin(CoreState):
     def leader_next_deadline(self) -> int:
         ls = self.leader_state
         assert ls is not None
+        if ls.voter_change.step_down_due:
+            return self.now
         deadlines = [
             ls.progress.check_quorum_deadline(ls.started_ms, self.config.check_quorum_timeout_ms),
             ls.flush_due_at,
             ls.hw_wakeup_at,
             ls.held_until,
+            ls.voter_change.deadline(),
         ]
         if ls.unendorsed:
             deadlines.append(ls.next_begin_epoch_at)
@@ -545,6 +518,24 @@ class LeaderMixin(CoreState):
                     epoch=w.epoch,
                 ),
             )
+        change = ls.voter_change.committed(hw, self.node_id in self.voters)
+        if change is not None:
+            self.events.append(VoterEvent(VoterStep.CHANGE_COMMITTED, change.description))
+            if change.token is not None:
+                self.reply(change.token, self.voter_change_response(ErrorCode.NONE, None))
+
+    def _step_down_removed(self, ls: LeaderState) -> None:
+        """Rule 4 of membership.py: hand over to the remaining voters, then follow as an
+        observer."""
+        successors = tuple(v for v in ls.progress.preferred_successors() if v in self.voters)
+        ls.voter_change.step_down_due = False
+        self.transition(Role.UNATTACHED, self.epoch, NO_LEADER, self.voted_id)
+        self.is_voter = False
+        self._arm_unattached_timer()
+        request = self.end_quorum_epoch_request(successors)
+        for voter in successors:
+            self.send(voter, "end", request, self.config.request_timeout_ms)
+        self.events.append(VoterEvent(VoterStep.STEPPED_DOWN, str(successors)))
 
     def _produce_error(self, error: ErrorCode, message: str) -> ProduceResponse:
         return ProduceResponse(error, self.known_leader(), self.epoch, message=message)

@@ -5,7 +5,8 @@ moves; this module takes the request in and makes the voters fetch again at once
 
 from __future__ import annotations
 
-from kraft_spark.raft.leader import LeaderMixin, LeaderState, ParkedFetch
+from kraft_spark.raft.leader import LeaderMixin
+from kraft_spark.raft.leader_state import LeaderState, ParkedFetch
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
 
 

@@ -23,20 +23,17 @@ change upgrades (documented deviation).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
-from kraft_spark.raft.base import NEVER
 from kraft_spark.raft.events import VoterEvent, VoterStep
 from kraft_spark.raft.leader import LeaderMixin
 from kraft_spark.raft.messages import (
-    NO_LEADER,
     AddVoterRequest,
     ErrorCode,
     RemoveVoterRequest,
-    VoterChangeResponse,
 )
 from kraft_spark.raft.progress import ReplicaProgress
 from kraft_spark.raft.state import Role
+from kraft_spark.raft.voter_change import PendingVoterChange
 from kraft_spark.raft.voter_records import kraft_version_batch, voters_batch
 from kraft_spark.raft.voter_set import (
     KRAFT_VERSION_DYNAMIC,
@@ -47,22 +44,10 @@ from kraft_spark.raft.voter_set import (
 )
 
 
-@dataclass(slots=True)
-class PendingVoterChange:
-    """A VotersRecord appended by this leader and not yet committed."""
-
-    token: object | None  # None once answered (timed out)
-    offset: int
-    deadline: int
-    description: str
-
-
 class MembershipMixin(LeaderMixin):
-    voter_change: PendingVoterChange | None = None
-    # Set when the VotersRecord removing this leader committed: it steps down at its next
-    # poll (not inside the high-watermark update that noticed, whose callers still use the
-    # leader's state).
-    step_down_due: bool = False
+    """The set in force and the requests that change it. The change in flight is the leader's
+    (``LeaderState.voter_change``): the leader answers it when it commits, times out or is
+    abandoned, and steps down once its own removal commits (leader.py)."""
 
     # ------------------------------------------------------------------ safety rules (hooks)
 
@@ -73,10 +58,10 @@ class MembershipMixin(LeaderMixin):
     def _rule_change_blocked(self) -> str | None:
         """Why a change may not start now (None: it may)."""
         ls = self.leader_state
-        if self.voter_change is not None:
+        pending = ls.voter_change.pending if ls is not None else None
+        if pending is not None:
             return ("Request timed out waiting for leader to handle previous voter change "
-                    f"request ({self.voter_change.description} at offset "
-                    f"{self.voter_change.offset})")
+                    f"request ({pending.description} at offset {pending.offset})")
         if ls is None or self.high_watermark <= ls.epoch_start_offset:
             return ("Request timed out waiting for leader to establish HWM and fence previous "
                     "voter changes")
@@ -130,22 +115,20 @@ class MembershipMixin(LeaderMixin):
 
     # ------------------------------------------------------------------ requests
 
-    def _change_response(self, error: ErrorCode, message: str | None) -> VoterChangeResponse:
-        return VoterChangeResponse(error, message, self.known_leader(), self.epoch)
-
     def _precheck(self, token: object, cluster_id: str | None) -> bool:
         if cluster_id is not None and cluster_id != self.cluster_id:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.INCONSISTENT_CLUSTER_ID,
                 f"cluster id {cluster_id!r} is not this quorum's ({self.cluster_id!r})"))
             return False
-        if self.role is not Role.LEADER or self.step_down_due:
-            self.reply(token, self._change_response(
+        ls = self.leader_state
+        if self.role is not Role.LEADER or ls is None or ls.voter_change.step_down_due:
+            self.reply(token, self.voter_change_response(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, "not the leader"))
             return False
         blocked = self._rule_change_blocked()
         if blocked is not None:
-            self.reply(token, self._change_response(ErrorCode.REQUEST_TIMED_OUT, blocked))
+            self.reply(token, self.voter_change_response(ErrorCode.REQUEST_TIMED_OUT, blocked))
             return False
         return True
 
@@ -163,25 +146,25 @@ class MembershipMixin(LeaderMixin):
         ls = self.leader_state
         assert ls is not None
         if self.voter_set.get(req.voter_id) is not None:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.DUPLICATE_VOTER,
                 f"The voter id for {req.voter_id} is already part of the set of voters "
                 f"{self.voter_set.describe()}."))
             return
         if req.directory_id == NIL_DIRECTORY or not req.endpoints:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.INVALID_REQUEST,
                 "a new voter needs its directory id and at least one listener"))
             return
         progress = ls.progress.observers.get(req.voter_id)
         if progress is None or progress.directory_id != req.directory_id:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"New voter {req.voter_id}@{directory_text(req.directory_id)} is not fetching "
                 "from the leader: start it as an observer of this quorum first"))
             return
         if not self._rule_caught_up(progress):
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"Aborted add voter operation for {req.voter_id} since it is lagging behind"))
             return
@@ -196,7 +179,7 @@ class MembershipMixin(LeaderMixin):
         if self._listed_voter(token, req.voter_id, req.directory_id) is None:
             return
         if len(self.voter_set.voters) == 1:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.INVALID_REQUEST,
                 f"cannot remove {req.voter_id}: it is the last voter"))
             return
@@ -214,7 +197,7 @@ class MembershipMixin(LeaderMixin):
         request naming another incarnation of that voter would remove the one running."""
         voter = self._upgraded_set().get(voter_id)
         if voter is None or not voter.matches(voter_id, directory_id):
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.VOTER_NOT_FOUND,
                 f"{voter_id}@{directory_text(directory_id)} is not part of the set "
                 f"of voters {self.voter_set.describe()}"))
@@ -236,73 +219,12 @@ class MembershipMixin(LeaderMixin):
         batch = voters_batch(offset, self.epoch, new, self.now)
         self.log.append(batch)
         self.history.on_batch(batch)
-        self.voter_change = PendingVoterChange(token, offset, self.now + timeout_ms, description)
+        ls = self.leader_state
+        assert ls is not None
+        ls.voter_change.start(PendingVoterChange(token, offset, self.now + timeout_ms, description))
         self.events.append(VoterEvent(VoterStep.CHANGE_APPENDED,
                                       f"{description}: VotersRecord at offset {offset}"))
         self.voters_changed()
         self.request_flush()
         self._answer_parked(hw_moved=False)
         self.maybe_advance_high_watermark()  # a removal may commit on the offsets already seen
-
-    # ------------------------------------------------------------------ completion
-
-    def _answer_committed_waiters(self) -> None:
-        super()._answer_committed_waiters()
-        change = self.voter_change
-        if change is None or self.high_watermark <= change.offset:
-            return
-        self.voter_change = None
-        self.events.append(VoterEvent(VoterStep.CHANGE_COMMITTED, change.description))
-        if change.token is not None:
-            self.reply(change.token, self._change_response(ErrorCode.NONE, None))
-        if self.node_id not in self.voters:
-            self.step_down_due = True
-
-    def _poll_leader(self) -> None:
-        if self.step_down_due:
-            self._step_down_removed()
-            return
-        change = self.voter_change
-        if change is not None and change.token is not None and self.now >= change.deadline:
-            self.reply(change.token, self._change_response(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"{change.description} did not commit in time; it may still commit"))
-            change.token = None
-        super()._poll_leader()
-
-    def leader_next_deadline(self) -> int:
-        if self.step_down_due:
-            return self.now
-        change = self.voter_change
-        own = change.deadline if change is not None and change.token is not None else NEVER
-        return min(super().leader_next_deadline(), own)
-
-    def on_leave_leader(self) -> None:
-        change = self.voter_change
-        self.voter_change = None
-        if change is not None and change.token is not None:
-            self.reply(change.token, self._change_response(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                f"leadership lost before {change.description} committed; it may still commit"))
-        super().on_leave_leader()
-        # A leader stays a voter while it leads (rule 4); one that appended its own removal
-        # and lost leadership before it committed is no voter of the set in force: it must
-        # not campaign with it (found by the simulator: it was elected by the voters of the
-        # older set).
-        if not self.voter_set.contains(self.node_id, self.directory_id):
-            self.is_voter = False
-            self.events.append(VoterEvent(VoterStep.NOT_LISTED))
-
-    def _step_down_removed(self) -> None:
-        """Rule 4: hand over to the remaining voters, then follow as an observer."""
-        ls = self.leader_state
-        assert ls is not None
-        successors = tuple(v for v in ls.progress.preferred_successors() if v in self.voters)
-        self.step_down_due = False
-        self.transition(Role.UNATTACHED, self.epoch, NO_LEADER, self.voted_id)
-        self.is_voter = False
-        self._arm_unattached_timer()
-        request = self.end_quorum_epoch_request(successors)
-        for voter in successors:
-            self.send(voter, "end", request, self.config.request_timeout_ms)
-        self.events.append(VoterEvent(VoterStep.STEPPED_DOWN, str(successors)))

@@ -40,7 +40,7 @@ class VoterUpdateMixin(MembershipMixin):
         if not self._precheck(token, req.cluster_id):
             return
         if not self.history.dynamic:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.NONE, "static voters (kraft.version 0): endpoints come from "
                 "controller.quorum.voters"))
             return
@@ -48,17 +48,17 @@ class VoterUpdateMixin(MembershipMixin):
         if voter is None:
             return
         if not req.endpoints:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.INVALID_REQUEST, "an updated voter needs at least one listener"))
             return
         if not req.min_kraft_version <= KRAFT_VERSION_DYNAMIC <= req.max_kraft_version:
-            self.reply(token, self._change_response(
+            self.reply(token, self.voter_change_response(
                 ErrorCode.INVALID_REQUEST,
                 f"voter {req.voter_id} supports kraft.version {req.min_kraft_version}-"
                 f"{req.max_kraft_version}, the quorum runs {KRAFT_VERSION_DYNAMIC}"))
             return
         if voter.endpoints == req.endpoints:
-            self.reply(token, self._change_response(ErrorCode.NONE, None))
+            self.reply(token, self.voter_change_response(ErrorCode.NONE, None))
             return
         new = self.voter_set.with_voter(Voter(voter.node_id, voter.directory_id, req.endpoints))
         self._append_voter_change(new, token, self.config.request_timeout_ms,

@@ -7,7 +7,7 @@ caught within 200 seeds with ``--faults all`` (tests/sim/test_injected_bugs.py).
 from __future__ import annotations
 
 from kraft_spark.raft.core import RaftCore
-from kraft_spark.raft.leader import LeaderState
+from kraft_spark.raft.leader_state import LeaderState
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import NO_LEADER, VoteRequest
 from kraft_spark.raft.progress import ReplicaProgress
