@@ -1,37 +1,23 @@
-"""Appends into the leader's own core, grouped, with callbacks and no task per append.
+"""How the embedded HTTP API hands a batch of appends over: into the leader's own core, with a
+callback and no task (``LeaderHandOver``), grouped by the one coalescer
+(``kraft_spark.client.coalesce.AppendCoalescer``, which ``NodeBackend`` runs with it).
 
-The embedded HTTP API hands every append here while its node leads (``NodeBackend``). The
-grouping is ``kraft_spark.client.append_groups``' rule, the client coalescer's too (its
-invariants hold here): an append goes out at once while fewer than ``max_in_flight`` batches
-await their commit; appends that arrive meanwhile wait, and the next hand-over takes everything
-waiting as **one** batch. Unlike the coalescer, nothing here is a coroutine: the core's answer
-(``RaftNode.submit_local``) settles each append's callback inside the node's handling
-of that answer, so a lone append's commit reaches its HTTP response with no loop turn in
-between (on a 2-core machine each turn costs the single-client path several per cent).
+The core's answer (``RaftNode.submit_local``) settles the batch inside the node's handling of
+that answer, so a lone append's commit reaches its HTTP response with no loop turn in between
+(on a 2-core machine each turn costs the single-client path several per cent).
 
-One more invariant of its own: leadership is checked right before each hand-over (no loop turn
-in between); a group found on a node that no longer leads is forwarded (``forward``) instead,
-and nothing was appended here.
+One invariant of its own: leadership is checked right before each hand-over (no loop turn in
+between); a batch found on a node that no longer leads is forwarded (``forward``) instead, and
+nothing was appended here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from kraft_spark.aio import settle_future
-from kraft_spark.client.append_groups import (
-    DEFAULT_MAX_BATCH_BYTES,
-    DEFAULT_MAX_BATCH_RECORDS,
-    AppendGroups,
-    BatchLimits,
-    PendingAppend,
-    Settle,
-    batch_of,
-    batch_timeout_s,
-)
+from kraft_spark.client.append_groups import Settle
 from kraft_spark.client.errors import (
     ClientError,
     CommitTimeoutError,
@@ -73,142 +59,50 @@ def produce_result(response: Response) -> AppendResult:
     raise ClientError(f"append failed: {error.name} ({int(error)}) ({message})")
 
 
-class LocalAppends:
-    def __init__(
-        self,
-        node: LocalNode,
-        forward: Forward,
-        *,
-        max_in_flight: int,
-        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-        max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
-    ) -> None:
+class LeaderHandOver:
+    """A ``HandOver`` into ``node``'s core while it leads, else to ``forward``."""
+
+    def __init__(self, node: LocalNode, forward: Forward) -> None:
         self._node = node
         self._forward = forward
-        self._groups = AppendGroups(max_in_flight, BatchLimits(max_batch_bytes,
-                                                               max_batch_records))
-        self._turn_scheduled = False
-        self._forwarding: set[asyncio.Task[None]] = set()
-        self._closed = False
         # For tests and diagnostics.
         self.batches_sent = 0  # handed to the local core (shared or not)
-        self.appends_sent = 0
         self.forwarded_batches = 0
 
-    # ------------------------------------------------------------------ appending
-
-    def submit(self, records: tuple[Record, ...], timeout_s: float, settle: Settle) -> None:
-        """Append ``records`` (non-empty); ``settle`` is called once with the outcome, maybe
-        before this returns (a refusal), usually from the core's answer."""
-        if self._closed:
-            settle(None, ClientError("the node's HTTP API is shutting down"))
-            return
-        groups = self._groups
-        groups.add(PendingAppend(records, timeout_s, settle))
-        if not groups.slot_free:
-            return  # the next batch to settle takes it along
-        if self._turn_scheduled:
-            return  # handed over at the end of this loop turn, with the others of the turn
-        # Others may arrive in this loop turn: they share the batch handed over at its end.
-        self._turn_scheduled = True
-        asyncio.get_running_loop().call_soon(self._on_turn)
-        if groups.in_flight == 0 and len(groups.waiting) == 1:
-            # A lone append goes at once. The turn stays scheduled even so: with one voter
-            # (or a reply before the next arrival) its commit may settle before this returns,
-            # and appends later in this turn must still share one batch, not go one by one.
-            self._hand_over_waiting()
-
-    def append(self, records: tuple[Record, ...], timeout_s: float) -> asyncio.Future[AppendResult]:
-        """``submit`` with a future for coroutines."""
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self.submit(records, timeout_s, functools.partial(settle_future, future))
-        return future
-
-    def _on_turn(self) -> None:
-        self._turn_scheduled = False
-        self._hand_over_waiting()
-
-    def _hand_over_waiting(self) -> None:
-        while not self._closed and (group := self._groups.next_group()) is not None:
-            self._hand_over(group)
-
-    def _hand_over(self, group: list[PendingAppend]) -> None:
-        """Hand ``group`` (holding a slot of ``_groups``) to the core, or forward it."""
-        records = batch_of(group)
-        timeout_s = batch_timeout_s(group)
+    def __call__(self, records: tuple[Record, ...], timeout_s: float,
+                 done: Settle) -> Awaitable[AppendResult] | None:
         node = self._node
         if not node.is_leader:
             self.forwarded_batches += 1
-            task = asyncio.get_running_loop().create_task(self._forwarded(group, records,
-                                                                          timeout_s))
-            self._forwarding.add(task)
-            task.add_done_callback(self._forwarding.discard)
-            return
+            return self._forward(records, timeout_s)
         guard: asyncio.TimerHandle | None = None
-        settled = False
 
         def answered(response: Response | None, error: BaseException | None) -> None:
-            nonlocal settled
-            if settled:
-                return  # the guard fired first
-            settled = True
             if guard is not None:
                 guard.cancel()
-            if error is None:
-                assert response is not None
-                try:
-                    self._groups.done(group, produce_result(response), None)
-                except ClientError as exc:
-                    self._groups.done(group, None, exc)
+            if error is not None:
+                done(None, _unconfirmed(error))
+                return
+            assert response is not None
+            try:
+                result = produce_result(response)
+            except ClientError as exc:
+                done(None, exc)
             else:
-                self._groups.done(group, None, _unconfirmed(error))
-            if self._groups.waiting and not self._turn_scheduled:
-                # Not from here: this runs inside the node's handling of the core's answer.
-                self._turn_scheduled = True
-                asyncio.get_running_loop().call_soon(self._on_turn)
+                done(result, None)
 
         request = ProduceRequest(records, timeout_ms=max(1, int(timeout_s * 1000)))
         try:
             node.submit_local(request, answered)
         except NodeStoppedError as exc:
             # Nothing was handed over: nothing appended.
-            self._groups.done(group, None, NoLeaderError(f"this node is stopping ({exc})"))
-            return
+            raise NoLeaderError(f"this node is stopping ({exc})") from exc
         self.batches_sent += 1
-        self.appends_sent += len(group)
+        # Past the append's own timeout (which the core enforces), a last guard against a
+        # stuck wait; ``done`` ignores whichever of the two comes second.
         guard = asyncio.get_running_loop().call_later(
-            timeout_s + LOCAL_WAIT_MARGIN_S, answered, None, TimeoutError()
-        )
-
-    async def _forwarded(
-        self, group: list[PendingAppend], records: tuple[Record, ...], timeout_s: float
-    ) -> None:
-        try:
-            result = await self._forward(records, timeout_s)
-        except asyncio.CancelledError:
-            self._groups.done(group, None, ClientError(
-                "the node's HTTP API shut down while the append was forwarded; it may still "
-                "commit"))
-            raise
-        except Exception as exc:
-            self._groups.done(group, None, exc)
-        else:
-            self._groups.done(group, result, None)
-        self._hand_over_waiting()
-
-    # ------------------------------------------------------------------ closing
-
-    async def close(self) -> None:
-        """Refuse new appends; fail the waiting ones; stop forwarding. Appends already in the
-        core are settled by the node (its answer, or ``NodeStoppedError`` when it stops)."""
-        self._closed = True
-        self._groups.fail_waiting(ClientError("the node's HTTP API shut down before the "
-                                              "append was sent"))
-        tasks = list(self._forwarding)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            timeout_s + LOCAL_WAIT_MARGIN_S, answered, None, TimeoutError())
+        return None
 
 
 def _unconfirmed(error: BaseException) -> BaseException:
@@ -222,4 +116,4 @@ def _unconfirmed(error: BaseException) -> BaseException:
     return error
 
 
-__all__ = ["LOCAL_WAIT_MARGIN_S", "LocalAppends", "Settle", "produce_result"]
+__all__ = ["LOCAL_WAIT_MARGIN_S", "LeaderHandOver", "Settle", "produce_result"]

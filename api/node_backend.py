@@ -4,7 +4,8 @@
 submit_local`` hands the core a ``ProduceRequest`` and the core's ``ProduceResponse`` (once
 committed) settles it. Appends that arrive together (in the same loop iteration, or while
 ``max_in_flight`` batches are waiting for their commit) share one ``ProduceRequest`` through
-``LocalAppends``; each keeps its own contiguous slice of offsets.
+the client's own ``AppendCoalescer``, handing batches over with ``LeaderHandOver``; each keeps
+its own contiguous slice of offsets.
 
 When this node does not lead, the append is forwarded to the leader through an
 ``AsyncQuorumClient`` (bootstrap: the voters; created lazily on the node's loop), which finds
@@ -40,13 +41,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Final
 
-from api.local_appends import (
-    LOCAL_WAIT_MARGIN_S,
-    LocalAppends,
-    produce_result,
-)
+from api.local_appends import LOCAL_WAIT_MARGIN_S, LeaderHandOver, produce_result
 from kraft_spark.addresses import url_host
 from kraft_spark.client.client import AsyncQuorumClient, committed_records
+from kraft_spark.client.coalesce import AppendCoalescer
 from kraft_spark.client.errors import (
     ClientError,
     CommitTimeoutError,
@@ -107,7 +105,9 @@ class NodeBackend:
         self._node = node
         # As long as the quorum's own settings say finding a leader may take (timeouts).
         self._timeouts = ClientTimeouts.for_quorum(node.config.quorum)
-        self._appends = LocalAppends(node, self._forward_batch, max_in_flight=max_in_flight)
+        self._hand_over = LeaderHandOver(node, self._forward_batch)
+        self._appends = AppendCoalescer(self._hand_over, max_in_flight=max_in_flight,
+                                        owner="the node's HTTP API")
         self._client: AsyncQuorumClient | None = None
         self._closed = False
         self._forwarded = 0  # appends forwarded because this node did not lead
@@ -117,17 +117,17 @@ class NodeBackend:
         return self._node.cluster_id or None
 
     @property
-    def local_appends(self) -> LocalAppends:
+    def local_appends(self) -> AppendCoalescer:
         return self._appends
 
     # Counters for tests and diagnostics: batches handed to the local core / forwarded.
     @property
     def local_batches(self) -> int:
-        return self._appends.batches_sent
+        return self._hand_over.batches_sent
 
     @property
     def forwarded_batches(self) -> int:
-        return self._forwarded + self._appends.forwarded_batches
+        return self._forwarded + self._hand_over.forwarded_batches
 
     def forwarder(self) -> AsyncQuorumClient:
         """The client that reaches the leader from this node (created on first use)."""

@@ -1,7 +1,7 @@
-"""How concurrent appends share batches, with no added delay: the one rule behind the client's
-``AppendCoalescer`` (appends sent to a leader as Produce requests) and the embedded HTTP API's
-``LocalAppends`` (appends handed to the leader's own core). Sans-I/O: it decides which appends
-go together and settles them with their batch's outcome; its users do the sending.
+"""How concurrent appends share batches, with no added delay: the rule behind ``AppendCoalescer``
+(``coalesce.py``), which the client (appends sent to a leader as Produce requests) and the
+embedded HTTP API (appends handed to the leader's own core) both run. Sans-I/O: it decides which
+appends go together and settles them with their batch's outcome; its users do the sending.
 
 An append goes out at once while fewer than ``max_in_flight`` batches are under way; appends
 that arrive while every slot is busy wait, and the next free slot takes everything waiting as

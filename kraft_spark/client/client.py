@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kraft_spark.client.coalesce import AppendCoalescer
+from kraft_spark.client.coalesce import AppendCoalescer, sending
 from kraft_spark.client.errors import (
     AuthenticationError,
     ClientError,
@@ -145,7 +145,7 @@ class AsyncQuorumClient(VoterChangesMixin):
         self._not_kafka_reason = ""
         self._rng = random.Random()
         self.leader_changes = 0  # how often the client had to look for the leader again
-        self._coalescer = AppendCoalescer(self._append_records) if coalesce else None
+        self._coalescer = AppendCoalescer(sending(self._append_records)) if coalesce else None
         self._closing = False  # no new connection once close() began
         self._watch = LeaderWatch(self._ask_leader, self._node_endpoints.get,
                                   probe_after_s=leader_probe_s,
