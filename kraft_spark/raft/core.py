@@ -185,7 +185,12 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         if isinstance(message, FetchRequest):
             self.handle_fetch_request(token, message)
         elif isinstance(message, VoteRequest):
-            self.handle_vote_request(token, message)
+            if self.refuse_vote_request(token, message):
+                pass
+            elif message.pre_vote:
+                self.handle_pre_vote_request(token, message)
+            else:
+                self.handle_vote_request(token, message)
         elif isinstance(message, BeginQuorumEpochRequest):
             self.handle_begin_quorum_epoch(token, message)
         elif isinstance(message, EndQuorumEpochRequest):
@@ -216,6 +221,8 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             return
         if isinstance(message, FetchResponse):
             self.handle_fetch_response(request_id, pending, message)
+        elif isinstance(message, VoteResponse) and pending.kind == "prevote":
+            self.handle_pre_vote_response(pending, src, message)
         elif isinstance(message, VoteResponse):
             self.handle_vote_response(pending, src, message)
         elif isinstance(message, BeginQuorumEpochResponse):
@@ -247,7 +254,10 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             self.on_request_expired(request_id, pending)
             if refused:
                 self.maybe_hasten_election(pending)
-        elif pending.kind in ("vote", "prevote") and refused:
+        elif pending.kind == "prevote" and refused:
+            del self.in_flight[request_id]
+            self.on_pre_vote_refused(pending)
+        elif pending.kind == "vote" and refused:
             del self.in_flight[request_id]
             self.on_vote_refused(pending)
         elif pending.kind == "update":

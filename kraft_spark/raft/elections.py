@@ -115,19 +115,15 @@ class ElectionMixin(CoreState):
         that voter is not running. The request is never retried in this epoch, so its grant
         cannot arrive: count it as rejected. With a majority rejected the candidate backs off
         now (random, growing) instead of sitting out its whole election timeout, which is what
-        breaks a split vote between the survivors of a crash quickly."""
-        if pending.kind == "prevote":
-            self.on_pre_vote_refused(pending)
-            return
+        breaks a split vote between the survivors of a crash quickly. (A pre-vote's:
+        ``PreVoteMixin.on_pre_vote_refused``.)"""
         if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
             return
         self.campaigning.tally.reject(pending.dest)
         self._settle_round()
 
     def handle_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
-        if pending.kind == "prevote":
-            self.handle_pre_vote_response(pending, src, resp)
-            return
+        """The answer to our Vote (a pre-vote's: ``PreVoteMixin.handle_pre_vote_response``)."""
         if self.observe_epoch(resp.leader_epoch, resp.leader_id):
             return
         if self.role is not Role.CANDIDATE or pending.epoch != self.epoch:
@@ -140,9 +136,9 @@ class ElectionMixin(CoreState):
 
     # ------------------------------------------------------------------ voter
 
-    def handle_vote_request(self, token: object, req: VoteRequest) -> None:
-        """In order: cluster id, epoch, one vote per epoch, known voter, up-to-date log.
-        The grant is persisted (Ready.persist) before the reply leaves the node.
+    def refuse_vote_request(self, token: object, req: VoteRequest) -> bool:
+        """The checks every Vote request passes first, a vote's or a pre-vote's, in order:
+        cluster id, epoch, known voter, voter key. Answers and returns True when one fails.
 
         A candidate that is not in our voter set and whose log is behind ours is refused
         *before* its epoch is adopted: anyone can open a connection, and adopting the epoch of
@@ -151,13 +147,13 @@ class ElectionMixin(CoreState):
         date may be a voter our set does not know yet (``_heard_though_unlisted``)."""
         if req.cluster_id != self.cluster_id:
             self.reply(token, self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False))
-            return
+            return True
         if req.candidate_epoch < self.epoch:
             self.reply(token, self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False))
-            return
+            return True
         if req.candidate_id not in self.voters and not self._heard_though_unlisted(req):
             self.reply(token, self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False))
-            return
+            return True
         if not self.is_own_voter_key(req.voter_id, req.voter_directory_id):
             # Meant for another disk of our id: a vote that disk cast is not ours to repeat or
             # contradict. Refused *before* the epoch is adopted (Kafka adopts it first): the
@@ -165,10 +161,13 @@ class ElectionMixin(CoreState):
             # these answers, knocking every rightful candidate out of its election
             # (--seed 41 --voters 5 --observers 2 --faults MEMBERSHIP_FAULTS).
             self.reply(token, self._vote_response(ErrorCode.INVALID_VOTER_KEY, False))
-            return
-        if req.pre_vote:
-            self.handle_pre_vote_request(token, req)
-            return
+            return True
+        return False
+
+    def handle_vote_request(self, token: object, req: VoteRequest) -> None:
+        """A vote (not a pre-vote) that passed ``refuse_vote_request``: one vote per epoch,
+        up-to-date log. The grant is persisted (Ready.persist) before the reply leaves the
+        node."""
         if req.candidate_epoch > self.epoch:
             campaign_at = self._own_campaign_time()
             self.become_unattached(req.candidate_epoch)

@@ -92,26 +92,10 @@ class PreVoteMixin(ElectionMixin):
 
     # ------------------------------------------------------------------ voter
 
-    def hears_from_leader(self) -> bool:
-        """We lead, or we follow a leader we have fetched from within the fetch timeout, that
-        has not resigned and whose host has not refused a connection since (its process is
-        gone): a pre-vote now would only unseat a working leader. Without the refusal rule a
-        killed leader's followers refused each other's pre-votes until their own (randomly
-        shortened) deadlines passed: `kraft-spark bench voters` failover 632 ms, not 309."""
-        if self.role is Role.LEADER:
-            return True
-        following = self.following  # None unless Follower
-        return (
-            following is not None
-            and following.fetched
-            and not following.resigned
-            and not following.refused
-            and self.now < following.fetch_deadline
-        )
-
     def handle_pre_vote_request(self, token: object, req: VoteRequest) -> None:
-        """Answer without changing anything (see the module docstring); the checks that come
-        first are those of a standard vote (cluster, known candidate, voter key, epoch)."""
+        """Answer without changing anything (see the module docstring), once the checks of
+        every vote passed (``refuse_vote_request``: cluster, epoch, known candidate, voter
+        key)."""
         granted = (
             req.candidate_epoch >= self.epoch
             and self.may_grant_votes
