@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint sim-long bench docs clean
+.PHONY: run test test-fast lint sim-long bench object-store-check docs clean
 
 $(STAMP): pyproject.toml setup.py kraft_spark/log/_fastcodec.c
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,13 @@ bench: $(STAMP)
 	# Leases and locks against etcd's: 10,000 leases kept alive by 1,000 clients, and lock
 	# throughput under contention (installs etcd-client for etcdctl if missing).
 	$(VENV)/bin/kraft-spark bench leases
+
+# The materializer against versitygw (S3) and Azurite (Azure) on loopback, credentials as a Spark
+# user writes them; builds versitygw with go and installs Azurite with npm into
+# .cache/object-stores the first time. Writes bench/results/object-stores-*.md.
+object-store-check: $(STAMP)
+	$(VENV)/bin/pip install --quiet -e '.[dev,bench]'
+	$(VENV)/bin/python -m bench.object_stores
 
 # The documentation site (docs/, mkdocs.yml) into site/: the reference pages generated from the
 # code first, then a strict build (a broken link, a missing page or any warning fails).
