@@ -85,7 +85,12 @@ from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.log_rows import Rows, rows_from
 from kraft_spark.delta.maintenance import Compaction, add_missing_columns, compact_table
 from kraft_spark.delta.storage_options import DELTA_RS_SCHEMES
-from kraft_spark.delta.table_store import TableStore, spark_conf_of, store_for
+from kraft_spark.delta.table_store import (
+    TableStore,
+    named_store_errors,
+    spark_conf_of,
+    store_for,
+)
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
     QUORUM_EVENTS,
@@ -236,7 +241,8 @@ class DeltaMaterializer:
 
     def _read_next_offset(self, table: str) -> int:
         if self.store is not None:
-            return rs_tables.next_offset(self.store, table, self.app_id)
+            with named_store_errors(self.store):
+                return rs_tables.next_offset(self.store, table, self.app_id)
         return next_offset(self.spark, self.path(table), self.app_id)
 
     # ------------------------------------------------------------------ writing
@@ -373,7 +379,8 @@ class DeltaMaterializer:
     def prepare(self) -> dict[str, int]:
         """Create the tables if missing and read their offsets (start-up, before serving)."""
         if self.store is not None:
-            new = [t for t in TABLES if not rs_tables.is_table(self.store, t)]
+            with named_store_errors(self.store):
+                new = [t for t in TABLES if not rs_tables.is_table(self.store, t)]
         else:
             from delta.tables import DeltaTable
 
@@ -430,9 +437,10 @@ class DeltaMaterializer:
             # incrementally) and commits at exactly the version it checked. The driver is the
             # tables' only writer; the check is the one that matters (Delta's own would let an
             # overlapping range through).
-            rs_append.commit_in_process(
-                self.store, table, data, meta,
-                lambda recorded: _continues(table, recorded, meta))
+            with named_store_errors(self.store):
+                rs_append.commit_in_process(
+                    self.store, table, data, meta,
+                    lambda recorded: _continues(table, recorded, meta))
             return len(data)
         # Through Spark (a URI only Spark opens): the recorded version from the table's history (the
         # newest materializer commit's userMetadata), then an append or MERGE carrying
@@ -456,8 +464,9 @@ class DeltaMaterializer:
 
     def _create_tables_locked(self) -> None:
         if self.store is not None:
-            rs_tables.create_tables(self.store)
-            rs_tables.add_missing_columns(self.store)
+            with named_store_errors(self.store):
+                rs_tables.create_tables(self.store)
+                rs_tables.add_missing_columns(self.store)
             return
         from delta.tables import DeltaTable
 

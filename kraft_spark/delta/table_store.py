@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -40,6 +42,30 @@ def store_for(warehouse: str, spark_conf: Mapping[str, str]) -> TableStore | Non
     if served_by_delta_rs(warehouse):
         return TableStore.at(warehouse, storage_options(warehouse, spark_conf))
     return None
+
+
+@contextmanager
+def named_store_errors(store: TableStore | None) -> Iterator[None]:
+    """An object store's refusal (delta-rs raises ``OSError`` with the HTTP exchange) as a
+    ``MaterializerError`` naming the warehouse, the storage options delta-rs was given and
+    where they come from; a local directory's errors pass unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if store is None or store.local:
+            raise
+        from kraft_spark.delta.tables import MaterializerError
+
+        # delta-rs's text: colour codes and one "↳" line per cause; one line here.
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).replace("↳", ":")
+        detail = " ".join(plain.split())[:300]
+        given = ", ".join(sorted(store.options)) or "none"
+        raise MaterializerError(
+            f"{store.root}: the object store refused delta-rs ({detail}). Storage options "
+            f"given: {given} (from the Spark configuration's spark.hadoop.* keys; delta-rs "
+            "also reads AWS_*, AZURE_* and GOOGLE_* from the driver's environment). Check the "
+            "credentials, the endpoint and that the bucket or container exists"
+        ) from exc
 
 
 def spark_conf_of(spark: Any) -> dict[str, str]:

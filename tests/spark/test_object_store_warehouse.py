@@ -156,3 +156,14 @@ def test_a_stale_second_writer_on_s3_writes_nothing_twice(
     assert second.write(batches, end, (RECORDS,)) == 0  # its commit is found made: skipped
     assert sorted(r["offset"] for r in _rows(first, RECORDS)) == [
         r[0] for r in logdata.record_rows(batches)]
+
+
+def test_a_missing_bucket_is_named_with_the_fix(
+        spark: Any, hadoop_conf: dict[str, str]) -> None:
+    from kraft_spark.delta.tables import MaterializerError
+
+    with pytest.raises(MaterializerError) as caught:
+        DeltaMaterializer(spark, "s3a://no-such-bucket/warehouse").prepare()
+    message = str(caught.value)
+    assert message.startswith("s3a://no-such-bucket/warehouse: the object store refused")
+    assert "aws_access_key_id" in message and "bucket or container exists" in message
