@@ -9,8 +9,16 @@ from dataclasses import dataclass
 
 from kraft_spark.raft.campaign import Campaign
 from kraft_spark.raft.config import QuorumConfig
-from kraft_spark.raft.events import CoreEvent, RoleChanged, SnapshotEvent, SnapshotStep
+from kraft_spark.raft.events import (
+    CoreEvent,
+    RoleChanged,
+    SnapshotEvent,
+    SnapshotStep,
+    VoterEvent,
+    VoterStep,
+)
 from kraft_spark.raft.following import Following
+from kraft_spark.raft.leader_state import LeaderState
 from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
 from kraft_spark.raft.messages import (
     NO_LEADER,
@@ -23,14 +31,12 @@ from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.ready import Outbound, Reply
 from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
 from kraft_spark.raft.snapshot_log import SnapshotAwareLog
-from kraft_spark.raft.state import PersistedState, Role, check_transition
+from kraft_spark.raft.state import NEVER, PersistedState, Role, check_transition
 from kraft_spark.raft.vote_rules import election_timeout_ms, fetch_timeout_jitter_ms
 from kraft_spark.raft.voter_history import VoterHistory
 from kraft_spark.raft.voter_records import decode_voters
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, VoterSet
 
-# Sentinel for "no deadline" (about 292 million years of milliseconds).
-NEVER = 2**63 - 1
 # How many bytes of log a start-up scan reads at a time (rebuilding producer state).
 SCAN_BYTES = 4 * 1024 * 1024
 
@@ -99,6 +105,8 @@ class CoreState:
         self.campaign: Campaign | None = None
         # Follower: the leader it follows (following.py); None in every other role.
         self.following: Following | None = None
+        # Leader: its epoch's bookkeeping (leader_state.py); None in every other role.
+        self.leader_state: LeaderState | None = None
         # The fetch loop, a follower's and an observer's looking for the leader.
         self.fetch_in_flight: int | None = None
         self.next_fetch_at = 0
@@ -327,6 +335,38 @@ class CoreState:
             return True
         return False
 
+    # ------------------------------------------------------------------ the voter set in force
+
+    def _rule_voters_in_force(self) -> VoterSet:
+        """The newest VotersRecord, committed or not (KIP-853)."""
+        return self.history.latest()
+
+    def voters_changed(self) -> None:
+        """Adopt the voter set in force after the log or the high watermark moved."""
+        voters = self._rule_voters_in_force()
+        if voters == self.voter_set:
+            return
+        self.voter_set = voters
+        self.voters = voters.ids()
+        self.events.append(VoterEvent(VoterStep.IN_FORCE, voters.describe()))
+        ls = self.leader_state
+        if self.role is Role.LEADER and ls is not None:
+            if ls.reassignment_target == self.voters:
+                ls.reassignment_target = ()  # the reassignment is done
+            # The leader stays a voter until it steps down (rule 4); its own offset counts
+            # only while it is in the set.
+            ls.progress.set_voters(self.voters, local_is_voter=self.node_id in self.voters)
+            return
+        is_voter = voters.contains(self.node_id, self.directory_id)
+        if is_voter == self.is_voter:
+            return
+        if not is_voter and self.role in (Role.CANDIDATE, Role.RESIGNED):
+            self.become_unattached(self.epoch)
+        self.is_voter = is_voter
+        self.events.append(VoterEvent(VoterStep.JOINED if is_voter else VoterStep.LEFT))
+        if self.role is Role.UNATTACHED:
+            self._arm_unattached_timer()
+
     # ------------------------------------------------------------------ producer state
 
     def _rebuild_from_log(self) -> None:
@@ -391,5 +431,3 @@ class CoreState:
     def on_replica_contact(self, replica_id: int) -> None:
         raise NotImplementedError
 
-    def voters_changed(self) -> None:
-        raise NotImplementedError

@@ -3,7 +3,7 @@ graceful resignation, DescribeQuorum."""
 
 from __future__ import annotations
 
-from kraft_spark.raft.base import NEVER, CoreState
+from kraft_spark.raft.base import CoreState
 from kraft_spark.raft.events import LeaderResigned, VoterEvent, VoterStep
 from kraft_spark.raft.leader_state import LeaderState, ParkedFetch, ProduceWaiter
 from kraft_spark.raft.messages import (
@@ -24,7 +24,7 @@ from kraft_spark.raft.progress import LeaderProgress
 from kraft_spark.raft.read_index import PendingRead
 from kraft_spark.raft.records import Batch, LeaderChange, leader_change_batch
 from kraft_spark.raft.replication import diverging_epoch, snapshot_to_send
-from kraft_spark.raft.state import Role
+from kraft_spark.raft.state import NEVER, Role
 from kraft_spark.raft.vote_rules import election_timeout_ms
 
 # Appends count as one writer at a time (QuorumConfig.lone_append_hold_ms applies) once none
@@ -35,7 +35,6 @@ HOLD_PROBE_EVERY = 32
 
 
 class LeaderMixin(CoreState):
-    leader_state: LeaderState | None = None
 
     # ------------------------------------------------------------------ safety rules (hooks)
 

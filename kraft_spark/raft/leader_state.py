@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kraft_spark.raft.base import NEVER
 from kraft_spark.raft.messages import FetchRequest
 from kraft_spark.raft.progress import LeaderProgress
 from kraft_spark.raft.read_index import ReadIndexTracker
+from kraft_spark.raft.state import NEVER
 from kraft_spark.raft.voter_change import VoterChangeSlot
 
 

@@ -1,4 +1,5 @@
-"""KIP-853 in the core: the voter set in force, and the leader's single-member changes.
+"""KIP-853 in the core: the leader's single-member changes (every role adopts the voter set in
+force with ``CoreState.voters_changed``, base.py).
 
 Rules (Kafka's AddVoterHandler / RemoveVoterHandler, checked in this order):
 
@@ -45,15 +46,11 @@ from kraft_spark.raft.voter_set import (
 
 
 class MembershipMixin(LeaderMixin):
-    """The set in force and the requests that change it. The change in flight is the leader's
+    """The requests that change the voter set. The change in flight is the leader's
     (``LeaderState.voter_change``): the leader answers it when it commits, times out or is
     abandoned, and steps down once its own removal commits (leader.py)."""
 
     # ------------------------------------------------------------------ safety rules (hooks)
-
-    def _rule_voters_in_force(self) -> VoterSet:
-        """The newest VotersRecord, committed or not (KIP-853)."""
-        return self.history.latest()
 
     def _rule_change_blocked(self) -> str | None:
         """Why a change may not start now (None: it may)."""
@@ -74,34 +71,6 @@ class MembershipMixin(LeaderMixin):
     def _rule_caught_up(self, progress: ReplicaProgress) -> bool:
         """A new voter counts only once it holds the leader's log (rule 2)."""
         return progress.last_caught_up_ts >= self.now - self.config.fetch_timeout_ms
-
-    # ------------------------------------------------------------------ the set in force
-
-    def voters_changed(self) -> None:
-        """Adopt the voter set in force after the log or the high watermark moved."""
-        voters = self._rule_voters_in_force()
-        if voters == self.voter_set:
-            return
-        self.voter_set = voters
-        self.voters = voters.ids()
-        self.events.append(VoterEvent(VoterStep.IN_FORCE, voters.describe()))
-        ls = self.leader_state
-        if self.role is Role.LEADER and ls is not None:
-            if ls.reassignment_target == self.voters:
-                ls.reassignment_target = ()  # the reassignment is done
-            # The leader stays a voter until it steps down (rule 4); its own offset counts
-            # only while it is in the set.
-            ls.progress.set_voters(self.voters, local_is_voter=self.node_id in self.voters)
-            return
-        is_voter = voters.contains(self.node_id, self.directory_id)
-        if is_voter == self.is_voter:
-            return
-        if not is_voter and self.role in (Role.CANDIDATE, Role.RESIGNED):
-            self.become_unattached(self.epoch)
-        self.is_voter = is_voter
-        self.events.append(VoterEvent(VoterStep.JOINED if is_voter else VoterStep.LEFT))
-        if self.role is Role.UNATTACHED:
-            self._arm_unattached_timer()
 
     def voter_directories(self) -> dict[int, uuid.UUID]:
         """Directory ids the leader has seen each replica fetch with (its own included)."""

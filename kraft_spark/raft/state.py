@@ -37,6 +37,9 @@ from typing import Any
 from kraft_spark.raft.messages import NO_LEADER
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, directory_text, parse_directory
 
+# Sentinel for "no deadline" (about 292 million years of milliseconds).
+NEVER = 2**63 - 1
+
 
 class Role(Enum):
     UNATTACHED = "Unattached"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kraft_spark.raft.base import NEVER
+from kraft_spark.raft.state import NEVER
 
 
 @dataclass(slots=True)
