@@ -199,6 +199,11 @@ class DeltaMaterializer:
         self._next: dict[str, int] = {}
         self._generation: dict[str, int] = dict.fromkeys(TABLES, 0)
         self._lock = threading.Lock()
+        # delta-rs operations on one table, one at a time: a commit (one thread) and the upkeep
+        # of the same table (compaction, checkpoint: another thread) share the table's cached
+        # DeltaTable (rs_merge.open_table), and a compaction's commit must be durable before a
+        # commit lands on top of it.
+        self._table_locks = {table: threading.Lock() for table in TABLES}
         self._created = False
         # MERGE takes its transaction from session confs: a private session keeps them away from
         # every other writer of the application.
@@ -348,7 +353,8 @@ class DeltaMaterializer:
         commits to the table: a checkpoint is a file per version."""
         if self.store is None:
             return None
-        return rs_maintenance.checkpoint(self.store, table, min_commits)  # no Spark job
+        with self._table_locks[table]:
+            return rs_maintenance.checkpoint(self.store, table, min_commits)  # no Spark job
 
     def compact(self, table: str, min_files: int) -> Compaction | None:
         """Compact ``table``'s small data files (``rs_maintenance.compact``; Delta OPTIMIZE,
@@ -365,10 +371,11 @@ class DeltaMaterializer:
         elif not rs_tables.is_table(self.store, table):
             return None
         else:
-            files = rs_maintenance.data_file_count(self.store, table)
             target = int(self.spark.conf.get(MIN_FILE_SIZE_CONF, str(64 << 20)) or 64 << 20)
-            done = (rs_maintenance.compact(self.store, table, files, target)
-                    if files >= min_files + kept else None)
+            with self._table_locks[table]:
+                files = rs_maintenance.data_file_count(self.store, table)
+                done = (rs_maintenance.compact(self.store, table, files, target)
+                        if files >= min_files + kept else None)
         if done is not None:
             self._kept_by_compaction[table] = (done.files_before - done.files_removed
                                                + done.files_added)
@@ -437,7 +444,7 @@ class DeltaMaterializer:
             # incrementally) and commits at exactly the version it checked. The driver is the
             # tables' only writer; the check is the one that matters (Delta's own would let an
             # overlapping range through).
-            with named_store_errors(self.store):
+            with self._table_locks[table], named_store_errors(self.store):
                 rs_append.commit_in_process(
                     self.store, table, data, meta,
                     lambda recorded: _continues(table, recorded, meta))

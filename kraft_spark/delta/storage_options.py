@@ -76,6 +76,10 @@ def _s3(hadoop: Mapping[str, str], bucket: str) -> dict[str, str]:
     path_style = conf.get("fs.s3a.path.style.access", "").strip().lower()
     if path_style in ("true", "false"):
         options["aws_virtual_hosted_style_request"] = "false" if path_style == "true" else "true"
+    if path_style == "false" and "aws_endpoint_url" in options:
+        # Virtual-hosted: delta-rs's S3 client takes the endpoint as the bucket's own host.
+        scheme, _, host = options["aws_endpoint_url"].partition("://")
+        options["aws_endpoint_url"] = f"{scheme}://{bucket}.{host}"
     return options
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from kraft_spark.delta.storage_options import served_by_delta_rs, storage_options
 from kraft_spark.log.fs import RealFileSystem
@@ -44,23 +44,26 @@ def store_for(warehouse: str, spark_conf: Mapping[str, str]) -> TableStore | Non
     return None
 
 
+class StoreRefused(OSError):
+    """An object store's refusal, named (``named_store_errors``). An ``OSError`` as delta-rs's
+    own: it may pass (a network blip, S3's SlowDown), so the driver logs it and retries."""
+
+
 @contextmanager
 def named_store_errors(store: TableStore | None) -> Iterator[None]:
     """An object store's refusal (delta-rs raises ``OSError`` with the HTTP exchange) as a
-    ``MaterializerError`` naming the warehouse, the storage options delta-rs was given and
+    ``StoreRefused`` naming the warehouse, the storage options delta-rs was given and
     where they come from; a local directory's errors pass unchanged."""
     try:
         yield
     except OSError as exc:
         if store is None or store.local:
             raise
-        from kraft_spark.delta.tables import MaterializerError
-
         # delta-rs's text: colour codes and one "↳" line per cause; one line here.
         plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).replace("↳", ":")
         detail = " ".join(plain.split())[:300]
         given = ", ".join(sorted(store.options)) or "none"
-        raise MaterializerError(
+        raise StoreRefused(
             f"{store.root}: the object store refused delta-rs ({detail}). Storage options "
             f"given: {given} (from the Spark configuration's spark.hadoop.* keys; delta-rs "
             "also reads AWS_*, AZURE_* and GOOGLE_* from the driver's environment). Check the "
@@ -148,7 +151,8 @@ class TableStore:
             return
         fs = RealFileSystem()
         for name in files:
-            fs.fsync(urlparse(name).path if name.startswith("file:") else name)
+            # delta-rs lists local files percent-encoded ("my%20wh"), as URIs or paths.
+            fs.fsync(unquote(urlparse(name).path if name.startswith("file:") else name))
         fs.fsync_dir(self.uri(table))
 
     def commit_durable(self, table: str, version: int) -> None:

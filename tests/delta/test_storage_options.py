@@ -35,6 +35,13 @@ def test_s3a_keys_map_to_delta_rs_options() -> None:
         "aws_endpoint_url": "https://x:1"}
 
 
+def test_virtual_hosted_style_puts_the_bucket_in_the_endpoint() -> None:
+    conf = {**S3A, "spark.hadoop.fs.s3a.path.style.access": "false"}
+    options = storage_options("s3a://bucket/kraft", conf)
+    assert options["aws_endpoint_url"] == "http://bucket.minio.internal:9000"
+    assert options["aws_virtual_hosted_style_request"] == "true"
+
+
 def test_per_bucket_s3a_keys_override_the_global_ones() -> None:
     conf = {**S3A, "spark.hadoop.fs.s3a.bucket.logs.access.key": "LOGS",
             "spark.hadoop.fs.s3a.bucket.other.access.key": "OTHER"}

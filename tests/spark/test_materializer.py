@@ -758,6 +758,19 @@ def test_a_compactions_own_files_are_not_rewritten_or_counted_again(
     assert read_records(spark, tmp_path) == logdata.record_rows(batches)
 
 
+def test_compaction_in_a_warehouse_whose_path_has_a_space(spark: Any, tmp_path: Path) -> None:
+    """delta-rs lists local files percent-encoded: the compaction's new files are still found
+    and fsync'd (it raised FileNotFoundError after committing)."""
+    batches = logdata.log()
+    warehouse = tmp_path / "my warehouse"
+    materializer = DeltaMaterializer(spark, str(warehouse))
+    for i in range(1, len(batches) + 1):
+        materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
+    done = materializer.compact(RECORDS, min_files=2)
+    assert done is not None and done.files_added == 1
+    assert read_records(spark, warehouse) == logdata.record_rows(batches)
+
+
 def test_compaction_while_records_are_appended(spark: Any, tmp_path: Path) -> None:
     """Compaction on one thread while the other commits records call by call (blind appends):
     neither fails, no row is lost or doubled."""

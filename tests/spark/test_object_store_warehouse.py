@@ -160,9 +160,9 @@ def test_a_stale_second_writer_on_s3_writes_nothing_twice(
 
 def test_a_missing_bucket_is_named_with_the_fix(
         spark: Any, hadoop_conf: dict[str, str]) -> None:
-    from kraft_spark.delta.tables import MaterializerError
+    from kraft_spark.delta.table_store import StoreRefused
 
-    with pytest.raises(MaterializerError) as caught:
+    with pytest.raises(StoreRefused) as caught:
         DeltaMaterializer(spark, "s3a://no-such-bucket/warehouse").prepare()
     message = str(caught.value)
     assert message.startswith("s3a://no-such-bucket/warehouse: the object store refused")
