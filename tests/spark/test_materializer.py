@@ -678,14 +678,17 @@ def _data_files(spark: Any, warehouse: Path, table: str, version: int | None = N
 
 
 def test_compaction_keeps_rows_offsets_and_time_travel(spark: Any, tmp_path: Path) -> None:
+    # A path with a space: delta-rs lists local files percent-encoded, and the compaction's
+    # new files must still be found and fsync'd (it raised FileNotFoundError after committing).
+    warehouse = tmp_path / "my warehouse"
     batches = logdata.log()
-    materializer = DeltaMaterializer(spark, str(tmp_path))
+    materializer = DeltaMaterializer(spark, str(warehouse))
     assert materializer.compact(RECORDS, min_files=1) is None  # no table yet
     for i in range(1, len(batches) + 1):
         materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
-    path = table_path(tmp_path, RECORDS)
+    path = table_path(warehouse, RECORDS)
     before = latest_version(spark, path)
-    files = _data_files(spark, tmp_path, RECORDS)
+    files = _data_files(spark, warehouse, RECORDS)
     assert files >= 3  # one small file per commit that had records
     # Counted and compacted by delta-rs in this process: no Spark job, due or not.
     group = f"compact-probe-{id(materializer)}"
@@ -702,13 +705,13 @@ def test_compaction_keeps_rows_offsets_and_time_travel(spark: Any, tmp_path: Pat
     assert (done.table, done.files_before, done.files_removed, done.files_added) == (
         RECORDS, files, files, 1)
     assert latest_version(spark, path) == before + 1
-    assert _data_files(spark, tmp_path, RECORDS) == 1
+    assert _data_files(spark, warehouse, RECORDS) == 1
     _clear_delta_log_cache(spark)
-    assert read_records(spark, tmp_path) == logdata.record_rows(batches)
+    assert read_records(spark, warehouse) == logdata.record_rows(batches)
     # The OPTIMIZE commit carries no offset: the table still resumes where it did.
-    assert DeltaMaterializer(spark, str(tmp_path)).table_offsets()[RECORDS] == 16
+    assert DeltaMaterializer(spark, str(warehouse)).table_offsets()[RECORDS] == 16
     # Time travel before the compaction reads the old files, which are still there.
-    assert _data_files(spark, tmp_path, RECORDS, version=before) == files
+    assert _data_files(spark, warehouse, RECORDS, version=before) == files
     old = spark.read.format("delta").option("versionAsOf", before).load(path)
     assert old.count() == len(logdata.record_rows(batches))
     # Once compacted, one file is not due again.
@@ -756,19 +759,6 @@ def test_a_compactions_own_files_are_not_rewritten_or_counted_again(
         spark.conf.unset("spark.databricks.delta.optimize.minFileSize")
     _clear_delta_log_cache(spark)
     assert read_records(spark, tmp_path) == logdata.record_rows(batches)
-
-
-def test_compaction_in_a_warehouse_whose_path_has_a_space(spark: Any, tmp_path: Path) -> None:
-    """delta-rs lists local files percent-encoded: the compaction's new files are still found
-    and fsync'd (it raised FileNotFoundError after committing)."""
-    batches = logdata.log()
-    warehouse = tmp_path / "my warehouse"
-    materializer = DeltaMaterializer(spark, str(warehouse))
-    for i in range(1, len(batches) + 1):
-        materializer.write(batches[:i], batches[i - 1].next_offset, (RECORDS,))
-    done = materializer.compact(RECORDS, min_files=2)
-    assert done is not None and done.files_added == 1
-    assert read_records(spark, warehouse) == logdata.record_rows(batches)
 
 
 def test_compaction_while_records_are_appended(spark: Any, tmp_path: Path) -> None:
