@@ -19,10 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from bench.processes import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "object-stores"
@@ -60,30 +60,6 @@ def ensure_tools() -> tuple[Path, Path]:
         subprocess.run(["npm", "install", "--silent", "--prefix", str(CACHE / "azurite"),
                         AZURITE], check=True)
     return versitygw, azurite
-
-
-@contextmanager
-def serving(argv: list[str], port: int, what: str) -> Iterator[None]:
-    """Run ``argv`` until it listens on ``port`` (30 s at most); stop it afterwards."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port}") from None
-                time.sleep(0.05)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def make_container(port: int) -> None:

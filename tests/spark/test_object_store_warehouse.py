@@ -11,15 +11,13 @@ S3 brings and this machine's Spark does not have).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from bench.processes import serving
 from kraft_spark.delta import DeltaMaterializer
 from kraft_spark.delta import materializer as materializer_module
 from kraft_spark.delta.tables import QUORUM_EVENTS, RECORDS, SNAPSHOT, TABLES
@@ -40,31 +38,13 @@ def s3_endpoint() -> Iterator[str]:
     import boto3
 
     port = free_ports(1)[0]
-    server = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1",
-         "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not listen on {port}") from None
-                time.sleep(0.05)
+    moto = os.path.join(os.path.dirname(sys.executable), "moto_server")
+    with serving([moto, "-H", "127.0.0.1", "-p", str(port)], port, "moto_server"):
         boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
                      aws_secret_access_key="test", region_name="us-east-1").create_bucket(
             Bucket=BUCKET)
         yield endpoint
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 @pytest.fixture
