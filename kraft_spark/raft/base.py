@@ -11,6 +11,7 @@ from kraft_spark.raft.campaign import Campaign
 from kraft_spark.raft.config import QuorumConfig
 from kraft_spark.raft.events import (
     CoreEvent,
+    DiskLossCaughtUp,
     RoleChanged,
     SnapshotEvent,
     SnapshotStep,
@@ -23,6 +24,7 @@ from kraft_spark.raft.log_api import OffsetAndEpoch, RaftLog
 from kraft_spark.raft.messages import (
     NO_LEADER,
     ErrorCode,
+    FetchRequest,
     Request,
     Response,
     VoterChangeResponse,
@@ -35,7 +37,7 @@ from kraft_spark.raft.state import NEVER, PersistedState, Role, check_transition
 from kraft_spark.raft.vote_rules import election_timeout_ms, fetch_timeout_jitter_ms
 from kraft_spark.raft.voter_history import VoterHistory
 from kraft_spark.raft.voter_records import decode_voters
-from kraft_spark.raft.voter_set import NIL_DIRECTORY, VoterSet
+from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, VoterSet
 
 # How many bytes of log a start-up scan reads at a time (rebuilding producer state).
 SCAN_BYTES = 4 * 1024 * 1024
@@ -72,11 +74,14 @@ class CoreState:
         self.directory_id = directory_id
         # KIP-853: the static set (controller.quorum.voters, with the configured endpoints
         # when the shell knows them), then whatever VotersRecords the log and snapshot hold
-        # (voter_history; adopted by MembershipMixin.voters_changed).
+        # (voter_history; adopted by voters_changed).
         self.history = VoterHistory(voter_set or VoterSet.of_ids(voters))
         self.voter_set = self.history.static
         self.voters: tuple[int, ...] = self.voter_set.ids()
         self.is_voter = self.voter_set.contains(node_id, directory_id)
+        # Where this node listens, which it keeps its VotersRecord entry in line with
+        # (voter_update.py; empty: unknown). Set by RaftCore.
+        self.local_endpoints: tuple[Endpoint, ...] = ()
         # The log as the core reads it: the injected log after its start, plus the snapshot
         # at its start (KIP-630).
         self.log = SnapshotAwareLog(log, snapshots)
@@ -96,7 +101,7 @@ class CoreState:
         # voted_id names that candidate (set together when a vote is granted).
         self.voted_directory_id = NIL_DIRECTORY
         self.pending_catch_up = False
-        self._persist_needed = False
+        self.persist_needed = False
         # --- role
         self.role = Role.UNATTACHED
         self.high_watermark = 0  # never decreases within one run of the node
@@ -235,9 +240,9 @@ class CoreState:
             self.role, role, may_vote=self.may_vote, epoch_changed=epoch != self.epoch
         )
         if self.role is Role.LEADER:
-            self.on_leave_leader()
+            self._leave_leadership()
         if (epoch, leader_id, voted_id) != (self.epoch, self.known_leader(), self.voted_id):
-            self._persist_needed = True
+            self.persist_needed = True
         self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
         self.fetch_in_flight = None
         self.following = None  # become_follower makes a new one: nothing carries over
@@ -249,10 +254,25 @@ class CoreState:
             self.events.append(SnapshotEvent(SnapshotStep.ABORTED))
         self.events.append(self.role_event())
 
+    def _leave_leadership(self) -> None:
+        """Answer everything still waiting on this leader (``LeaderState.farewell``)."""
+        ls = self.leader_state
+        self.leader_state = None
+        if ls is not None:
+            self.replies.extend(ls.farewell(leader=self.known_leader(), epoch=self.epoch,
+                                            high_watermark=self.high_watermark))
+        # A leader stays a voter while it leads (rule 4 of membership.py); one that appended
+        # its own removal and lost leadership before it committed is no voter of the set in
+        # force: it must not campaign with it (found by the simulator: it was elected by the
+        # voters of the older set).
+        if not self.voter_set.contains(self.node_id, self.directory_id):
+            self.is_voter = False
+            self.events.append(VoterEvent(VoterStep.NOT_LISTED))
+
     def become_unattached(self, epoch: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
         self.transition(Role.UNATTACHED, epoch, NO_LEADER, voted)
-        self._arm_unattached_timer()
+        self.arm_unattached_timer()
 
     def become_follower(self, epoch: int, leader_id: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
@@ -264,7 +284,7 @@ class CoreState:
         self.next_fetch_at = self.now
         if leader_id in self.voters:
             self.fetch_target_index = self.voters.index(leader_id)
-        self._maybe_send_fetch()
+        self.maybe_send_fetch()
 
     @property
     def campaigning(self) -> Campaign:
@@ -291,7 +311,7 @@ class CoreState:
         ``Following.restart_deadline`` now."""
         self.followed.restart_deadline(self.now, self.config.fetch_timeout_ms)
 
-    def _arm_unattached_timer(self) -> None:
+    def arm_unattached_timer(self) -> None:
         if self.may_vote:
             self.election_deadline = self.now + election_timeout_ms(
                 self.rng, self.config.election_timeout_ms
@@ -301,7 +321,7 @@ class CoreState:
             self.fetch_target_index = (self.fetch_target_index + 1) % max(len(self.voters), 1)
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
 
-    def _own_campaign_time(self) -> int:
+    def own_campaign_time(self) -> int:
         """When this node would next campaign if nothing else happened."""
         if self.role is Role.UNATTACHED or self.role is Role.RESIGNED:
             return self.election_deadline
@@ -321,7 +341,7 @@ class CoreState:
                 # Learning of a later epoch without its leader never postpones our own
                 # candidacy (as for a Vote request): a successor's turn after EndQuorumEpoch,
                 # or an election brought forward because the leader's host refused us, stands.
-                campaign_at = self._own_campaign_time()
+                campaign_at = self.own_campaign_time()
                 self.become_unattached(epoch)
                 if self.may_vote:
                     self.election_deadline = min(self.election_deadline, campaign_at)
@@ -334,6 +354,74 @@ class CoreState:
             self.become_follower(epoch, leader_id)
             return True
         return False
+
+    # ------------------------------------------------------------------ the fetch loop
+
+    # A Follower's, and a non-voting node's looking for the leader while Unattached.
+
+    def _rule_fetch_waits_for_flush(self) -> bool:
+        """The fsync rule: a Fetch reports the end offset only once the log is fsync'd to it."""
+        return True
+
+    def _fetch_target(self) -> int | None:
+        if self.role is Role.FOLLOWER:
+            return self.leader_id
+        candidates = [v for v in self.voters if v != self.node_id]
+        if not candidates:
+            return None
+        return candidates[self.fetch_target_index % len(candidates)]
+
+    def maybe_send_fetch(self) -> None:
+        """Send the next Fetch if we pull, none is outstanding, and the log is durable."""
+        if self.role is not Role.FOLLOWER and not (
+            self.role is Role.UNATTACHED and not self.may_vote
+        ):
+            return
+        if self.fetch_in_flight is not None or self.now < self.next_fetch_at:
+            return
+        if self.log.flushed_offset() < self.log.end_offset() and self._rule_fetch_waits_for_flush():
+            self.awaiting_flush = True
+            self.request_flush()
+            return
+        self.awaiting_flush = False
+        self._maybe_finish_catch_up()
+        target = self._fetch_target()
+        if target is None:
+            return
+        request = FetchRequest(
+            cluster_id=self.cluster_id,
+            replica_id=self.node_id,
+            current_leader_epoch=self.epoch,
+            fetch_offset=self.log.end_offset(),
+            last_fetched_epoch=self.log.last_epoch(),
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            max_bytes=self.config.fetch_max_bytes,
+            catching_up=self.pending_catch_up,
+            directory_id=self.directory_id,
+        )
+        timeout = self.config.fetch_max_wait_ms + self.config.request_timeout_ms // 2
+        self.fetch_in_flight = self.send(target, "fetch", request, timeout)
+
+    def _maybe_finish_catch_up(self) -> None:
+        """The disk-loss rule: a voter that lost its disk votes again only once it holds what a
+        leader committed *without it*: our Fetches do not count toward the high watermark while we
+        catch up, so a high watermark that moved past the start of the leader's epoch while we
+        watched was put there by a majority of the other voters (a zombie leader cannot)."""
+        following = self.following  # None unless Follower
+        if following is None:
+            return
+        hw, first = following.hw_seen, following.first_hw
+        if (
+            self.pending_catch_up
+            and hw is not None
+            and first is not None
+            and hw > first
+            and hw > self.log.end_offset_for_epoch(self.epoch - 1).offset
+            and self.log.end_offset() >= hw
+        ):
+            self.pending_catch_up = False
+            self.persist_needed = True
+            self.events.append(DiskLossCaughtUp())
 
     # ------------------------------------------------------------------ the voter set in force
 
@@ -365,7 +453,7 @@ class CoreState:
         self.is_voter = is_voter
         self.events.append(VoterEvent(VoterStep.JOINED if is_voter else VoterStep.LEFT))
         if self.role is Role.UNATTACHED:
-            self._arm_unattached_timer()
+            self.arm_unattached_timer()
 
     # ------------------------------------------------------------------ producer state
 
@@ -407,27 +495,3 @@ class CoreState:
             self.events.append(SnapshotEvent(SnapshotStep.UNREADABLE,
                                              detail=f"VotersRecord is unreadable: {exc}"))
             return None
-
-    # ------------------------------------------------------------------ provided by mixins
-
-    def on_leave_leader(self) -> None:
-        raise NotImplementedError
-
-    def become_prospective(self) -> None:
-        raise NotImplementedError
-
-    def maybe_update_own_endpoints(self) -> None:
-        raise NotImplementedError
-
-    def become_leader(self) -> None:
-        raise NotImplementedError
-
-    def _maybe_send_fetch(self) -> None:
-        raise NotImplementedError
-
-    def begin_snapshot_fetch(self, leader: int, snapshot_id: OffsetAndEpoch) -> None:
-        raise NotImplementedError
-
-    def on_replica_contact(self, replica_id: int) -> None:
-        raise NotImplementedError
-

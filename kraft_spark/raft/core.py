@@ -15,8 +15,8 @@ One deliberate deviation from KIP-595 (docs/concepts/protocol.md, deviations) li
 host answered that nothing listens on the leader's port: the process is gone), it does not
 sit out ``fetch.timeout.ms`` but campaigns after a random delay in
 [0, ``election.timeout.ms`` / 2] drawn from the injected RNG
-(``FollowerMixin.maybe_hasten_election``); and a candidate counts a refused Vote request as
-rejected (``ElectionMixin.on_vote_refused``). Both only move timers, which safety never relies
+(``Fetching.maybe_hasten_election``); and a candidate counts a refused Vote request as
+rejected (``Elections.on_vote_refused``). Both only move timers, which safety never relies
 on; a timeout, a reset or a slow leader never counts as a refusal.
 
 The graceful handoff (docs/concepts/protocol.md) does not depend on message order either: a
@@ -30,10 +30,15 @@ After each input the shell calls ``take_ready()`` and carries out the Ready in t
 module documents (persist, then send, flush, apply). The core touches nothing but the injected
 ``RaftLog`` (writes are buffered there until the shell flushes) and the injected ``random.Random``.
 
-The behaviour is split by concern across mixins that share this state: ``ElectionMixin``
-(candidates and votes), ``LeaderMixin`` (serving Fetch and Produce, the high watermark) and
-``FollowerMixin`` (fetching, truncation). Hooks whose names start with ``_rule_`` are single
-safety rules, kept as methods so the simulator can run deliberately broken variants.
+``RaftCore`` is the shared state (``CoreState``: persisted fields, the role and its value,
+the outputs, the transitions) and composes one object per concern, each holding the core:
+``Elections`` (Prospective and Candidate, answering votes), ``Leadership`` (serving Fetch and
+Produce, the high watermark, check-quorum) with ``LeaderReads`` and ``VoterChanges``,
+``Fetching`` (a follower's and an observer's answers, truncation), ``SnapshotTransfer`` and
+``OwnEndpoints``. The parts call each other only down that list: a part is handed the parts it
+uses when it is made, and none calls back up. Hooks whose names start with ``_rule_`` are single
+safety rules, kept as methods so the simulator can run deliberately broken variants (a
+subclass of the part, chosen by a ``RaftCore`` subclass through its ``*_class`` attributes).
 """
 
 from __future__ import annotations
@@ -44,10 +49,13 @@ from collections.abc import Iterable
 
 from kraft_spark.raft.base import CoreState, InFlight
 from kraft_spark.raft.config import QuorumConfig
-from kraft_spark.raft.follower import FollowerMixin
+from kraft_spark.raft.elections import Elections
+from kraft_spark.raft.follower import Fetching
 from kraft_spark.raft.following import Following
-from kraft_spark.raft.leader_reads import ReadIndexMixin
+from kraft_spark.raft.leader import Leadership
+from kraft_spark.raft.leader_reads import LeaderReads
 from kraft_spark.raft.log_api import RaftLog
+from kraft_spark.raft.membership import VoterChanges
 from kraft_spark.raft.messages import (
     NO_LEADER,
     AddVoterRequest,
@@ -71,19 +79,24 @@ from kraft_spark.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from kraft_spark.raft.prevote import PreVoteMixin
+from kraft_spark.raft.prevote import pre_vote_answer
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.snapshot_api import NoSnapshots, SnapshotStore
-from kraft_spark.raft.snapshot_fetch import SnapshotFetchMixin
+from kraft_spark.raft.snapshot_fetch import SnapshotTransfer
 from kraft_spark.raft.state import PersistedState, Role
 from kraft_spark.raft.vote_rules import election_timeout_ms
 from kraft_spark.raft.voter_set import NIL_DIRECTORY, Endpoint, VoterSet
-from kraft_spark.raft.voter_update import VoterUpdateMixin
+from kraft_spark.raft.voter_update import OwnEndpoints
 
 
-class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, SnapshotFetchMixin,
-               CoreState):
+class RaftCore(CoreState):
     """One node of the quorum (voter or observer)."""
+
+    # The parts' classes: a deliberately broken core (kraft_spark.sim.bugs) swaps one.
+    leadership_class: type[Leadership] = Leadership
+    voter_changes_class: type[VoterChanges] = VoterChanges
+    elections_class: type[Elections] = Elections
+    fetching_class: type[Fetching] = Fetching
 
     def __init__(
         self,
@@ -117,6 +130,15 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             directory_id=directory_id,
         )
         self.local_endpoints = local_endpoints
+        # The parts, each made with the parts it calls (module docstring).
+        self.leadership = self.leadership_class(self)
+        self.leader_reads = LeaderReads(self, self.leadership)
+        self.voter_changes = self.voter_changes_class(self, self.leadership)
+        self.elections = self.elections_class(self, self.leadership)
+        self.snapshot_transfer = SnapshotTransfer(self)
+        self.own_endpoints = OwnEndpoints(self)
+        self.fetching = self.fetching_class(self, self.elections, self.snapshot_transfer,
+                                            self.own_endpoints)
         self.now = now_ms
         # The log start is a snapshot's end offset, and snapshots cover committed records only.
         self.high_watermark = self.log.start_offset()
@@ -133,7 +155,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             # The log holds an epoch that quorum-state never recorded (a crash between the two
             # writes): adopt it, knowing neither leader nor vote.
             self.epoch, self.voted_id, self.leader_id = log_epoch, NO_LEADER, NO_LEADER
-            self._persist_needed = True
+            self.persist_needed = True
         if self.leader_id == self.node_id and self.may_vote:
             # A leader that restarts does not lead again in the same epoch (Kafka: Resigned).
             self.role = Role.RESIGNED
@@ -147,9 +169,9 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         else:
             self.role = Role.UNATTACHED
             self.leader_id = NO_LEADER
-            self._arm_unattached_timer()
+            self.arm_unattached_timer()
         if disk_lost and state.pending_catch_up != self.pending_catch_up:
-            self._persist_needed = True
+            self.persist_needed = True
         self.events.append(self.role_event(started=True))
 
     # ------------------------------------------------------------------ the shell's interface
@@ -160,21 +182,21 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         self._expire_in_flight()
         role = self.role
         if role is Role.LEADER:
-            self._poll_leader()
+            self.leadership.poll()
         elif role is Role.CANDIDATE or role is Role.PROSPECTIVE:
-            self._poll_candidate()
+            self.elections.poll()
         elif role is Role.FOLLOWER:
-            self._poll_follower()
-            self.maybe_update_own_endpoints()
+            self.fetching.poll()
+            self.own_endpoints.maybe_update()
         elif role is Role.UNATTACHED:
             if self.may_vote:
                 if self.now >= self.election_deadline:
-                    self.become_prospective()
+                    self.elections.become_prospective()
             else:
-                self._maybe_send_fetch()
+                self.maybe_send_fetch()
         elif self.now >= self.election_deadline:  # Resigned
             if self.may_vote:
-                self.become_prospective()
+                self.elections.become_prospective()
             else:  # removed from the voters while it led (KIP-853): it follows from now on
                 self.become_unattached(self.epoch)
 
@@ -183,32 +205,32 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         ``Ready.replies`` with the same ``token``."""
         self.now = max(self.now, now_ms)
         if isinstance(message, FetchRequest):
-            self.handle_fetch_request(token, message)
+            self.leadership.handle_fetch_request(token, message)
         elif isinstance(message, VoteRequest):
-            if self.refuse_vote_request(token, message):
+            if self.elections.refuse_vote_request(token, message):
                 pass
             elif message.pre_vote:
-                self.handle_pre_vote_request(token, message)
+                self.reply(token, pre_vote_answer(self, message))
             else:
-                self.handle_vote_request(token, message)
+                self.elections.handle_vote_request(token, message)
         elif isinstance(message, BeginQuorumEpochRequest):
             self.handle_begin_quorum_epoch(token, message)
         elif isinstance(message, EndQuorumEpochRequest):
             self.handle_end_quorum_epoch(token, message)
         elif isinstance(message, ProduceRequest):
-            self.handle_produce(token, message)
+            self.leadership.handle_produce(token, message)
         elif isinstance(message, DescribeQuorumRequest):
-            self.handle_describe_quorum(token)
+            self.leadership.handle_describe_quorum(token)
         elif isinstance(message, FetchSnapshotRequest):
-            self.handle_fetch_snapshot_request(token, message)
+            self.snapshot_transfer.serve_chunk(token, message)
         elif isinstance(message, AddVoterRequest):
-            self.handle_add_voter(token, message)
+            self.voter_changes.handle_add_voter(token, message)
         elif isinstance(message, RemoveVoterRequest):
-            self.handle_remove_voter(token, message)
+            self.voter_changes.handle_remove_voter(token, message)
         elif isinstance(message, UpdateVoterRequest):
-            self.handle_update_voter(token, message)
+            self.voter_changes.handle_update_voter(token, message)
         elif isinstance(message, ReadIndexRequest):
-            self.handle_read_index(token, message)
+            self.leader_reads.handle_read_index(token, message)
         else:  # pragma: no cover - the union is exhaustive
             raise TypeError(f"unknown request {message!r}")
 
@@ -220,19 +242,19 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         if pending is None or pending.dest != src:
             return
         if isinstance(message, FetchResponse):
-            self.handle_fetch_response(request_id, pending, message)
+            self.fetching.handle_fetch_response(request_id, pending, message)
         elif isinstance(message, VoteResponse) and pending.kind == "prevote":
-            self.handle_pre_vote_response(pending, src, message)
+            self.elections.handle_pre_vote_response(pending, src, message)
         elif isinstance(message, VoteResponse):
-            self.handle_vote_response(pending, src, message)
+            self.elections.handle_vote_response(pending, src, message)
         elif isinstance(message, BeginQuorumEpochResponse):
             self.handle_begin_quorum_epoch_response(pending, src, message)
         elif isinstance(message, EndQuorumEpochResponse):
             self.observe_epoch(message.leader_epoch, message.leader_id)
         elif isinstance(message, FetchSnapshotResponse):
-            self.handle_fetch_snapshot_response(request_id, pending, message)
+            self.snapshot_transfer.handle_chunk(request_id, pending, message)
         elif isinstance(message, VoterChangeResponse) and pending.kind == "update":
-            self.handle_update_voter_response(message)
+            self.own_endpoints.handle_response(message)
 
     def on_request_failed(self, now_ms: int, request_id: int, *, refused: bool) -> None:
         """Request ``request_id`` will never be answered: the shell could not send it or its
@@ -253,30 +275,30 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             del self.in_flight[request_id]
             self.on_request_expired(request_id, pending)
             if refused:
-                self.maybe_hasten_election(pending)
+                self.fetching.maybe_hasten_election(pending)
         elif pending.kind == "prevote" and refused:
             del self.in_flight[request_id]
-            self.on_pre_vote_refused(pending)
+            self.elections.on_pre_vote_refused(pending)
         elif pending.kind == "vote" and refused:
             del self.in_flight[request_id]
-            self.on_vote_refused(pending)
+            self.elections.on_vote_refused(pending)
         elif pending.kind == "update":
             del self.in_flight[request_id]
-            self.on_update_voter_lost(pending)
+            self.own_endpoints.on_lost(pending)
 
     def on_log_flushed(self, now_ms: int) -> None:
         """The shell finished ``RaftLog.flush``: durable offsets may now be reported."""
         self.now = max(self.now, now_ms)
         if self.role is Role.LEADER:
-            self.maybe_advance_high_watermark()
+            self.leadership.maybe_advance_high_watermark()
         elif self.role in (Role.FOLLOWER, Role.UNATTACHED):
-            self._maybe_send_fetch()
+            self.maybe_send_fetch()
 
     def resign(self, now_ms: int) -> None:
         """Graceful shutdown: a leader hands over with EndQuorumEpoch (to its named successors)."""
         self.now = max(self.now, now_ms)
         if self.role is Role.LEADER:
-            self.become_resigned(graceful=True)
+            self.leadership.become_resigned(graceful=True)
 
     def take_ready(self) -> Ready:
         """Everything the shell must do now, in the documented order."""
@@ -290,9 +312,9 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             snapshot_installed=self.snapshot_installed,
         )
         self.snapshot_installed = None
-        if self._persist_needed:
+        if self.persist_needed:
             ready.persist = self.persisted_state()
-            self._persist_needed = False
+            self.persist_needed = False
         self.sends, self.replies, self.events = [], [], []
         self.flush_requested = False
         self.hw_changed_to = None
@@ -306,7 +328,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
         deadlines = [d.deadline for d in self.in_flight.values()]
         role = self.role
         if role is Role.LEADER:
-            deadlines.append(self.leader_next_deadline())
+            deadlines.append(self.leadership.next_deadline())
         elif role is Role.CANDIDATE or role is Role.PROSPECTIVE:
             deadlines.append(self.campaigning.next_step_at(self.election_deadline))
         elif role is Role.FOLLOWER:
@@ -334,7 +356,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
 
     def on_request_expired(self, request_id: int, pending: InFlight) -> None:
         if pending.kind == "update":
-            self.on_update_voter_lost(pending)
+            self.own_endpoints.on_lost(pending)
         if request_id == self.fetch_in_flight:
             self.fetch_in_flight = None
             self.next_fetch_at = self.now + self.config.retry_backoff_ms
@@ -343,7 +365,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
                 self.become_unattached(self.epoch)
             elif not self.may_vote and self.role is Role.UNATTACHED:
                 # ...and one looking for the leader does not keep asking a voter that is down.
-                self._arm_unattached_timer()
+                self.arm_unattached_timer()
 
     # ------------------------------------------------------------------ inbound control RPCs
 
@@ -396,7 +418,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             and self.role in (Role.FOLLOWER, Role.UNATTACHED)
             and self.leader_id in (req.leader_id, NO_LEADER)
         ):
-            self.schedule_succession(self._successors_for_us(req))
+            self.elections.schedule_succession(self._successors_for_us(req))
         self.reply(token, self._eqe_response(ErrorCode.NONE))
 
     def _maybe_late_succession(self, req: EndQuorumEpochRequest) -> None:
@@ -412,7 +434,7 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             and self.leader_id == NO_LEADER
             and self.voted_id == NO_LEADER
         ):
-            self.schedule_succession(self._successors_for_us(req))
+            self.elections.schedule_succession(self._successors_for_us(req))
 
     def _successors_for_us(self, req: EndQuorumEpochRequest) -> tuple[int, ...]:
         """The successor ranking, in which our id stands for us only with our directory (or
@@ -436,4 +458,8 @@ class RaftCore(PreVoteMixin, VoterUpdateMixin, ReadIndexMixin, FollowerMixin, Sn
             return
         same_epoch = pending.epoch == self.epoch
         if self.role is Role.LEADER and same_epoch and resp.error == ErrorCode.NONE:
-            self.endorsed(src)
+            self.leadership.endorsed(src)
+
+    def campaign_now(self, now_ms: int) -> None:
+        """Become a candidate at ``now_ms`` without a pre-vote round (scripted scenarios)."""
+        self.elections.campaign_now(now_ms)

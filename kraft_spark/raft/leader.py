@@ -34,13 +34,18 @@ CONCURRENT_WINDOW_MS = 100
 HOLD_PROBE_EVERY = 32
 
 
-class LeaderMixin(CoreState):
+class Leadership:
+    """What a leader does (``core.leader_state`` exists exactly while it leads): its epoch's
+    start, serving Fetch, the high watermark, Produce, check-quorum, resigning."""
+
+    def __init__(self, core: CoreState) -> None:
+        self.core = core
 
     # ------------------------------------------------------------------ safety rules (hooks)
 
     def _rule_local_durable_offset(self) -> int:
         """The leader's own share of the high watermark: what it has fsync'd."""
-        return self.log.flushed_offset()
+        return self.core.log.flushed_offset()
 
     def _rule_majority_offset(self, ls: LeaderState) -> int:
         return ls.progress.majority_flushed_offset(self._rule_local_durable_offset())
@@ -51,135 +56,104 @@ class LeaderMixin(CoreState):
 
     def _rule_read_confirmed(self, ls: LeaderState) -> list[PendingRead]:
         """The reads a majority of voters confirmed by fetching after they arrived."""
-        return ls.reads.take_confirmed(self.voters, self.node_id)
+        return ls.reads.take_confirmed(self.core.voters, self.core.node_id)
 
     # ------------------------------------------------------------------ read index
 
     def settle_reads(self, ls: LeaderState) -> None:
         """Answer the confirmed reads with the high watermark, once this epoch's first record
         has committed (before, the quorum's committed offset is not known here)."""
-        if ls.reads.pending and self.high_watermark > ls.epoch_start_offset:
+        core = self.core
+        if ls.reads.pending and core.high_watermark > ls.epoch_start_offset:
             for read in self._rule_read_confirmed(ls):
-                self.reply(read.token, ReadIndexResponse(
-                    ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark))
+                core.reply(read.token, ReadIndexResponse(
+                    ErrorCode.NONE, core.node_id, core.epoch, core.high_watermark))
 
     # ------------------------------------------------------------------ becoming / leaving
 
     def become_leader(self) -> None:
         # The LeaderChange record names who granted the round just won.
-        granting = tuple(sorted(self.campaigning.tally.granted))
-        self.transition(Role.LEADER, self.epoch, self.node_id, self.node_id)
-        start = self.log.end_offset()
-        others = {v for v in self.voters if v != self.node_id}
+        core = self.core
+        granting = tuple(sorted(core.campaigning.tally.granted))
+        core.transition(Role.LEADER, core.epoch, core.node_id, core.node_id)
+        start = core.log.end_offset()
+        others = {v for v in core.voters if v != core.node_id}
         ls = LeaderState(
-            progress=LeaderProgress(self.node_id, self.voters, self.directory_id),
+            progress=LeaderProgress(core.node_id, core.voters, core.directory_id),
             epoch_start_offset=start,
-            started_ms=self.now,
+            started_ms=core.now,
             unendorsed=set(others),
         )
-        self.leader_state = ls
+        core.leader_state = ls
         change = LeaderChange(
-            leader_id=self.node_id,
-            voters=self.voters,
+            leader_id=core.node_id,
+            voters=core.voters,
             granting_voters=granting,
         )
-        self.log.append(leader_change_batch(start, self.epoch, change, self.now))
-        self.request_flush()
+        core.log.append(leader_change_batch(start, core.epoch, change, core.now))
+        core.request_flush()
         self._send_begin_quorum_epoch()
         self.maybe_advance_high_watermark()
 
     def _send_begin_quorum_epoch(self) -> None:
-        ls = self.leader_state
+        core = self.core
+        ls = core.leader_state
         assert ls is not None
         busy = {
             p.dest
-            for p in self.in_flight.values()
-            if p.kind == "begin" and p.epoch == self.epoch
+            for p in core.in_flight.values()
+            if p.kind == "begin" and p.epoch == core.epoch
         }
         for voter in sorted(ls.unendorsed - busy):
-            request = BeginQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch,
-                                              voter, self.directory_of_voter(voter))
-            self.send(voter, "begin", request, self.config.request_timeout_ms)
-        ls.next_begin_epoch_at = self.now + self.config.retry_backoff_ms
+            request = BeginQuorumEpochRequest(core.cluster_id, core.node_id, core.epoch,
+                                              voter, core.directory_of_voter(voter))
+            core.send(voter, "begin", request, core.config.request_timeout_ms)
+        ls.next_begin_epoch_at = core.now + core.config.retry_backoff_ms
 
     def end_quorum_epoch_request(self, successors: tuple[int, ...]) -> EndQuorumEpochRequest:
         """EndQuorumEpoch naming each successor by its voter key (KIP-853's
         PreferredCandidates), so that a new disk of a successor's id does not act on it."""
-        return EndQuorumEpochRequest(self.cluster_id, self.node_id, self.epoch, successors,
-                                     tuple(self.directory_of_voter(v) for v in successors))
+        core = self.core
+        return EndQuorumEpochRequest(core.cluster_id, core.node_id, core.epoch, successors,
+                                     tuple(core.directory_of_voter(v) for v in successors))
 
     def endorsed(self, voter: int) -> None:
-        if self.leader_state is not None:
-            self.leader_state.unendorsed.discard(voter)
-
-    def on_leave_leader(self) -> None:
-        """Answer everything still waiting on this leader: the outcome of pending appends and
-        of a voter change is unknown to us now (they may still commit under the next leader)."""
-        ls = self.leader_state
-        self.leader_state = None
-        if ls is not None:
-            self._release_leader_state(ls)
-        # A leader stays a voter while it leads (rule 4 of membership.py); one that appended
-        # its own removal and lost leadership before it committed is no voter of the set in
-        # force: it must not campaign with it (found by the simulator: it was elected by the
-        # voters of the older set).
-        if not self.voter_set.contains(self.node_id, self.directory_id):
-            self.is_voter = False
-            self.events.append(VoterEvent(VoterStep.NOT_LISTED))
-
-    def _release_leader_state(self, ls: LeaderState) -> None:
-        change = ls.voter_change.abandon()
-        if change is not None and change.token is not None:
-            self.reply(change.token, self.voter_change_response(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                f"leadership lost before {change.description} committed; it may still commit"))
-        for waiter in ls.waiters:
-            self.reply(
-                waiter.token,
-                ProduceResponse(
-                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                    NO_LEADER,
-                    self.epoch,
-                    message="leadership lost before commit; the append may still commit",
-                ),
-            )
-        for parked in ls.parked:
-            self.reply(parked.token, self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        for read in ls.reads.take_all():  # a node that is not the leader answers no read
-            self.reply(read.token, ReadIndexResponse(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, self.known_leader(), self.epoch))
+        if self.core.leader_state is not None:
+            self.core.leader_state.unendorsed.discard(voter)
 
     def become_resigned(self, *, graceful: bool) -> None:
         """Step down in this epoch. With ``graceful`` (shutdown), tell the voters who should
         take over: PreferredSuccessors by replicated end offset, highest first."""
-        ls = self.leader_state
+        core = self.core
+        ls = core.leader_state
         assert ls is not None
         successors = ls.progress.preferred_successors()
-        self.transition(Role.RESIGNED, self.epoch, self.node_id, self.voted_id)
-        self.election_deadline = self.now + election_timeout_ms(
-            self.rng, self.config.election_timeout_ms
+        core.transition(Role.RESIGNED, core.epoch, core.node_id, core.voted_id)
+        core.election_deadline = core.now + election_timeout_ms(
+            core.rng, core.config.election_timeout_ms
         )
         request = self.end_quorum_epoch_request(successors)
         for voter in successors:
-            self.send(voter, "end", request, self.config.request_timeout_ms)
-        self.events.append(LeaderResigned(graceful, tuple(successors)))
+            core.send(voter, "end", request, core.config.request_timeout_ms)
+        core.events.append(LeaderResigned(graceful, tuple(successors)))
 
     # ------------------------------------------------------------------ timers
 
-    def _poll_leader(self) -> None:
-        ls = self.leader_state
+    def poll(self) -> None:
+        core = self.core
+        ls = core.leader_state
         assert ls is not None
-        now = self.now
+        now = core.now
         if ls.voter_change.step_down_due:
             self._step_down_removed(ls)
             return
         unanswered = ls.voter_change.expired(now)
         if unanswered is not None:
             token, description = unanswered
-            self.reply(token, self.voter_change_response(
+            core.reply(token, core.voter_change_response(
                 ErrorCode.REQUEST_TIMED_OUT,
                 f"{description} did not commit in time; it may still commit"))
-        check = self.config.check_quorum_timeout_ms
+        check = core.config.check_quorum_timeout_ms
         if now - ls.started_ms >= check and not ls.progress.has_fetch_majority_since(now - check):
             self.become_resigned(graceful=False)
             return
@@ -187,42 +161,43 @@ class LeaderMixin(CoreState):
             self._send_begin_quorum_epoch()
         if now >= ls.flush_due_at:
             ls.flush_due_at = NEVER
-            self.request_flush()
+            core.request_flush()
         if now >= ls.hw_wakeup_at:
             ls.hw_wakeup_at = NEVER
-            self._answer_parked(hw_moved=True)
+            self.answer_parked(hw_moved=True)
         if now >= ls.held_until:
-            self._answer_parked(hw_moved=False)
+            self.answer_parked(hw_moved=False)
         if any(p.deadline <= now for p in ls.parked):
             due = [p for p in ls.parked if p.deadline <= now]
             ls.parked = [p for p in ls.parked if p.deadline > now]
             for parked in due:
-                self._complete_fetch(parked.token, parked.request)
+                self.complete_fetch(parked.token, parked.request)
         if any(w.deadline <= now for w in ls.waiters):
             expired = [w for w in ls.waiters if w.deadline <= now]
             ls.waiters = [w for w in ls.waiters if w.deadline > now]
             for waiter in expired:
-                self.reply(
+                core.reply(
                     waiter.token,
                     ProduceResponse(
                         ErrorCode.REQUEST_TIMED_OUT,
-                        self.node_id,
-                        self.epoch,
+                        core.node_id,
+                        core.epoch,
                         message="not committed in time; the append may still commit",
                     ),
                 )
         for read in ls.reads.take_expired(now):
-            self.reply(read.token, ReadIndexResponse(
-                ErrorCode.REQUEST_TIMED_OUT, self.node_id, self.epoch))
-        ls.progress.expire_observers(now, self.config.observer_expiry_ms)
+            core.reply(read.token, ReadIndexResponse(
+                ErrorCode.REQUEST_TIMED_OUT, core.node_id, core.epoch))
+        ls.progress.expire_observers(now, core.config.observer_expiry_ms)
 
-    def leader_next_deadline(self) -> int:
-        ls = self.leader_state
+    def next_deadline(self) -> int:
+        core = self.core
+        ls = core.leader_state
         assert ls is not None
         if ls.voter_change.step_down_due:
-            return self.now
+            return core.now
         deadlines = [
-            ls.progress.check_quorum_deadline(ls.started_ms, self.config.check_quorum_timeout_ms),
+            ls.progress.check_quorum_deadline(ls.started_ms, core.config.check_quorum_timeout_ms),
             ls.flush_due_at,
             ls.hw_wakeup_at,
             ls.held_until,
@@ -241,143 +216,144 @@ class LeaderMixin(CoreState):
 
     def maybe_advance_high_watermark(self) -> None:
         """The majority's flushed offset, only past our epoch start, never backwards."""
-        ls = self.leader_state
+        core = self.core
+        ls = core.leader_state
         if ls is None:
             return
         candidate = self._rule_majority_offset(ls)
-        if candidate <= self.high_watermark or not self._rule_may_commit(ls, candidate):
+        if candidate <= core.high_watermark or not self._rule_may_commit(ls, candidate):
             return
-        self.high_watermark = candidate
-        self.hw_changed_to = candidate
+        core.high_watermark = candidate
+        core.hw_changed_to = candidate
         self._answer_committed_waiters()
         self.settle_reads(ls)
         self._schedule_hw_wakeup(ls)
 
     def _schedule_hw_wakeup(self, ls: LeaderState) -> None:
         """Tell parked replicas the new high watermark now, or within hw_wakeup_delay_ms."""
-        delay = self.config.hw_wakeup_delay_ms
+        delay = self.core.config.hw_wakeup_delay_ms
         if delay == 0:
-            self._answer_parked(hw_moved=True)
+            self.answer_parked(hw_moved=True)
         elif ls.hw_wakeup_at == NEVER:
-            ls.hw_wakeup_at = self.now + delay
+            ls.hw_wakeup_at = self.core.now + delay
 
     # ------------------------------------------------------------------ Fetch
 
     def _fetch_error(self, error: ErrorCode) -> FetchResponse:
-        return FetchResponse(error, self.known_leader(), self.epoch, self.high_watermark)
+        core = self.core
+        return FetchResponse(error, core.known_leader(), core.epoch, core.high_watermark)
 
     def handle_fetch_request(self, token: object, req: FetchRequest) -> None:
         """Validate (cluster id, epoch, leadership, log position), record progress, then answer
         at once or park until new data, a high-watermark move or MaxWaitMs."""
-        if req.cluster_id != self.cluster_id:
-            self.reply(token, self._fetch_error(ErrorCode.INCONSISTENT_CLUSTER_ID))
+        core = self.core
+        if req.cluster_id != core.cluster_id:
+            core.reply(token, self._fetch_error(ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
         if req.current_leader_epoch >= 0:
-            if req.current_leader_epoch < self.epoch:
-                self.reply(token, self._fetch_error(ErrorCode.FENCED_LEADER_EPOCH))
+            if req.current_leader_epoch < core.epoch:
+                core.reply(token, self._fetch_error(ErrorCode.FENCED_LEADER_EPOCH))
                 return
-            if req.current_leader_epoch > self.epoch:
-                self.reply(token, self._fetch_error(ErrorCode.UNKNOWN_LEADER_EPOCH))
+            if req.current_leader_epoch > core.epoch:
+                core.reply(token, self._fetch_error(ErrorCode.UNKNOWN_LEADER_EPOCH))
                 return
-        ls = self.leader_state
+        ls = core.leader_state
         if ls is None:
-            self.reply(token, self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            core.reply(token, self._fetch_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             return
         if req.fetch_offset < 0:
-            self.reply(token, self._fetch_error(ErrorCode.OFFSET_OUT_OF_RANGE))
+            core.reply(token, self._fetch_error(ErrorCode.OFFSET_OUT_OF_RANGE))
             return
-        if req.fetch_offset < self.log.start_offset() and req.replica_id == CLIENT_REPLICA_ID:
+        if req.fetch_offset < core.log.start_offset() and req.replica_id == CLIENT_REPLICA_ID:
             # A read below the log start: those records live only in snapshots now.
-            self.reply(token, self._below_log_start(ErrorCode.OFFSET_OUT_OF_RANGE))
+            core.reply(token, self._below_log_start(ErrorCode.OFFSET_OUT_OF_RANGE))
             return
         if req.replica_id != CLIENT_REPLICA_ID:
-            if snapshot_to_send(self.log, req.fetch_offset, req.last_fetched_epoch) is not None:
-                self.reply(token, self._below_log_start(ErrorCode.NONE))
+            if snapshot_to_send(core.log, req.fetch_offset, req.last_fetched_epoch) is not None:
+                core.reply(token, self._below_log_start(ErrorCode.NONE))
                 return
-            diverging = diverging_epoch(self.log, req.fetch_offset, req.last_fetched_epoch)
+            diverging = diverging_epoch(core.log, req.fetch_offset, req.last_fetched_epoch)
             if diverging is not None:
-                self.reply(
+                core.reply(
                     token,
                     FetchResponse(
                         ErrorCode.NONE,
-                        self.node_id,
-                        self.epoch,
-                        self.high_watermark,
+                        core.node_id,
+                        core.epoch,
+                        core.high_watermark,
                         diverging_epoch=diverging,
                     ),
                 )
                 return
             counted = ls.progress.on_fetch(
                 req.replica_id,
-                self.now,
+                core.now,
                 req.fetch_offset,
-                self.log.end_offset(),
+                core.log.end_offset(),
                 # KIP-853: a voter's id fetching from another directory (its disk was
                 # replaced) is not that voter until it is removed and added again.
                 as_observer=req.catching_up
-                or not self.voter_set.contains(req.replica_id, req.directory_id),
+                or not core.voter_set.contains(req.replica_id, req.directory_id),
                 directory_id=req.directory_id,
             )
             if counted:
-                if req.current_leader_epoch == self.epoch:
+                if req.current_leader_epoch == core.epoch:
                     ls.reads.on_voter_fetch(req.replica_id)
                     self.settle_reads(ls)
                 ls.unendorsed.discard(req.replica_id)
-                before = self.high_watermark
+                before = core.high_watermark
                 self.maybe_advance_high_watermark()
-                if self.high_watermark > before:
+                if core.high_watermark > before:
                     ls.quickest = req.replica_id
                 if req.replica_id == ls.quickest and ls.held_until != NEVER:
-                    self._answer_parked(hw_moved=False)  # it has the lone append: release
-        hw_known = ls.hw_sent.get(req.replica_id, -1) >= self.high_watermark
-        tell_hw_now = not hw_known and self.config.hw_wakeup_delay_ms == 0
+                    self.answer_parked(hw_moved=False)  # it has the lone append: release
+        hw_known = ls.hw_sent.get(req.replica_id, -1) >= core.high_watermark
+        tell_hw_now = not hw_known and core.config.hw_wakeup_delay_ms == 0
         if self._has_data_for(req) or req.max_wait_ms <= 0 or tell_hw_now:
-            self._complete_fetch(token, req)
+            self.complete_fetch(token, req)
         else:
-            ls.parked.append(ParkedFetch(token, req, self.now + req.max_wait_ms))
+            ls.parked.append(ParkedFetch(token, req, core.now + req.max_wait_ms))
             if not hw_known:
                 self._schedule_hw_wakeup(ls)
 
-    def on_replica_contact(self, replica_id: int) -> None:
-        if self.leader_state is not None:
-            self.leader_state.progress.on_contact(replica_id, self.now)
-
     def _below_log_start(self, error: ErrorCode) -> FetchResponse:
         """KIP-630: the fetch offset is below our log start; name the snapshot to fetch."""
+        core = self.core
         return FetchResponse(
-            error, self.node_id, self.epoch, self.high_watermark,
-            snapshot_id=self.snapshots.latest_id(), log_start_offset=self.log.start_offset(),
+            error, core.node_id, core.epoch, core.high_watermark,
+            snapshot_id=core.snapshots.latest_id(), log_start_offset=core.log.start_offset(),
         )
 
     def _has_data_for(self, req: FetchRequest) -> bool:
-        limit = (
-            self.high_watermark if req.replica_id == CLIENT_REPLICA_ID else self.log.end_offset()
-        )
+        core = self.core
+        limit = core.high_watermark if req.replica_id == CLIENT_REPLICA_ID else (
+            core.log.end_offset())
         return req.fetch_offset < limit
 
-    def _complete_fetch(self, token: object, req: FetchRequest) -> None:
+    def complete_fetch(self, token: object, req: FetchRequest) -> None:
+        core = self.core
         batches: list[Batch] = []
         if self._has_data_for(req):
-            batches = self.log.read(req.fetch_offset, req.max_bytes)
+            batches = core.log.read(req.fetch_offset, req.max_bytes)
             if req.replica_id == CLIENT_REPLICA_ID:
                 # Clients see committed records only.
-                batches = [b for b in batches if b.last_offset < self.high_watermark]
-        if self.leader_state is not None:
-            self.leader_state.hw_sent[req.replica_id] = self.high_watermark
+                batches = [b for b in batches if b.last_offset < core.high_watermark]
+        if core.leader_state is not None:
+            core.leader_state.hw_sent[req.replica_id] = core.high_watermark
             if batches and req.replica_id != CLIENT_REPLICA_ID:
-                self.leader_state.progress.on_sent(req.replica_id, batches[-1].last_offset + 1)
-        self.reply(
+                core.leader_state.progress.on_sent(req.replica_id, batches[-1].last_offset + 1)
+        core.reply(
             token,
             FetchResponse(
-                ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark, None, tuple(batches)
+                ErrorCode.NONE, core.node_id, core.epoch, core.high_watermark, None, tuple(batches)
             ),
         )
 
-    def _answer_parked(self, *, hw_moved: bool, only: int | None = None) -> None:
+    def answer_parked(self, *, hw_moved: bool, only: int | None = None) -> None:
         """Answer the parked Fetches that have new data (or, ``hw_moved``, a high watermark they
         have not heard); ``only``: just that replica's, the others' stay parked. Otherwise
         this ends a hold of a lone append (nothing is held back any more)."""
-        ls = self.leader_state
+        ls = self.core.leader_state
         if ls is None:
             return
         if only is None:
@@ -385,13 +361,13 @@ class LeaderMixin(CoreState):
         if not ls.parked:
             return
         keep: list[ParkedFetch] = []
-        hw = self.high_watermark
+        hw = self.core.high_watermark
         for parked in ls.parked:
             stale = hw_moved and ls.hw_sent.get(parked.request.replica_id, -1) < hw
             if only is not None and parked.request.replica_id != only:
                 keep.append(parked)
             elif stale or self._has_data_for(parked.request):
-                self._complete_fetch(parked.token, parked.request)
+                self.complete_fetch(parked.token, parked.request)
             else:
                 keep.append(parked)
         ls.parked = keep
@@ -401,33 +377,34 @@ class LeaderMixin(CoreState):
     # ------------------------------------------------------------------ Produce
 
     def handle_produce(self, token: object, req: ProduceRequest) -> None:
-        ls = self.leader_state
+        core = self.core
+        ls = core.leader_state
         if ls is None:
-            self.reply(
+            core.reply(
                 token,
                 ProduceResponse(
                     ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                    self.known_leader(),
-                    self.epoch,
+                    core.known_leader(),
+                    core.epoch,
                     message="not the leader",
                 ),
             )
             return
         if not req.records:
-            self.reply(token, self._produce_error(ErrorCode.INVALID_RECORD, "no records"))
+            core.reply(token, self._produce_error(ErrorCode.INVALID_RECORD, "no records"))
             return
         size = sum(r.size_estimate() for r in req.records)
-        if size > self.config.max_batch_bytes:
-            self.reply(
+        if size > core.config.max_batch_bytes:
+            core.reply(
                 token,
                 self._produce_error(
                     ErrorCode.MESSAGE_TOO_LARGE,
-                    f"batch of {size} bytes exceeds {self.config.max_batch_bytes}",
+                    f"batch of {size} bytes exceeds {core.config.max_batch_bytes}",
                 ),
             )
             return
-        deadline = self.now + req.timeout_ms
-        check, original = self.producers.check(
+        deadline = core.now + req.timeout_ms
+        check, original = core.producers.check(
             req.producer_id, req.producer_epoch, req.base_sequence, len(req.records)
         )
         if check is SequenceCheck.DUPLICATE:
@@ -443,8 +420,8 @@ class LeaderMixin(CoreState):
             # Seen from a leader cut off from a newer one (in the simulator: paused, then fed
             # stale Fetches that passed its check-quorum). Retriable, naming no leader: the
             # client tries the other voters and finds the leader that acknowledged the rest.
-            self.reply(token, ProduceResponse(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_LEADER, self.epoch,
+            core.reply(token, ProduceResponse(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_LEADER, core.epoch,
                 message=f"producer {req.producer_id}'s sequence {req.base_sequence} is ahead "
                 "of this node's log: it is not the current leader",
             ))
@@ -455,111 +432,114 @@ class LeaderMixin(CoreState):
                 if check is SequenceCheck.FENCED
                 else ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
             )
-            self.reply(token, self._produce_error(code, check.value))
+            core.reply(token, self._produce_error(code, check.value))
             return
         batch = Batch(
-            base_offset=self.log.end_offset(),
-            epoch=self.epoch,
+            base_offset=core.log.end_offset(),
+            epoch=core.epoch,
             records=req.records,
             producer_id=req.producer_id,
             producer_epoch=req.producer_epoch,
             base_sequence=req.base_sequence,
         )
-        self.log.append(batch)
-        self.producers.on_append(batch)
+        core.log.append(batch)
+        core.producers.on_append(batch)
         ls.waiters.append(
-            ProduceWaiter(token, batch.base_offset, batch.last_offset, self.epoch, deadline)
+            ProduceWaiter(token, batch.base_offset, batch.last_offset, core.epoch, deadline)
         )
         if ls.flush_due_at == NEVER:
             # The linger lets concurrent appends share one fsync. An append that is the only
             # one awaiting commit has nobody to share with: flush at once, so a lone writer's
             # commit can count the leader's own disk instead of waiting for both followers.
-            if self.config.append_linger_ms == 0 or len(ls.waiters) == 1:
-                self.request_flush()
+            if core.config.append_linger_ms == 0 or len(ls.waiters) == 1:
+                core.request_flush()
             else:
-                ls.flush_due_at = self.now + self.config.append_linger_ms
+                ls.flush_due_at = core.now + core.config.append_linger_ms
         lone = len(ls.waiters) == 1
         if lone:
             ls.lone_appends += 1
         else:
-            ls.concurrent_at = self.now
-        hold = self.config.lone_append_hold_ms
+            ls.concurrent_at = core.now
+        hold = core.config.lone_append_hold_ms
         # Only for one writer at a time: under concurrent appends a commit is better off with
         # the faster of two voters (measured: holds cost 16 connections 4-6 %). Only where the
         # leader and that one voter are a majority (3 voters or fewer): with more, the commit
         # needs the held ones too. And every HOLD_PROBE_EVERY-th lone append goes to everyone at
         # once, so that another voter grown faster can acknowledge first and become the
         # quickest (it never could while the appends it gets wait for the quickest's).
-        if (hold and lone and self.now - ls.concurrent_at >= CONCURRENT_WINDOW_MS
-                and len(self.voters) <= 3 and ls.quickest in self.voters
+        if (hold and lone and core.now - ls.concurrent_at >= CONCURRENT_WINDOW_MS
+                and len(core.voters) <= 3 and ls.quickest in core.voters
                 and ls.lone_appends % HOLD_PROBE_EVERY != 0
                 and any(p.request.replica_id == ls.quickest for p in ls.parked)):
-            self._answer_parked(hw_moved=False, only=ls.quickest)
-            ls.held_until = self.now + hold
+            self.answer_parked(hw_moved=False, only=ls.quickest)
+            ls.held_until = core.now + hold
         else:
-            self._answer_parked(hw_moved=False)
+            self.answer_parked(hw_moved=False)
 
     def _answer_committed_waiters(self) -> None:
-        ls = self.leader_state
+        core = self.core
+        ls = core.leader_state
         assert ls is not None
-        hw = self.high_watermark
+        hw = core.high_watermark
         done = [w for w in ls.waiters if w.last_offset < hw]
         ls.waiters = [w for w in ls.waiters if w.last_offset >= hw]
         for w in done:
-            self.reply(
+            core.reply(
                 w.token,
                 ProduceResponse(
                     ErrorCode.NONE,
-                    self.node_id,
-                    self.epoch,
+                    core.node_id,
+                    core.epoch,
                     base_offset=w.base_offset,
                     last_offset=w.last_offset,
                     epoch=w.epoch,
                 ),
             )
-        change = ls.voter_change.committed(hw, self.node_id in self.voters)
+        change = ls.voter_change.committed(hw, core.node_id in core.voters)
         if change is not None:
-            self.events.append(VoterEvent(VoterStep.CHANGE_COMMITTED, change.description))
+            core.events.append(VoterEvent(VoterStep.CHANGE_COMMITTED, change.description))
             if change.token is not None:
-                self.reply(change.token, self.voter_change_response(ErrorCode.NONE, None))
+                core.reply(change.token, core.voter_change_response(ErrorCode.NONE, None))
 
     def _step_down_removed(self, ls: LeaderState) -> None:
         """Rule 4 of membership.py: hand over to the remaining voters, then follow as an
         observer."""
-        successors = tuple(v for v in ls.progress.preferred_successors() if v in self.voters)
+        core = self.core
+        successors = tuple(v for v in ls.progress.preferred_successors() if v in core.voters)
         ls.voter_change.step_down_due = False
-        self.transition(Role.UNATTACHED, self.epoch, NO_LEADER, self.voted_id)
-        self.is_voter = False
-        self._arm_unattached_timer()
+        core.transition(Role.UNATTACHED, core.epoch, NO_LEADER, core.voted_id)
+        core.is_voter = False
+        core.arm_unattached_timer()
         request = self.end_quorum_epoch_request(successors)
         for voter in successors:
-            self.send(voter, "end", request, self.config.request_timeout_ms)
-        self.events.append(VoterEvent(VoterStep.STEPPED_DOWN, str(successors)))
+            core.send(voter, "end", request, core.config.request_timeout_ms)
+        core.events.append(VoterEvent(VoterStep.STEPPED_DOWN, str(successors)))
 
     def _produce_error(self, error: ErrorCode, message: str) -> ProduceResponse:
-        return ProduceResponse(error, self.known_leader(), self.epoch, message=message)
+        return ProduceResponse(error, self.core.known_leader(), self.core.epoch, message=message)
 
     # ------------------------------------------------------------------ DescribeQuorum
 
     def handle_describe_quorum(self, token: object) -> None:
-        ls = self.leader_state
+        core = self.core
+        ls = core.leader_state
         if ls is None:
-            self.reply(
+            core.reply(
                 token,
                 DescribeQuorumResponse(
-                    ErrorCode.NOT_LEADER_OR_FOLLOWER, self.known_leader(), self.epoch
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER, core.known_leader(), core.epoch
                 ),
             )
             return
-        ls.progress.expire_observers(self.now, self.config.observer_expiry_ms)
-        voters, observers = ls.progress.describe(self.now, self.log.end_offset())
-        self.reply(
+        ls.progress.expire_observers(core.now, core.config.observer_expiry_ms)
+        voters, observers = ls.progress.describe(core.now, core.log.end_offset())
+        core.reply(
             token,
             DescribeQuorumResponse(
-                ErrorCode.NONE, self.node_id, self.epoch, self.high_watermark, voters, observers,
-                log_start_offset=self.log.start_offset(),
-                latest_snapshot=self.snapshots.latest_id(),
-                endpoints=tuple((v.node_id, v.endpoints) for v in self.voter_set.voters),
+                ErrorCode.NONE, core.node_id, core.epoch, core.high_watermark, voters, observers,
+                log_start_offset=core.log.start_offset(),
+                latest_snapshot=core.snapshots.latest_id(),
+                endpoints=tuple((v.node_id, v.endpoints) for v in core.voter_set.voters),
                 target_voters=ls.reassignment_target,
             ),
         )

@@ -1,15 +1,24 @@
 """The leader's state: the bookkeeping of one leader epoch, a value that exists only while the
-node leads (``LeaderMixin.leader_state``) and is discarded, answering what still waits on it,
-when it stops (``LeaderMixin.on_leave_leader``). As ``Following`` and ``Campaign`` are the
-follower's and the candidate's."""
+node leads (``CoreState.leader_state``) and is discarded, answering what still waits on it
+(``LeaderState.farewell``), when it stops (``CoreState.transition``). As ``Following`` and
+``Campaign`` are the follower's and the candidate's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kraft_spark.raft.messages import FetchRequest
+from kraft_spark.raft.messages import (
+    NO_LEADER,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    ProduceResponse,
+    ReadIndexResponse,
+    VoterChangeResponse,
+)
 from kraft_spark.raft.progress import LeaderProgress
 from kraft_spark.raft.read_index import ReadIndexTracker
+from kraft_spark.raft.ready import Reply
 from kraft_spark.raft.state import NEVER
 from kraft_spark.raft.voter_change import VoterChangeSlot
 
@@ -66,3 +75,26 @@ class LeaderState:
     lone_appends: int = 0
     # Linearizable reads waiting for a majority to confirm this leader (read_index.py).
     reads: ReadIndexTracker = field(default_factory=ReadIndexTracker)
+
+    def farewell(self, *, leader: int, epoch: int, high_watermark: int) -> list[Reply]:
+        """The answers to everything still waiting on ``leader``, which stops leading in
+        ``epoch``: the outcome of pending appends and of a voter change is unknown to it now
+        (they may still commit under the next leader)."""
+        replies: list[Reply] = []
+        change = self.voter_change.abandon()
+        if change is not None and change.token is not None:
+            replies.append(Reply(change.token, VoterChangeResponse(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"leadership lost before {change.description} committed; it may still commit",
+                leader, epoch)))
+        for waiter in self.waiters:
+            replies.append(Reply(waiter.token, ProduceResponse(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, NO_LEADER, epoch,
+                message="leadership lost before commit; the append may still commit")))
+        for parked in self.parked:
+            replies.append(Reply(parked.token, FetchResponse(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, leader, epoch, high_watermark)))
+        for read in self.reads.take_all():  # a node that is not the leader answers no read
+            replies.append(Reply(read.token, ReadIndexResponse(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, leader, epoch)))
+        return replies

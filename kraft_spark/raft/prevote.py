@@ -28,81 +28,29 @@ Rules, Kafka's where Kafka has one:
   the leader handed over, so there is nothing to protect.
 * A candidate whose election fails goes back to Prospective, so repeated failures do not
   raise the epoch either.
+
+The prospective's round is ``Elections.become_prospective`` (elections.py), counted by the
+same ``VoteTally`` as a candidate's; this module answers a pre-vote.
 """
 
 from __future__ import annotations
 
-from kraft_spark.raft.base import InFlight
-from kraft_spark.raft.campaign import Campaign
-from kraft_spark.raft.elections import ElectionMixin
-from kraft_spark.raft.messages import NO_LEADER, ErrorCode, VoteRequest, VoteResponse
-from kraft_spark.raft.quorum import VoteTally
-from kraft_spark.raft.state import Role
-from kraft_spark.raft.vote_rules import (
-    election_timeout_ms,
-    log_is_up_to_date,
-)
+from kraft_spark.raft.base import CoreState
+from kraft_spark.raft.messages import ErrorCode, VoteRequest, VoteResponse
+from kraft_spark.raft.vote_rules import log_is_up_to_date
 
 
-class PreVoteMixin(ElectionMixin):
-    # ------------------------------------------------------------------ prospective
-
-    def become_prospective(self) -> None:
-        """Start a round of pre-votes in our current epoch (no epoch change, no vote cast)."""
-        assert self.may_vote, "non-voting nodes never campaign"
-        retries = self.rounds_lost()
-        self.transition(Role.PROSPECTIVE, self.epoch, NO_LEADER, self.voted_id)
-        self.campaign = Campaign(VoteTally.opened_by(self.node_id), pre_vote=True,
-                                 retries=retries)
-        self.election_deadline = self.now + election_timeout_ms(
-            self.rng, self.config.election_timeout_ms
-        )
-        self._ask_voters(pre_vote=True)
-        self._settle_round()
-
-    def campaign_now(self, now_ms: int) -> None:
-        """Become a candidate at ``now_ms`` without a pre-vote round (scripted scenarios)."""
-        self.now = max(self.now, now_ms)
-        self.become_candidate()
-
-    def handle_pre_vote_response(self, pending: InFlight, src: int, resp: VoteResponse) -> None:
-        if resp.leader_epoch > self.epoch:
-            self.observe_epoch(resp.leader_epoch, resp.leader_id)
-            return
-        if self.role is not Role.PROSPECTIVE or pending.epoch != self.epoch:
-            return
-        if resp.error == ErrorCode.NONE and resp.vote_granted:
-            # A grant may still name the leader of our epoch: one the voter does not hear
-            # from any more. Following it would undo the round (the simulator found two
-            # voters sending each other back to a dead leader this way, --seed 1).
-            self.campaigning.tally.grant(src)
-        else:
-            self.campaigning.tally.reject(src)
-            # Refused by a voter that hears from the leader of our epoch: follow it.
-            if self.observe_epoch(resp.leader_epoch, resp.leader_id):
-                return
-        self._settle_round()
-
-    def on_pre_vote_refused(self, pending: InFlight) -> None:
-        """The voter's host refused the connection: it will not grant anything soon."""
-        if self.role is not Role.PROSPECTIVE or pending.epoch != self.epoch:
-            return
-        self.campaigning.tally.reject(pending.dest)  # no effect once that voter granted
-        self._settle_round()
-
-    # ------------------------------------------------------------------ voter
-
-    def handle_pre_vote_request(self, token: object, req: VoteRequest) -> None:
-        """Answer without changing anything (see the module docstring), once the checks of
-        every vote passed (``refuse_vote_request``: cluster, epoch, known candidate, voter
-        key)."""
-        granted = (
-            req.candidate_epoch >= self.epoch
-            and self.may_grant_votes
-            and not self.hears_from_leader()
-            and log_is_up_to_date(req.last_offset_epoch, req.last_offset,
-                                  self.log.last_epoch(), self.log.end_offset())
-        )
-        error = ErrorCode.FENCED_LEADER_EPOCH if req.candidate_epoch < self.epoch else (
-            ErrorCode.NONE)
-        self.reply(token, VoteResponse(error, self.known_leader(), self.epoch, granted))
+def pre_vote_answer(core: CoreState, req: VoteRequest) -> VoteResponse:
+    """The answer to a pre-vote, which changes nothing here (see the module docstring), once
+    the checks of every vote passed (``Elections.refuse_vote_request``: cluster, epoch, known
+    candidate, voter key)."""
+    granted = (
+        req.candidate_epoch >= core.epoch
+        and core.may_grant_votes
+        and not core.hears_from_leader()
+        and log_is_up_to_date(req.last_offset_epoch, req.last_offset,
+                              core.log.last_epoch(), core.log.end_offset())
+    )
+    error = ErrorCode.FENCED_LEADER_EPOCH if req.candidate_epoch < core.epoch else (
+        ErrorCode.NONE)
+    return VoteResponse(error, core.known_leader(), core.epoch, granted)

@@ -32,95 +32,108 @@ from kraft_spark.raft.snapshot_api import InvalidSnapshotError
 from kraft_spark.raft.state import Role
 
 
-class SnapshotFetchMixin(CoreState):
+class SnapshotTransfer:
+    """Both ends of a snapshot's transfer: the leader's FetchSnapshot answers and a
+    follower's or observer's download."""
+
+    def __init__(self, core: CoreState) -> None:
+        self.core = core
+
     # ------------------------------------------------------------------ leader side
 
     def _fetch_snapshot_error(self, error: ErrorCode) -> FetchSnapshotResponse:
-        return FetchSnapshotResponse(error, self.known_leader(), self.epoch)
+        return FetchSnapshotResponse(error, self.core.known_leader(), self.core.epoch)
 
-    def handle_fetch_snapshot_request(self, token: object, req: FetchSnapshotRequest) -> None:
-        if req.cluster_id != self.cluster_id:
-            self.reply(token, self._fetch_snapshot_error(ErrorCode.INCONSISTENT_CLUSTER_ID))
+    def serve_chunk(self, token: object, req: FetchSnapshotRequest) -> None:
+        core = self.core
+        if req.cluster_id != core.cluster_id:
+            core.reply(token, self._fetch_snapshot_error(ErrorCode.INCONSISTENT_CLUSTER_ID))
             return
-        if req.current_leader_epoch < self.epoch:
-            self.reply(token, self._fetch_snapshot_error(ErrorCode.FENCED_LEADER_EPOCH))
+        if req.current_leader_epoch < core.epoch:
+            core.reply(token, self._fetch_snapshot_error(ErrorCode.FENCED_LEADER_EPOCH))
             return
-        if req.current_leader_epoch > self.epoch:
-            self.reply(token, self._fetch_snapshot_error(ErrorCode.UNKNOWN_LEADER_EPOCH))
+        if req.current_leader_epoch > core.epoch:
+            core.reply(token, self._fetch_snapshot_error(ErrorCode.UNKNOWN_LEADER_EPOCH))
             return
-        if self.role is not Role.LEADER:
-            self.reply(token, self._fetch_snapshot_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        if core.role is not Role.LEADER:
+            core.reply(token, self._fetch_snapshot_error(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             return
-        size = self.snapshots.size(req.snapshot_id)
+        size = core.snapshots.size(req.snapshot_id)
         if size is None:
-            self.reply(token, self._fetch_snapshot_error(ErrorCode.SNAPSHOT_NOT_FOUND))
+            core.reply(token, self._fetch_snapshot_error(ErrorCode.SNAPSHOT_NOT_FOUND))
             return
         if req.position < 0 or req.position >= size:
-            self.reply(token, self._fetch_snapshot_error(ErrorCode.POSITION_OUT_OF_RANGE))
+            core.reply(token, self._fetch_snapshot_error(ErrorCode.POSITION_OUT_OF_RANGE))
             return
-        budget = max(1, min(req.max_bytes, self.config.snapshot_chunk_bytes))
-        data = self.snapshots.read_chunk(req.snapshot_id, req.position, budget)
+        budget = max(1, min(req.max_bytes, core.config.snapshot_chunk_bytes))
+        data = core.snapshots.read_chunk(req.snapshot_id, req.position, budget)
         # A voter downloading a snapshot is alive: it counts for check-quorum (as in Kafka).
-        self.on_replica_contact(req.replica_id)
-        self.reply(
+        ls = core.leader_state
+        if ls is not None:
+            ls.progress.on_contact(req.replica_id, core.now)
+        core.reply(
             token,
             FetchSnapshotResponse(
-                ErrorCode.NONE, self.node_id, self.epoch, req.snapshot_id, size, req.position,
+                ErrorCode.NONE, core.node_id, core.epoch, req.snapshot_id, size, req.position,
                 data,
             ),
         )
 
     # ------------------------------------------------------------------ follower side
 
-    def begin_snapshot_fetch(self, leader: int, snapshot_id: OffsetAndEpoch) -> None:
+    def begin_download(self, leader: int, snapshot_id: OffsetAndEpoch) -> None:
         """The leader's log starts after our fetch offset: download ``snapshot_id``."""
-        download = self.download
+        core = self.core
+        download = core.download
         if download is None or download.snapshot_id != snapshot_id:
             if download is not None:
                 download.abort()
             try:
-                self.download = self.snapshots.begin_download(snapshot_id)
+                core.download = core.snapshots.begin_download(snapshot_id)
             except (InvalidSnapshotError, OSError) as exc:
-                self.events.append(SnapshotEvent(SnapshotStep.UNAVAILABLE, str(snapshot_id),
+                core.events.append(SnapshotEvent(SnapshotStep.UNAVAILABLE, str(snapshot_id),
                                                  str(exc)))
-                self.next_fetch_at = self.now + self.config.retry_backoff_ms
+                core.next_fetch_at = core.now + core.config.retry_backoff_ms
                 return
-            self.events.append(SnapshotEvent(
+            core.events.append(SnapshotEvent(
                 SnapshotStep.FETCHING, f"{snapshot_id.offset}-{snapshot_id.epoch}",
-                f"from node {leader} (our log ends at {self.log.end_offset()})"))
+                f"from node {leader} (our log ends at {core.log.end_offset()})"))
         self._send_fetch_snapshot(leader)
 
     def _send_fetch_snapshot(self, leader: int) -> None:
-        download = self.download
+        core = self.core
+        download = core.download
         assert download is not None
         request = FetchSnapshotRequest(
-            cluster_id=self.cluster_id,
-            replica_id=self.node_id,
-            current_leader_epoch=self.epoch,
+            cluster_id=core.cluster_id,
+            replica_id=core.node_id,
+            current_leader_epoch=core.epoch,
             snapshot_id=download.snapshot_id,
             position=download.position(),
-            max_bytes=self.config.snapshot_chunk_bytes,
+            max_bytes=core.config.snapshot_chunk_bytes,
         )
-        self.fetch_in_flight = self.send(
-            leader, "fetch_snapshot", request, self.config.request_timeout_ms
+        core.fetch_in_flight = core.send(
+            leader, "fetch_snapshot", request, core.config.request_timeout_ms
         )
 
-    def abort_snapshot_fetch(self, why: str) -> None:
-        if self.download is not None:
-            self.events.append(SnapshotEvent(SnapshotStep.ABORTED, detail=why))
-            self.download.abort()
-            self.download = None
+    def abort_download(self, why: str) -> None:
+        core = self.core
+        if core.download is not None:
+            core.events.append(SnapshotEvent(SnapshotStep.ABORTED, detail=why))
+            core.download.abort()
+            core.download = None
 
-    def handle_fetch_snapshot_response(
+    def handle_chunk(
         self, request_id: int, pending: InFlight, resp: FetchSnapshotResponse
     ) -> None:
-        if request_id != self.fetch_in_flight:
+        core = self.core
+        if request_id != core.fetch_in_flight:
             return
-        self.fetch_in_flight = None
-        if self.observe_epoch(resp.leader_epoch, resp.leader_id):
-            self.abort_snapshot_fetch("a new leader")
+        core.fetch_in_flight = None
+        if core.observe_epoch(resp.leader_epoch, resp.leader_id):
+            self.abort_download("a new leader")
             return
-        download = self.download
+        download = core.download
         if (
             resp.error != ErrorCode.NONE
             or download is None
@@ -128,44 +141,45 @@ class SnapshotFetchMixin(CoreState):
             or resp.position != download.position()
             or not resp.data
         ):
-            self.abort_snapshot_fetch(f"the leader answered {resp.error.name}")
-            self.next_fetch_at = self.now + self.config.retry_backoff_ms
+            self.abort_download(f"the leader answered {resp.error.name}")
+            core.next_fetch_at = core.now + core.config.retry_backoff_ms
             return
-        self.push_fetch_deadline()
+        core.push_fetch_deadline()
         try:
             download.write(resp.position, resp.data)
             done = download.position() >= resp.size
             if done:
                 download.complete()
         except (InvalidSnapshotError, OSError) as exc:
-            self.download = None
+            core.download = None
             download.abort()
-            self.events.append(SnapshotEvent(SnapshotStep.REFUSED, str(download.snapshot_id),
+            core.events.append(SnapshotEvent(SnapshotStep.REFUSED, str(download.snapshot_id),
                                              str(exc)))
-            self.next_fetch_at = self.now + self.config.retry_backoff_ms
+            core.next_fetch_at = core.now + core.config.retry_backoff_ms
             return
         if not done:
             self._send_fetch_snapshot(pending.dest)
             return
-        self.download = None
+        core.download = None
         self._install_snapshot(download.snapshot_id)
-        self.next_fetch_at = self.now
-        self._maybe_send_fetch()
+        core.next_fetch_at = core.now
+        core.maybe_send_fetch()
 
     def _install_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
         """The downloaded snapshot is durable in the store: the log restarts after it."""
-        self.log.truncate_fully_to(snapshot_id.offset)
+        core = self.core
+        core.log.truncate_fully_to(snapshot_id.offset)
         try:
-            self.producers.load(self.snapshots.producer_state())
+            core.producers.load(core.snapshots.producer_state())
         except ValueError:
-            self.producers.load(b"")
-        self.history.reset(self.snapshot_voters())
-        self.voters_changed()
-        self.truncated_to = snapshot_id.offset
-        self.snapshot_installed = snapshot_id
-        if snapshot_id.offset > self.high_watermark:
-            self.high_watermark = snapshot_id.offset
-            self.hw_changed_to = snapshot_id.offset
-        self.events.append(SnapshotEvent(SnapshotStep.INSTALLED,
+            core.producers.load(b"")
+        core.history.reset(core.snapshot_voters())
+        core.voters_changed()
+        core.truncated_to = snapshot_id.offset
+        core.snapshot_installed = snapshot_id
+        if snapshot_id.offset > core.high_watermark:
+            core.high_watermark = snapshot_id.offset
+            core.hw_changed_to = snapshot_id.offset
+        core.events.append(SnapshotEvent(SnapshotStep.INSTALLED,
                                          f"{snapshot_id.offset}-{snapshot_id.epoch}",
                                          str(snapshot_id.offset)))

@@ -34,7 +34,7 @@ class VoterChangeSlot:
     step_down_due: bool = False
 
     def start(self, change: PendingVoterChange) -> None:
-        # Rule 1 (one at a time) is MembershipMixin._rule_change_blocked's, checked before
+        # Rule 1 (one at a time) is VoterChanges._rule_change_blocked's, checked before
         # every change; the simulator's injected bug that breaks it must reach the checker.
         self.pending = change
 

@@ -156,7 +156,7 @@ def test_a_refusal_from_another_node_than_the_leader_is_ignored() -> None:
     core.on_request_failed(T0 + 2, old_fetch, refused=True)
     assert core.followed.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
     # And directly: a refused Fetch to a node that is not our leader, in our epoch.
-    core.maybe_hasten_election(InFlight(dest=1, kind="fetch", epoch=2, deadline=T0 + 99))
+    core.fetching.maybe_hasten_election(InFlight(dest=1, kind="fetch", epoch=2, deadline=T0 + 99))
     assert core.followed.fetch_deadline == T0 + 1 + CONFIG.fetch_timeout_ms
     assert not core.followed.refused
 
