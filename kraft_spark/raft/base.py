@@ -31,6 +31,7 @@ from kraft_spark.raft.messages import (
 )
 from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.ready import Outbound, Reply
+from kraft_spark.raft.roles import UNATTACHED, RoleValue, role_of
 from kraft_spark.raft.snapshot_api import SnapshotDownload, SnapshotStore
 from kraft_spark.raft.snapshot_log import SnapshotAwareLog
 from kraft_spark.raft.state import NEVER, PersistedState, Role, check_transition
@@ -102,16 +103,13 @@ class CoreState:
         self.voted_directory_id = NIL_DIRECTORY
         self.pending_catch_up = False
         self.persist_needed = False
-        # --- role
-        self.role = Role.UNATTACHED
+        # --- role: one value, whose type is the role (roles.py); ``role`` is derived from it,
+        # and both are written only together (``_enter``).
+        self.role_value: RoleValue = UNATTACHED
+        self._role = Role.UNATTACHED
         self.high_watermark = 0  # never decreases within one run of the node
+        # Unattached, Resigned, Prospective and Candidate: when the election timer fires.
         self.election_deadline = NEVER
-        # Prospective or Candidate: its round and backoff (campaign.py); None in other roles.
-        self.campaign: Campaign | None = None
-        # Follower: the leader it follows (following.py); None in every other role.
-        self.following: Following | None = None
-        # Leader: its epoch's bookkeeping (leader_state.py); None in every other role.
-        self.leader_state: LeaderState | None = None
         # The fetch loop, a follower's and an observer's looking for the leader.
         self.fetch_in_flight: int | None = None
         self.next_fetch_at = 0
@@ -232,22 +230,54 @@ class CoreState:
 
     # ------------------------------------------------------------------ transitions
 
-    def transition(self, role: Role, epoch: int, leader_id: int, voted_id: int) -> None:
-        """The one place roles change. Persists when epoch, leader or vote changed."""
+    # ------------------------------------------------------------------ the role's value
+
+    @property
+    def campaign(self) -> Campaign | None:
+        """Prospective or Candidate: its round and backoff (campaign.py); else None."""
+        value = self.role_value
+        return value if isinstance(value, Campaign) else None
+
+    @property
+    def following(self) -> Following | None:
+        """Follower: the leader it follows (following.py); else None."""
+        value = self.role_value
+        return value if isinstance(value, Following) else None
+
+    @property
+    def leader_state(self) -> LeaderState | None:
+        """Leader: its epoch's bookkeeping (leader_state.py); else None."""
+        value = self.role_value
+        return value if isinstance(value, LeaderState) else None
+
+    @property
+    def role(self) -> Role:
+        """The role ``role_value`` stands for (kept beside it: read on every input)."""
+        return self._role
+
+    def _enter(self, value: RoleValue) -> None:
+        """The only writer of the role: its value, and the role that value stands for."""
+        self.role_value = value
+        self._role = role_of(value)
+
+    # ------------------------------------------------------------------ transitions
+
+    def transition(self, value: RoleValue, epoch: int, leader_id: int, voted_id: int) -> None:
+        """The one place roles change, into ``value`` (a new one for every role entered, so
+        nothing of the last role carries over). Persists when epoch, leader or vote changed."""
         if epoch < self.epoch:
             raise AssertionError(f"epoch may not decrease ({self.epoch} -> {epoch})")
         check_transition(
-            self.role, role, may_vote=self.may_vote, epoch_changed=epoch != self.epoch
+            self.role, role_of(value), may_vote=self.may_vote, epoch_changed=epoch != self.epoch
         )
         if self.role is Role.LEADER:
             self._leave_leadership()
         if (epoch, leader_id, voted_id) != (self.epoch, self.known_leader(), self.voted_id):
             self.persist_needed = True
-        self.role, self.epoch, self.leader_id, self.voted_id = role, epoch, leader_id, voted_id
+        self._enter(value)
+        self.epoch, self.leader_id, self.voted_id = epoch, leader_id, voted_id
         self.fetch_in_flight = None
-        self.following = None  # become_follower makes a new one: nothing carries over
         self.awaiting_flush = False
-        self.campaign = None  # each round is a new one (become_prospective, become_candidate)
         if self.download is not None:  # a snapshot download belongs to one leader and role
             self.download.abort()
             self.download = None
@@ -257,7 +287,6 @@ class CoreState:
     def _leave_leadership(self) -> None:
         """Answer everything still waiting on this leader (``LeaderState.farewell``)."""
         ls = self.leader_state
-        self.leader_state = None
         if ls is not None:
             self.replies.extend(ls.farewell(leader=self.known_leader(), epoch=self.epoch,
                                             high_watermark=self.high_watermark))
@@ -271,15 +300,16 @@ class CoreState:
 
     def become_unattached(self, epoch: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
-        self.transition(Role.UNATTACHED, epoch, NO_LEADER, voted)
+        self.transition(UNATTACHED, epoch, NO_LEADER, voted)
         self.arm_unattached_timer()
 
     def become_follower(self, epoch: int, leader_id: int) -> None:
         voted = self.voted_id if epoch == self.epoch else NO_LEADER
-        self.transition(Role.FOLLOWER, epoch, leader_id, voted)
-        jitter = (fetch_timeout_jitter_ms(self.rng, self.config.max_fetch_jitter_ms)
-                  if self.may_vote else 0)
-        self.following = Following(jitter_ms=jitter)
+        following = Following()
+        self.transition(following, epoch, leader_id, voted)
+        # Drawn once the old role is left (a leader leaving may stop being a voter).
+        if self.may_vote:
+            following.jitter_ms = fetch_timeout_jitter_ms(self.rng, self.config.max_fetch_jitter_ms)
         self.push_fetch_deadline()
         self.next_fetch_at = self.now
         if leader_id in self.voters:

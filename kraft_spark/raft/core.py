@@ -81,6 +81,7 @@ from kraft_spark.raft.messages import (
 )
 from kraft_spark.raft.prevote import pre_vote_answer
 from kraft_spark.raft.ready import Ready
+from kraft_spark.raft.roles import RESIGNED, UNATTACHED
 from kraft_spark.raft.snapshot_api import NoSnapshots, SnapshotStore
 from kraft_spark.raft.snapshot_fetch import SnapshotTransfer
 from kraft_spark.raft.state import PersistedState, Role
@@ -158,16 +159,15 @@ class RaftCore(CoreState):
             self.persist_needed = True
         if self.leader_id == self.node_id and self.may_vote:
             # A leader that restarts does not lead again in the same epoch (Kafka: Resigned).
-            self.role = Role.RESIGNED
+            self._enter(RESIGNED)
             self.election_deadline = now_ms + election_timeout_ms(
                 rng, config.election_timeout_ms
             )
         elif self.leader_id not in (NO_LEADER, self.node_id):
-            self.role = Role.FOLLOWER
-            self.following = Following()  # no jitter drawn at a restart
+            self._enter(Following())  # no jitter drawn at a restart
             self.push_fetch_deadline()
         else:
-            self.role = Role.UNATTACHED
+            self._enter(UNATTACHED)
             self.leader_id = NO_LEADER
             self.arm_unattached_timer()
         if disk_lost and state.pending_catch_up != self.pending_catch_up:

@@ -55,9 +55,8 @@ class Elections:
         core = self.core
         assert core.may_vote, "non-voting nodes never campaign"
         retries = core.rounds_lost()
-        core.transition(Role.PROSPECTIVE, core.epoch, NO_LEADER, core.voted_id)
-        core.campaign = Campaign(VoteTally.opened_by(core.node_id), pre_vote=True,
-                                 retries=retries)
+        round_ = Campaign(VoteTally.opened_by(core.node_id), pre_vote=True, retries=retries)
+        core.transition(round_, core.epoch, NO_LEADER, core.voted_id)
         core.election_deadline = core.now + election_timeout_ms(
             core.rng, core.config.election_timeout_ms
         )
@@ -103,10 +102,9 @@ class Elections:
         core = self.core
         assert core.may_vote, "non-voting nodes never campaign"
         retries = core.rounds_lost()
-        core.transition(Role.CANDIDATE, core.epoch + 1, NO_LEADER, core.node_id)
+        round_ = Campaign(VoteTally.opened_by(core.node_id), pre_vote=False, retries=retries)
+        core.transition(round_, core.epoch + 1, NO_LEADER, core.node_id)
         core.elections_started += 1
-        core.campaign = Campaign(VoteTally.opened_by(core.node_id), pre_vote=False,
-                                 retries=retries)
         core.election_deadline = core.now + election_timeout_ms(
             core.rng, core.config.election_timeout_ms
         )

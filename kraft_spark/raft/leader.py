@@ -24,7 +24,8 @@ from kraft_spark.raft.progress import LeaderProgress
 from kraft_spark.raft.read_index import PendingRead
 from kraft_spark.raft.records import Batch, LeaderChange, leader_change_batch
 from kraft_spark.raft.replication import diverging_epoch, snapshot_to_send
-from kraft_spark.raft.state import NEVER, Role
+from kraft_spark.raft.roles import RESIGNED, UNATTACHED
+from kraft_spark.raft.state import NEVER
 from kraft_spark.raft.vote_rules import election_timeout_ms
 
 # Appends count as one writer at a time (QuorumConfig.lone_append_hold_ms applies) once none
@@ -75,7 +76,6 @@ class Leadership:
         # The LeaderChange record names who granted the round just won.
         core = self.core
         granting = tuple(sorted(core.campaigning.tally.granted))
-        core.transition(Role.LEADER, core.epoch, core.node_id, core.node_id)
         start = core.log.end_offset()
         others = {v for v in core.voters if v != core.node_id}
         ls = LeaderState(
@@ -84,7 +84,7 @@ class Leadership:
             started_ms=core.now,
             unendorsed=set(others),
         )
-        core.leader_state = ls
+        core.transition(ls, core.epoch, core.node_id, core.node_id)
         change = LeaderChange(
             leader_id=core.node_id,
             voters=core.voters,
@@ -128,7 +128,7 @@ class Leadership:
         ls = core.leader_state
         assert ls is not None
         successors = ls.progress.preferred_successors()
-        core.transition(Role.RESIGNED, core.epoch, core.node_id, core.voted_id)
+        core.transition(RESIGNED, core.epoch, core.node_id, core.voted_id)
         core.election_deadline = core.now + election_timeout_ms(
             core.rng, core.config.election_timeout_ms
         )
@@ -507,7 +507,7 @@ class Leadership:
         core = self.core
         successors = tuple(v for v in ls.progress.preferred_successors() if v in core.voters)
         ls.voter_change.step_down_due = False
-        core.transition(Role.UNATTACHED, core.epoch, NO_LEADER, core.voted_id)
+        core.transition(UNATTACHED, core.epoch, NO_LEADER, core.voted_id)
         core.is_voter = False
         core.arm_unattached_timer()
         request = self.end_quorum_epoch_request(successors)
