@@ -44,6 +44,7 @@ def checkpoint(store: TableStore, table: str, min_commits: int) -> int | None:
     if version < 0 or version - _last_checkpoint_version(store, table) < min_commits:
         return None
     delta.create_checkpoint()
+    store.checkpoint_durable(table, version)  # delta-rs does not fsync
     return version
 
 

@@ -54,6 +54,7 @@ def create_tables(store: TableStore) -> list[str]:
             configuration={**TABLE_PROPERTIES, **TABLE_EXTRA_PROPERTIES.get(table, {})},
             storage_options=store.storage_options(),
         )
+        store.created_durable(table)  # delta-rs does not fsync
         created.append(table)
     return created
 
@@ -69,6 +70,8 @@ def add_missing_columns(store: TableStore) -> list[str]:
         if column in {f.name for f in delta.schema().fields}:
             continue
         delta.alter.add_columns(Field.from_json(SCHEMAS[table][column].json()))
+        delta.update_incremental()
+        store.commit_durable(table, int(delta.version()))  # delta-rs does not fsync
         added.append(f"{table}.{column}")
     return added
 

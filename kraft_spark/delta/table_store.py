@@ -163,6 +163,33 @@ class TableStore:
         log_dir = os.path.join(self.uri(table), "_delta_log")
         make_durable(os.path.join(log_dir, f"{version:020d}.json"), log_dir)
 
+    def checkpoint_durable(self, table: str, version: int) -> None:
+        """Make the checkpoint of ``version`` delta-rs just wrote durable on a local directory:
+        its Parquet part(s), then ``_last_checkpoint`` (which names it), then ``_delta_log``.
+        A torn checkpoint that ``_last_checkpoint`` names would send every reader back to the
+        JSON commits at best. Nothing on an object store."""
+        if not self.local:
+            return
+        log_dir = os.path.join(self.uri(table), "_delta_log")
+        fs = RealFileSystem()
+        prefix = f"{version:020d}.checkpoint"
+        for name in sorted(os.listdir(log_dir)):
+            if name.startswith(prefix) and name.endswith(".parquet"):
+                fs.fsync(os.path.join(log_dir, name))
+        make_durable(os.path.join(log_dir, "_last_checkpoint"), log_dir)
+
+    def created_durable(self, table: str) -> None:
+        """Make a table delta-rs just created durable on a local directory: its first commit
+        and ``_delta_log``, then the directories that hold them (``_delta_log`` in the table's,
+        the table's in the warehouse). A power loss must not leave a torn first commit, which
+        no reader could open. Nothing on an object store (the PUT already was)."""
+        if not self.local:
+            return
+        self.commit_durable(table, 0)
+        directory = self.uri(table)
+        make_durable(os.path.join(directory, "_delta_log"), directory)
+        make_durable(directory, self.root)
+
     def _filesystem(self, table: str) -> Any:
         """A pyarrow file system rooted at ``table`` on delta-rs's own object store (its
         documented ``DeltaStorageHandler``), so files go where, and with the credentials,

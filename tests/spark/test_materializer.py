@@ -528,8 +528,10 @@ def test_a_history_read_racing_a_commit_is_not_cached(
 def test_in_process_appends_are_durable_before_and_after_their_commit(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Parquet file (and its directory entry) is fsync'd before the commit that adds it,
-    and the commit file (and _delta_log) before the next commit starts."""
+    """Each table's creation is durable (its first commit, _delta_log, the table's own entry
+    in the warehouse: delta-rs fsyncs none of them). The Parquet file (and its directory
+    entry) is fsync'd before the commit that adds it, and the commit file (and _delta_log)
+    before the next commit starts."""
     make_durable = table_store_module.make_durable
     records = tmp_path / RECORDS
     seen: list[tuple[str, list[str]]] = []  # (path, the records commits at that moment)
@@ -540,11 +542,19 @@ def test_in_process_appends_are_durable_before_and_after_their_commit(
         make_durable(file, directory)
 
     materializer = DeltaMaterializer(spark, str(tmp_path))
-    materializer.prepare()
     monkeypatch.setattr(table_store_module, "make_durable", recording)
+    materializer.prepare()
+    created, commit = (f"{v:020d}.json" for v in (0, 1))
+    paths = [path for path, _ in seen]
+    for table in TABLES:
+        log_dir = tmp_path / table / "_delta_log"
+        made = [str(log_dir / created), str(log_dir), str(log_dir), str(tmp_path / table),
+                str(tmp_path / table), str(tmp_path)]
+        first = paths.index(made[0])
+        assert paths[first:first + len(made)] == made, table
+    seen.clear()
     materializer.write(logdata.log()[:2], 5, (RECORDS,))
     data_file = next(records.glob("*.parquet"))
-    created, commit = (f"{v:020d}.json" for v in (0, 1))
     assert seen == [
         (str(data_file), [created]),  # before the commit
         (str(records), [created]),
@@ -647,10 +657,11 @@ def test_tables_created_by_delta_rs_equal_those_spark_creates(
     assert made[True][RECORDS][1]["properties"]["delta.checkpointInterval"] == "100"
 
 
-def test_checkpoint_when_due(spark: Any, tmp_path: Path) -> None:
-    """delta-rs writes the checkpoint on demand; Spark reads the table from it and the offsets
-    resume. Through Spark (a URI delta-rs does not open) the checkpoints are Delta's automatic
-    ones: ``checkpoint`` does nothing."""
+def test_checkpoint_when_due(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """delta-rs writes the checkpoint on demand, made durable here (delta-rs fsyncs nothing):
+    the checkpoint, then ``_last_checkpoint`` that names it. Spark reads the table from it and
+    the offsets resume. Through Spark (a URI delta-rs does not open) the checkpoints are
+    Delta's automatic ones: ``checkpoint`` does nothing."""
     batches = logdata.log()
     assert DeltaMaterializer(spark, str(tmp_path / "spark"), in_process=False).checkpoint(
         RECORDS, min_commits=0) is None
@@ -662,8 +673,19 @@ def test_checkpoint_when_due(spark: Any, tmp_path: Path) -> None:
     log_dir = tmp_path / RECORDS / "_delta_log"
     assert not list(log_dir.glob("*.checkpoint.parquet"))
     assert materializer.checkpoint(RECORDS, min_commits=10) is None
+    synced: list[str] = []
+    real_fsync = table_store_module.RealFileSystem.fsync
+
+    def recording_fsync(fs: Any, path: str) -> None:
+        synced.append(path)
+        real_fsync(fs, path)
+
+    monkeypatch.setattr(table_store_module.RealFileSystem, "fsync", recording_fsync)
     assert materializer.checkpoint(RECORDS, min_commits=5) == 7
+    monkeypatch.undo()
     assert (log_dir / f"{7:020d}.checkpoint.parquet").is_file()
+    assert synced == [str(log_dir / f"{7:020d}.checkpoint.parquet"),
+                      str(log_dir / "_last_checkpoint")]
     assert materializer.checkpoint(RECORDS, min_commits=1) is None  # nothing since
     _clear_delta_log_cache(spark)
     assert read_records(spark, tmp_path) == logdata.record_rows(batches)
