@@ -1,4 +1,5 @@
-"""Candidates and votes: campaigning, granting votes, backoff, graceful succession."""
+"""Campaigning and votes: pre-votes (a Prospective's round; what a pre-vote is: prevote.py), votes
+(a Candidate's), granting votes, backoff after a lost round, graceful succession."""
 
 from __future__ import annotations
 
