@@ -58,12 +58,8 @@ def commit_in_process(store: TableStore, table: str, data: list[tuple[Any, ...]]
         try:  # on top of that version, the one checked
             if table == SNAPSHOT and data:
                 version = int(delta.version()) + 1
-                kept = set(delta.file_uris()) if store.local else set()
                 rs_merge.merge_snapshot(delta, data, meta)  # no Spark job
-                if store.local:  # the files the MERGE wrote, then its commit
-                    delta.update_incremental()
-                    store.files_durable(table, [f for f in delta.file_uris() if f not in kept])
-                store.commit_durable(table, version)
+                store.written_commits_durable(table, version, version)
             else:
                 append_rows(delta, store, table, data, meta)  # no JVM
             return

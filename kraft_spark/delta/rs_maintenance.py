@@ -61,16 +61,13 @@ def compact(store: TableStore, table: str, files: int, target_bytes: int) -> Com
     appends, which it does not conflict with."""
     started = time.monotonic()
     delta = open_table(store, table)
-    before, kept = int(delta.version()), set(delta.file_uris())
+    before = int(delta.version())
     metrics = delta.optimize.compact(target_size=target_bytes)
     if store.local:
         # As for the materializer's own commits: the new files, then the commit, durable
         # before anything else is committed on top (a gap in the log is unreadable).
         delta.update_incremental()
-        written = [f for f in delta.file_uris() if f not in kept]
-        store.files_durable(table, written)
-        for version in range(before + 1, int(delta.version()) + 1):
-            store.commit_durable(table, version)
+        store.written_commits_durable(table, before + 1, int(delta.version()))
     return Compaction(
         table=table,
         files_before=files,

@@ -17,6 +17,7 @@ with its storage options. Durability differs, and this is the one place that kno
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
@@ -143,17 +144,28 @@ class TableStore:
         with fs.open_input_file(name) as fh:
             return bytes(fh.read())
 
-    def files_durable(self, table: str, files: list[str]) -> None:
-        """fsync ``files`` of ``table`` (as delta-rs lists them: paths or ``file://`` URIs) and
-        the table's directory, on a local directory (files delta-rs wrote, which it does not
-        fsync); nothing on an object store."""
-        if not self.local or not files:
+    def written_commits_durable(self, table: str, first: int, last: int) -> None:
+        """Make commits ``first``..``last`` of ``table`` that delta-rs wrote with their own data
+        files (a MERGE, a compaction) durable on a local directory, each after its files
+        (delta-rs fsyncs neither): the files its ``add`` actions name, the table's directory,
+        then the commit and ``_delta_log``. Read from the commits themselves, so the work grows
+        with the change, not with the table. Nothing on an object store."""
+        if not self.local:
             return
+        directory = self.uri(table)
         fs = RealFileSystem()
-        for name in files:
-            # delta-rs lists local files percent-encoded ("my%20wh"), as URIs or paths.
-            fs.fsync(unquote(urlparse(name).path if name.startswith("file:") else name))
-        fs.fsync_dir(self.uri(table))
+        for version in range(first, last + 1):
+            commit = os.path.join(directory, "_delta_log", f"{version:020d}.json")
+            with open(commit, encoding="utf-8") as fh:
+                actions = [json.loads(line) for line in fh if line.strip()]
+            added = [action["add"]["path"] for action in actions if "add" in action]
+            for path in added:
+                # Relative and percent-encoded ("my%20file"), or an absolute URI (Delta spec).
+                local = urlparse(path).path if "://" in path else os.path.join(directory, path)
+                fs.fsync(unquote(local))
+            if added:
+                fs.fsync_dir(directory)
+            self.commit_durable(table, version)
 
     def commit_durable(self, table: str, version: int) -> None:
         """Make commit ``version`` of ``table`` durable: fsync its file and the log directory on
