@@ -183,7 +183,8 @@ def _run_local(args: argparse.Namespace) -> int:
                 f"--node-http-base-port {base}: ports {http_ports[0]}-{http_ports[-1]} overlap "
                 f"the quorum's {ports[0]}-{ports[-1]} (--base-port): choose another"
             )
-    # host:port everywhere below is Kafka's form: an IPv6 address in brackets.
+    # host:port everywhere below (listeners, voters, bootstrap) is Kafka's form: an IPv6
+    # address in brackets.
     quorum_host = url_host(args.host)
     voters = ",".join(f"{i}@{quorum_host}:{p}" for i, p in enumerate(ports))
     extra = []
@@ -270,18 +271,18 @@ def _run_local(args: argparse.Namespace) -> int:
             if auth is not None:
                 node_props += auth.node_properties()
             if http_port is not None:
-                node_props.append(f"kraft.http.listener={url_host(args.host)}:{http_port}")
+                node_props.append(f"kraft.http.listener={quorum_host}:{http_port}")
                 node_props.append(http_auth_property)
             with open(conf, "w", encoding="utf-8") as fh:
                 fh.write(
                     f"node.id={node_id}\nlog.dirs={log_dir}\n"
-                    f"listeners={listener_scheme}{url_host(args.host)}:{port}\n"
+                    f"listeners={listener_scheme}{quorum_host}:{port}\n"
                     f"controller.quorum.voters={voters}\n"
                     + "".join(e + "\n" for e in node_props + extra)
                 )
             log_path = os.path.join(data_dir, "logs", f"node-{node_id}.log")
             proc = supervisor.start(node_id)
-            line: dict[str, Any] = {"node_id": node_id, "endpoint": f"{url_host(args.host)}:{port}",
+            line: dict[str, Any] = {"node_id": node_id, "endpoint": f"{quorum_host}:{port}",
                                     "pid": proc.pid, "log_dir": log_dir}
             try:
                 _wait_listening(args.host, port, proc, log_path)
@@ -302,7 +303,7 @@ def _run_local(args: argparse.Namespace) -> int:
 
             urls = {i: http_url(args.host, p)
                     for i, p in enumerate(http_ports) if p is not None}
-            bootstrap = [f"{url_host(args.host)}:{p}" for p in ports]
+            bootstrap = [f"{quorum_host}:{p}" for p in ports]
             # With the nodes' own HTTP APIs, the address printed is the append router's
             # (kraft_spark/proxy/front.py), the sidecar behind it on a loopback port.
             routed = bool(urls)
@@ -321,8 +322,9 @@ def _run_local(args: argparse.Namespace) -> int:
             except RuntimeError as exc:
                 raise CommandError(str(exc), exit_code=1) from exc
             port = front.port if front is not None else sidecar.port
-            print(json.dumps({"http": http_url(args.host, port),
-                              "docs": f"{http_url(args.host, port)}/docs",
+            address = http_url(args.host, port)
+            print(json.dumps({"http": address,
+                              "docs": f"{address}/docs",
                               "credentials": credentials_path,
                               **({"command_config": auth.admin_properties}
                                  if auth is not None else {})}), flush=True)
