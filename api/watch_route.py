@@ -2,23 +2,30 @@
 Server-Sent Events stream (``kraft_spark.store.watch`` does the watching; this is its HTTP
 form). Mounted by ``app.include_router(watch_router(hub_provider, errors))``.
 
-Each write is one event, its ``id`` its offset, so a client (a browser's ``EventSource`` does
-it by itself) resumes after a disconnect with ``Last-Event-ID`` and gets every later write
-exactly once::
+Each write is one event with a resumable ``id`` (``store.watch.event_id``: its offset, or
+``offset.index`` for all but the last of the events one offset holds, as a lease's revocation
+deleting three keys gives), so a client (a browser's ``EventSource`` does it by itself) resumes
+after a disconnect with ``Last-Event-ID`` and gets every later write exactly once, even when it
+stopped between the events of one offset; progress events carry the id to resume from too::
 
     event: put
     id: 42
     data: {"key":"topic/a","value":{"partitions":3},"offset":42,"type":"put"}
 
     event: delete
+    id: 43.0
+    data: {"key":"svc/a","value":null,"offset":43,"type":"delete"}
+
+    event: delete
     id: 43
-    data: {"key":"topic/a","value":null,"offset":43,"type":"delete"}
+    data: {"key":"svc/b","value":null,"offset":43,"type":"delete"}
 
     event: progress
+    id: 56
     data: {"offset":57}
 
     event: cancelled
-    data: {"reason":"slow consumer: resume from offset 44 ...","resume_offset":44}
+    data: {"reason":"slow consumer: resume from ...","resume_offset":44,"resume_id":"43"}
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from kraft_spark.store.watch import (
     WatchEvent,
     WatchHubClosed,
     WatchItem,
+    event_id,
+    parse_event_id,
+    resume_id,
 )
 
 __all__ = ["EventStreamResponse", "encode_item", "watch_router"]
@@ -55,20 +65,24 @@ of `key` and `prefix`.
 
 Where it starts: at `from_offset` if given (the writes still in the log from there, then the
 live ones), else from now on. A `Last-Event-ID` header (what `EventSource` sends when it
-reconnects) resumes after that offset and takes precedence over `from_offset`.
+reconnects) resumes right after that event and takes precedence over `from_offset`.
 
 Events:
 
-* `put` and `delete`: `id` is the write's offset; `data` is
-  `{"key": str, "value": <JSON, or the stored text when not JSON; null for a delete>,
-  "offset": int, "type": "put"|"delete"}`.
+* `put` and `delete`: `id` is the write's offset, or `offset.index` for each but the last of
+  several events at one offset (a lease revoked or expired deletes all its keys at its offset:
+  `43.0`, `43.1`, then `43`); `data` is `{"key": str, "value": <JSON, or the stored text when
+  not JSON; null for a delete>, "offset": int, "type": "put"|"delete"}`.
 * `progress`: `data` is `{"offset": N}`: every write below N has been reported (sent once the
   stream has caught up with the log, then whenever nothing matched for the progress interval,
-  5 s by default). Carries no `id`.
-* `cancelled`, always last: `data` is `{"reason": str, "resume_offset": N}`. A consumer too
-  slow to keep up (more writes pending than the watch may queue) is cut off this way, as are
-  watches when the node stops or replaces its state with a leader's snapshot: reconnect from
-  `resume_offset` (the reason says what to do first, if anything).
+  5 s by default). Its `id` resumes from there (none at offset 0), so a reconnect after a
+  quiet spell starts where the stream stood, not at the last write's offset.
+* `cancelled`, always last: `data` is `{"reason": str, "resume_offset": N, "resume_id": str
+  or null}`. A consumer too slow to keep up (more writes pending than the watch may queue) is
+  cut off this way, as are watches when the node stops or replaces its state with a leader's
+  snapshot: reconnect with `Last-Event-ID: <resume_id>` (or from `resume_offset` when
+  `resume_id` is null or names a whole offset; the reason says what to do first, if
+  anything).
 
 A `from_offset` below the log start is answered 410 before any event, naming the snapshot to
 load first and the log start offset to watch from.
@@ -116,24 +130,29 @@ def encode_item(item: WatchItem) -> bytes:
         kind = "put" if item.value is not None else "delete"
         text = (f'{{"key":{SERVE_JSON(item.key.decode("utf-8", errors="replace"))},'
                 f'"value":{value_json(item.value)},"offset":{item.offset},"type":"{kind}"}}')
-        return f"event: {kind}\nid: {item.offset}\ndata: {text}\n\n".encode()
+        return f"event: {kind}\nid: {event_id(item)}\ndata: {text}\n\n".encode()
     if isinstance(item, Progress):
-        return f'event: progress\ndata: {{"offset":{item.offset}}}\n\n'.encode()
+        last_id = resume_id(item.offset, item.index)
+        id_line = f"id: {last_id}\n" if last_id is not None else ""
+        return f'event: progress\n{id_line}data: {{"offset":{item.offset}}}\n\n'.encode()
     assert isinstance(item, Cancelled)
-    text = SERVE_JSON({"reason": item.reason, "resume_offset": item.resume_offset})
+    text = SERVE_JSON({"reason": item.reason, "resume_offset": item.resume_offset,
+                       "resume_id": resume_id(item.resume_offset, item.resume_index)})
     return f"event: cancelled\ndata: {text}\n\n".encode()
 
 
-def _resume_offset(last_event_id: str | None, from_offset: int | None) -> int | None:
+def _resume_point(last_event_id: str | None,
+                  from_offset: int | None) -> tuple[int | None, int]:
+    """Where the stream starts: ``(offset, events of that offset to skip)``."""
     if last_event_id is None or not last_event_id.strip():
-        return from_offset
-    text = last_event_id.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) >= MAX_OFFSET:
+        return from_offset, 0
+    try:
+        return parse_event_id(last_event_id, MAX_OFFSET)
+    except ValueError as exc:
         raise ApiError(
-            422, f"the Last-Event-ID header must be the id of an event of this stream (an "
-            f"offset, 0 to {MAX_OFFSET - 1}), got {text[:40]!r}: resume with the last id "
-            "received, or drop the header and give from_offset")
-    return int(text) + 1
+            422, f"the Last-Event-ID header must be the id of an event of this stream: {exc}; "
+            "resume with the last id received, or drop the header and give from_offset",
+        ) from None
 
 
 def watch_router(hub_provider: Callable[[], WatchSource | None],
@@ -180,7 +199,7 @@ def watch_router(hub_provider: Callable[[], WatchSource | None],
             description="Start at this offset (default: from now on).")] = None,
         last_event_id: Annotated[str | None, Header(
             alias="Last-Event-ID",
-            description="Resume after this event id (an offset); wins over from_offset.",
+            description="Resume after this event id (N or N.M); wins over from_offset.",
         )] = None,
     ) -> Response:
         hub = hub_provider()
@@ -196,12 +215,12 @@ def watch_router(hub_provider: Callable[[], WatchSource | None],
         if key == "":
             raise ApiError(422, "query parameter key must not be empty: to watch every key "
                                 "give prefix= (empty) instead")
-        start = _resume_offset(last_event_id, from_offset)
+        start, skip = _resume_point(last_event_id, from_offset)
         try:
             watcher = hub.watch(
                 key=None if key is None else key.encode("utf-8"),
                 prefix=None if prefix is None else prefix.encode("utf-8"),
-                from_offset=start,
+                from_offset=start, from_index=skip,
             )
         except WatchHubClosed as exc:
             raise ApiError(503, str(exc), {"Retry-After": RETRY_AFTER_S}) from None

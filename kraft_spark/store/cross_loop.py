@@ -87,24 +87,25 @@ class LoopHub:
         self._loop = loop
 
     def watch(self, *, key: bytes | None = None, prefix: bytes | None = None,
-              from_offset: int | None = None) -> LoopWatcher:
+              from_offset: int | None = None, from_index: int = 0) -> LoopWatcher:
         hub = self._store.watch_hub()
         if hub is None or hub.closed:
             raise WatchHubClosed("the observer that serves watches here is restarting: watch "
                                  "again in a moment")
         if (key is None) == (prefix is None):
             raise ValueError("watch exactly one of key and prefix")
-        return LoopWatcher(self._store, self._loop, key, prefix, from_offset)
+        return LoopWatcher(self._store, self._loop, key, prefix, from_offset,
+                           from_index=from_index)
 
 
 class LoopWatcher:
     """Relays a ``Watcher`` living on the node's loop to the loop that iterates this one."""
 
     def __init__(self, store: NodeStore, loop: asyncio.AbstractEventLoop, key: bytes | None,
-                 prefix: bytes | None, from_offset: int | None) -> None:
+                 prefix: bytes | None, from_offset: int | None, *, from_index: int = 0) -> None:
         self._store = store
         self._loop = loop
-        self._args = (key, prefix, from_offset)
+        self._args = (key, prefix, from_offset, from_index)
         self._queue: asyncio.Queue[WatchItem | None] = asyncio.Queue(RELAY_QUEUE)
         self._relay: Any = None  # the relay's concurrent future, on the node's loop
         self._closed = False
@@ -117,13 +118,14 @@ class LoopWatcher:
         await opened
 
     async def _run(self, here: asyncio.AbstractEventLoop, opened: asyncio.Future[None]) -> None:
-        key, prefix, from_offset = self._args
+        key, prefix, from_offset, from_index = self._args
         hub = self._store.watch_hub()
         watcher: Watcher | None = None
         try:
             if hub is None:
                 raise WatchHubClosed("the observer stopped serving watches: watch again")
-            watcher = hub.watch(key=key, prefix=prefix, from_offset=from_offset)
+            watcher = hub.watch(key=key, prefix=prefix, from_offset=from_offset,
+                                from_index=from_index)
             await watcher.start()
         except BaseException as exc:
             if watcher is not None:

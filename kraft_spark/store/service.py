@@ -24,6 +24,7 @@ import asyncio
 import bisect
 import heapq
 import itertools
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,6 +49,8 @@ from kraft_spark.store.watch import (
     batch_events,
     log_reader,
 )
+
+log = logging.getLogger(__name__)
 
 # At most this many keys per range page.
 MAX_RANGE_LIMIT = 10_000
@@ -86,7 +89,7 @@ class WatchSource(Protocol):
     """Where watches are opened (``WatchHub``, or ``cross_loop.LoopHub``)."""
 
     def watch(self, *, key: bytes | None = None, prefix: bytes | None = None,
-              from_offset: int | None = None) -> WatchStream: ...
+              from_offset: int | None = None, from_index: int = 0) -> WatchStream: ...
 
 
 class KvStore(Protocol):
@@ -172,9 +175,22 @@ class NodeStore:
 
     def _on_commit(self, _high_watermark: int) -> None:
         applied = self._keeper.state.applied_offset
-        if applied > self._hub.applied_offset or self._pending:
-            events, self._pending = self._pending, []
-            self._hub.publish(events, applied)
+        try:
+            if applied > self._hub.applied_offset or self._pending:
+                events, self._pending = self._pending, []
+                self._hub.publish(events, applied)
+        except Exception:
+            # A bug, never an input: no watch may miss these events silently, and the reads
+            # and writes waiting below must not stall. Every watch ends at what its consumer
+            # received, to resume from the log; watches opened from now on start past it.
+            log.exception("publishing the watch events below offset %d failed: ending every "
+                          "watch of this node so that they resume from the log", applied)
+            self._hub.abort("this node failed to publish the writes below offset "
+                            f"{applied} to its watches", applied)
+        finally:
+            self._release_waiters(applied)
+
+    def _release_waiters(self, applied: int) -> None:
         waiters = self._waiters
         while waiters and waiters[0][0] <= applied:
             _, _, future = heapq.heappop(waiters)

@@ -11,7 +11,15 @@ about ``events x (1 + prefix lengths in use) + matches``, not one read per watch
 A :class:`Watcher` is an async iterator of :class:`WatchEvent` (a put, or a delete when
 ``value`` is None), :class:`Progress` (everything below its offset has been reported: after the
 catch-up, and every ``progress_interval_s`` while nothing matches) and, last, at most one
-:class:`Cancelled` (why the watch ended and the offset to resume from).
+:class:`Cancelled` (why the watch ended and the point to resume from).
+
+**Identity.** One offset may hold several events: a lease revoked or expired there deletes
+each of its keys, and a future multi-key write would too. An event is identified by ``(offset,
+index)`` (``index`` numbers an offset's events from 0, the same on every node), and ordered by
+it; a watcher's cursor is the next such pair it reports. Every resume point (a
+``Last-Event-ID``, a progress event's id, a slow consumer's cut-off) is a cursor, so a consumer
+that stopped between the events of one offset resumes with the rest of them
+(:func:`event_id`, :func:`parse_event_id`, :func:`resume_id`).
 
 **Catch-up.** A watch from an offset below the hub's applied offset is registered first (its
 queue takes every matching write published from then on) and then reads the log from its offset
@@ -37,12 +45,25 @@ import bisect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Final, Protocol
+from typing import Final
 
-from kraft_spark.raft.records import Batch
+# The items and the log reader live in their own modules; re-exported here, where watches
+# are opened, for the callers that take everything from one place.
+from kraft_spark.store.watch_items import (
+    BelowLogStart,
+    Cancelled,
+    Progress,
+    WatchEvent,
+    WatchHubClosed,
+    WatchItem,
+    describe_resume_point,
+    event_id,
+    parse_event_id,
+    resume_id,
+)
+from kraft_spark.store.watch_log import ReadCommitted, batch_events, log_reader
 
 __all__ = [
     "BelowLogStart",
@@ -55,7 +76,10 @@ __all__ = [
     "WatchItem",
     "Watcher",
     "batch_events",
+    "event_id",
     "log_reader",
+    "parse_event_id",
+    "resume_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,61 +89,6 @@ DEFAULT_PROGRESS_INTERVAL_S: Final = 5.0
 DEFAULT_CATCH_UP_EVENTS: Final = 500
 # Above any offset: a watcher whose floor is this takes nothing more from publish.
 _NEVER: Final = 2**63
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """A committed write: ``value`` None is a delete."""
-
-    offset: int
-    key: bytes
-    value: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """Everything below ``offset`` has been reported: the watch resumes from ``offset``."""
-
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class Cancelled:
-    """The watch ended for ``reason``; a new watch from ``resume_offset`` continues it."""
-
-    reason: str
-    resume_offset: int
-
-
-WatchItem = WatchEvent | Progress | Cancelled
-
-
-class BelowLogStart(Exception):
-    """The offset asked for is below the log start: retention deleted those records after
-    ``snapshot`` (``<end offset>-<epoch>``; None if unknown) captured their effect."""
-
-    def __init__(self, from_offset: int, log_start_offset: int, snapshot: str | None) -> None:
-        self.from_offset = from_offset
-        self.log_start_offset = log_start_offset
-        self.snapshot = snapshot
-        where = (f"load snapshot {snapshot} first (it holds every key's state up to offset "
-                 f"{log_start_offset})") if snapshot else (
-                 f"load the newest snapshot first (the state up to offset {log_start_offset})")
-        super().__init__(
-            f"offset {from_offset} is below the log start offset {log_start_offset}: "
-            f"retention deleted those records; {where}, then watch from offset "
-            f"{log_start_offset}"
-        )
-
-
-class WatchHubClosed(RuntimeError):
-    """The hub was closed (its node is stopping): watch through another node."""
-
-
-# read_committed(from_offset, max_events) -> (the writes at offsets >= from_offset, in order,
-# about max_events of them at most; the next offset to read from). Reads committed data only;
-# raises BelowLogStart when from_offset is below the log start.
-ReadCommitted = Callable[[int, int], Awaitable[tuple[list[WatchEvent], int]]]
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:
@@ -135,17 +104,21 @@ class Watcher:
 
     __slots__ = (
         "_catching_up", "_ended", "_final", "_floor", "_hub", "_last_out", "_out", "_queue",
-        "_read_pos", "_started", "_waiter", "delivered", "key", "position", "prefix",
+        "_read_pos", "_started", "_waiter", "delivered", "key", "position", "position_index",
+        "prefix",
     )
 
     def __init__(self, hub: WatchHub, key: bytes | None, prefix: bytes | None, start: int,
-                 covered_from: int | None) -> None:
+                 covered_from: int | None, *, start_index: int = 0) -> None:
         self._hub = hub
         self.key = key
         self.prefix = prefix
-        # The next offset the stream reports from: every matching write below it has been
-        # handed to the consumer.
+        # The cursor (position, position_index): the next event the stream reports. Every
+        # matching event before it, in (offset, index) order, has been handed to the consumer,
+        # and none after it; an event before it met again (a catch-up read and the queue both
+        # hold it) is dropped, so nothing is handed out twice.
         self.position = start
+        self.position_index = start_index
         self.delivered = 0  # writes handed to the consumer
         # Writes published at or above the floor go to the queue (while catching up: what the
         # queue covers; once live: where the catch-up ended, or the watch's start).
@@ -160,12 +133,18 @@ class Watcher:
         self._waiter: asyncio.Future[bool] | None = None
         self._last_out = time.monotonic()
         if not self._catching_up:
-            self._out.append(Progress(start))
+            self._out.append(Progress(start, start_index))
 
     def __repr__(self) -> str:
         what = f"key={self.key!r}" if self.key is not None else f"prefix={self.prefix!r}"
         state = "ended" if self._ended else "catching up" if self._catching_up else "live"
-        return f"Watcher({what}, position={self.position}, {state})"
+        return (f"Watcher({what}, position={self.position}.{self.position_index}, "
+                f"{state})")
+
+    @property
+    def cursor(self) -> tuple[int, int]:
+        """``(offset, index)`` of the next event to report (see ``position``)."""
+        return self.position, self.position_index
 
     @property
     def catching_up(self) -> bool:
@@ -196,12 +175,18 @@ class Watcher:
     async def __anext__(self) -> WatchItem:
         while True:
             if self._out:
-                return self._hand_out(self._out.popleft())
+                item = self._out.popleft()
+                if isinstance(item, WatchEvent) and self._already_out(item):
+                    continue
+                return self._hand_out(item)
             if self._catching_up:
                 await self._catch_up_step()
                 continue
             if self._queue:
-                return self._hand_out(self._queue.popleft())
+                event = self._queue.popleft()
+                if self._already_out(event):
+                    continue
+                return self._hand_out(event)
             if self._ended:
                 final, self._final = self._final, None
                 if final is None:
@@ -224,13 +209,23 @@ class Watcher:
                         tb: TracebackType | None) -> None:
         await self.aclose()
 
+    def _already_out(self, event: WatchEvent) -> bool:
+        return (event.offset, event.index) < (self.position, self.position_index)
+
     def _hand_out(self, item: WatchItem) -> WatchItem:
         if isinstance(item, WatchEvent):
-            self.position = item.offset + 1
+            if item.last:
+                self.position, self.position_index = item.offset + 1, 0
+            else:
+                self.position, self.position_index = item.offset, item.index + 1
             self.delivered += 1
             self._hub.events_delivered += 1
         elif isinstance(item, Progress):
-            self.position = max(self.position, item.offset)
+            if (item.offset, item.index) > self.cursor:
+                self.position, self.position_index = item.offset, item.index
+            # What the consumer is told is where it stands: resuming there neither repeats
+            # nor skips an event (also between the events of one offset).
+            item = Progress(self.position, self.position_index)
         self._last_out = time.monotonic()
         return item
 
@@ -329,11 +324,10 @@ class Watcher:
                 self._hub.catch_up_overflows += 1
                 return
             self._hub.cancelled_slow += 1
-            resume = self.position
             self._end(Cancelled(
-                f"slow consumer: resume from offset {resume} (this watch fell "
-                f"{self._hub.max_queue} writes behind and was cut off so as not to hold up "
-                f"the others; reconnect with from_offset={resume})", resume,
+                f"slow consumer: resume from {describe_resume_point(*self.cursor)} (this "
+                f"watch fell {self._hub.max_queue} writes behind and was cut off so as not to "
+                "hold up the others)", *self.cursor,
             ), drop_pending=True)
             return
         queue.append(event)
@@ -411,23 +405,27 @@ class WatchHub:
         return self._closed
 
     def watch(self, *, key: bytes | None = None, prefix: bytes | None = None,
-              from_offset: int | None = None) -> Watcher:
+              from_offset: int | None = None, from_index: int = 0) -> Watcher:
         """A watch on ``key`` or on the keys under ``prefix`` (b"": all keys) from
-        ``from_offset`` (None: from the applied offset, i.e. from now on). Registered at once:
-        nothing published after this call is missed. Raises WatchHubClosed, or ValueError."""
+        ``from_offset`` (None: from the applied offset, i.e. from now on), skipping the first
+        ``from_index`` events of that offset (a resume between the events of one offset).
+        Registered at once: nothing published after this call is missed. Raises
+        WatchHubClosed, or ValueError."""
         if (key is None) == (prefix is None):
             raise ValueError("watch exactly one of key and prefix")
         if from_offset is not None and from_offset < 0:
             raise ValueError(f"from_offset must be >= 0, got {from_offset}")
+        if from_index < 0 or (from_index and from_offset is None):
+            raise ValueError(f"from_index {from_index} needs a from_offset and must be >= 0")
         if self._closed:
             raise WatchHubClosed("this node no longer serves watches (it is stopping): watch "
                                  "through another node")
         applied = self._applied
         if from_offset is None or from_offset >= applied:
             watcher = Watcher(self, key, prefix, applied if from_offset is None else from_offset,
-                              None)
+                              None, start_index=from_index)
         else:
-            watcher = Watcher(self, key, prefix, from_offset, applied)
+            watcher = Watcher(self, key, prefix, from_offset, applied, start_index=from_index)
         self._all[watcher] = None
         if key is not None:
             self._by_key.setdefault(key, {})[watcher] = None
@@ -446,9 +444,11 @@ class WatchHub:
 
     def publish(self, events: Sequence[WatchEvent], next_offset: int) -> None:
         """The node's state applied committed data up to ``next_offset`` (exclusive); ``events``
-        are the writes that took effect since the last call, in offset order (no control
-        records, keyless records or failed conditional writes). Synchronous and never waits:
-        call it on the hub's loop. Raises ValueError on an offset out of order."""
+        are the writes that took effect since the last call, in ``(offset, index)`` order (no
+        control records, keyless records or failed conditional writes; several at one offset
+        when one record deleted several keys). Synchronous and never waits: call it on the
+        hub's loop. Raises ValueError, before any event takes effect, on an event out of
+        order."""
         applied = self._applied
         if next_offset < applied:
             raise ValueError(f"publish up to offset {next_offset}, below the hub's applied "
@@ -456,14 +456,15 @@ class WatchHub:
         if self._closed:
             self._applied = next_offset
             return
-        last = applied - 1
+        last = (applied - 1, _NEVER)  # before any event of the applied offset
         for event in events:  # checked before any takes effect
-            if not last < event.offset < next_offset:
+            here = (event.offset, event.index)
+            if not (last < here and event.offset < next_offset):
                 raise ValueError(
-                    f"write at offset {event.offset} published after offset {last} up to "
-                    f"{next_offset}: writes must be in offset order, from the hub's applied "
-                    f"offset {applied}, below next_offset")
-            last = event.offset
+                    f"write {here} published after {last} up to offset {next_offset}: writes "
+                    f"must be in (offset, index) order, from the hub's applied offset "
+                    f"{applied}, below next_offset")
+            last = here
         by_key, by_prefix, lengths = self._by_key, self._by_prefix, self._prefix_lengths
         self._publishing = True
         try:
@@ -512,12 +513,21 @@ class WatchHub:
         """End every watch (each gets a :class:`Cancelled` to resume elsewhere); refuse new
         ones. Idempotent."""
         self._closed = True
+        self.abort("this node stopped serving watches (it is shutting down)")
+
+    def abort(self, why: str, applied_offset: int | None = None) -> None:
+        """End every watch at what its consumer has received (each gets a
+        :class:`Cancelled` to resume from there: the log still holds the rest), e.g. after a
+        publish failed, so that no event is silently lost; then take ``applied_offset`` as
+        published, so watches opened from now on start past what failed."""
         for watcher in list(self._all):
-            resume = watcher.position
             watcher._end(Cancelled(
-                f"this node stopped serving watches (it is shutting down): resume from offset "
-                f"{resume} through another node", resume,
+                f"{why}: resume from {describe_resume_point(*watcher.cursor)} through this or "
+                "another node",
+                *watcher.cursor,
             ), drop_pending=True)
+        if applied_offset is not None and applied_offset > self._applied:
+            self._applied = applied_offset
 
     # ------------------------------------------------------------------ indexes
 
@@ -548,85 +558,3 @@ class WatchHub:
                 else:
                     del self._length_groups[len(name)]
                     self._prefix_lengths.remove(len(name))
-
-
-# --------------------------------------------------------------------------- from the log
-
-
-class CommittedLog(Protocol):
-    """What :func:`log_reader` reads (``SegmentedLog`` satisfies it)."""
-
-    def start_offset(self) -> int: ...
-
-    def read(self, start_offset: int, max_bytes: int) -> list[Batch]: ...
-
-
-def batch_events(batch: Batch, failed_group: Callable[[int], int] | None = None,
-                 from_offset: int = 0, *, out: list[WatchEvent] | None = None,
-                 deleted_by: Callable[[int], Sequence[bytes]] | None = None
-                 ) -> list[WatchEvent]:
-    """The writes of a committed batch at offsets >= ``from_offset``: none for a control batch,
-    none for keyless records, none for the records of a conditional write that failed
-    (``failed_group(offset)``: how many records the failed group starting at ``offset`` has, 0
-    if none starts there). Appended to ``out`` if given."""
-    events = out if out is not None else []
-    if batch.is_control:
-        return events
-    base = batch.base_offset
-    skip_until = -1
-    for index, record in enumerate(batch.records):
-        offset = base + index
-        if offset < skip_until:
-            continue
-        if failed_group is not None:
-            size = failed_group(offset)
-            if size > 0:
-                skip_until = offset + size
-                continue
-        if offset < from_offset:
-            continue
-        if record.key is None:
-            # A lease revoked or expired here deletes its keys (``deleted_by``: the state's
-            # record of them, kraft_spark.store.leases).
-            if deleted_by is not None:
-                events.extend(WatchEvent(offset, key, None) for key in deleted_by(offset))
-            continue
-        events.append(WatchEvent(offset, record.key, record.value))
-    return events
-
-
-def log_reader(
-    the_log: CommittedLog, end: Callable[[], int], snapshot: Callable[[], str | None], *,
-    failed_group: Callable[[int], int] | None = None,
-    deleted_by: Callable[[int], Sequence[bytes]] | None = None,
-    start: Callable[[], int] | None = None, max_bytes: int = 1 << 20,
-) -> ReadCommitted:
-    """``read_committed`` over a node's log: whole batches below ``end()`` (the state's applied
-    offset: the hub's publishes cover the rest), about ``max_events`` writes per call.
-    ``snapshot()``: the label of the newest snapshot, for :class:`BelowLogStart`; ``start()``:
-    the lowest offset served (default the log start; e.g. no lower than where
-    ``failed_group`` still knows the outcome of conditional writes). Reads the log on the
-    loop, as the state keeper applies it."""
-
-    async def read(from_offset: int, max_events: int) -> tuple[list[WatchEvent], int]:
-        lowest = the_log.start_offset() if start is None else max(the_log.start_offset(),
-                                                                  start())
-        if from_offset < lowest:
-            raise BelowLogStart(from_offset, lowest, snapshot())
-        limit = end()
-        events: list[WatchEvent] = []
-        offset = from_offset
-        while offset < limit and len(events) < max_events:
-            batches = the_log.read(offset, max_bytes)
-            if not batches:
-                break
-            for batch in batches:
-                if batch.next_offset <= offset:
-                    continue
-                if batch.base_offset >= limit or len(events) >= max_events:
-                    return events, offset
-                batch_events(batch, failed_group, offset, out=events, deleted_by=deleted_by)
-                offset = batch.next_offset
-        return events, offset
-
-    return read

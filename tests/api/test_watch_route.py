@@ -262,7 +262,7 @@ def test_writes_stream_as_events_with_their_offsets_as_ids(serve: Any) -> None:
             assert text.data["value"] == "not json"  # stored text that is not JSON
             progress = await stream.next()
             assert progress is not None
-            assert (progress.event, progress.id, progress.data) == ("progress", None,
+            assert (progress.event, progress.id, progress.data) == ("progress", "4",
                                                                     {"offset": 5})
             await served.write(("b", b"3"), ("a", b'"live"'))
             [live] = await stream.events(1)
@@ -303,6 +303,32 @@ def test_last_event_id_resumes_after_it_and_wins_over_from_offset(serve: Any) ->
             assert [e.id for e in await stream.events(3)] == ["3", "4", "5"]
         async with get(served.port, {"key": "k"}, {"Last-Event-ID": "4"}) as stream:
             assert [e.data["value"] for e in await stream.events(1)] == [5]
+
+    run(body())
+
+
+def test_the_deletes_of_one_offset_carry_ids_that_resume_between_them(serve: Any) -> None:
+    log = MemoryLog()
+    log.write([(b"svc/a", b"1"), (b"svc/b", b"1"), (b"svc/c", b"1")])
+    # A lease revoked at offset 3 deletes its three keys there.
+    deletes = [WatchEvent(3, key, None, i, i == 2)
+               for i, key in enumerate((b"svc/a", b"svc/b", b"svc/c"))]
+    log.writes.extend(deletes)
+    log.end = 4
+    log.write([(b"svc/d", b"2")])
+    served = serve(log)
+
+    async def body() -> None:
+        async with get(served.port, {"prefix": "svc/", "from_offset": 0}) as stream:
+            events = await stream.events(7)
+            assert [(e.event, e.id) for e in events] == [
+                ("put", "0"), ("put", "1"), ("put", "2"), ("delete", "3.0"),
+                ("delete", "3.1"), ("delete", "3"), ("put", "4")]
+            progress = await stream.next()
+            assert progress is not None and (progress.event, progress.id) == ("progress", "4")
+        async with get(served.port, {"prefix": "svc/"}, {"Last-Event-ID": "3.0"}) as stream:
+            assert [(e.data["key"], e.id) for e in await stream.events(3)] == [
+                ("svc/b", "3.1"), ("svc/c", "3"), ("svc/d", "4")]
 
     run(body())
 
@@ -358,7 +384,9 @@ def test_below_the_log_start_is_410_naming_the_snapshot(serve: Any) -> None:
     ({"key": "a", "from_offset": "soon"}, {}, "from_offset"),
     ({"key": "a"}, {"Last-Event-ID": "x"}, "Last-Event-ID"),
     ({"key": "a"}, {"Last-Event-ID": "-1"}, "Last-Event-ID"),
-], ids=["neither", "both", "empty-key", "negative", "not-a-number", "bad-id", "negative-id"])
+    ({"key": "a"}, {"Last-Event-ID": "3.x"}, "N.M"),
+], ids=["neither", "both", "empty-key", "negative", "not-a-number", "bad-id", "negative-id",
+        "bad-index"])
 def test_bad_requests_are_422_saying_what_to_fix(
     serve: Any, params: dict[str, Any], headers: dict[str, str], wording: str,
 ) -> None:
@@ -419,7 +447,7 @@ def test_closing_the_hub_ends_the_stream_with_a_cancelled_event(serve: Any) -> N
             await served.close_hub()
             final = await stream.next()
             assert final is not None and final.event == "cancelled"
-            assert final.data["resume_offset"] == 1
+            assert final.data["resume_offset"] == 1 and final.data["resume_id"] == "0"
             assert "stopped serving watches" in final.data["reason"]
             assert await stream.next() is None  # the response is complete
         async with get(served.port, {"key": "k"}) as refused:
