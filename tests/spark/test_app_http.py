@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.harness import consecutive_free_ports, free_ports
+from tests.integration.test_lease_watches_local import DONE_KEY, SseWatch
 from tests.spark.test_application import App, _voter_hellos
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -62,6 +63,29 @@ def check_the_store_through_the_application(url: str) -> None:
             break
         assert time.monotonic() < deadline, "the lease never expired"
         time.sleep(0.2)
+    check_a_leases_keys_reach_a_watch_through_the_application(url)
+
+
+def check_a_leases_keys_reach_a_watch_through_the_application(url: str) -> None:
+    """Service discovery as users write it, at the address the application prints: three keys
+    on one lease and a prefix watch. The revocation answers (504 before: the failed publish
+    stalled the waiters behind it) and the watch gets every delete, then the next put."""
+    watch = SseWatch(url, TOKEN)
+    watch.start()
+    assert watch.opened.wait(30) and watch.error is None, watch.error
+    lease = call(f"{url}/v1/leases", {"ttl_ms": 30_000}, AUTH)
+    call(f"{url}/v1/records", {"records": [{"key": f"svc/{k}", "value": k} for k in "abc"],
+                               "lease_id": lease["lease_id"]}, AUTH)
+    revoke = urllib.request.Request(f"{url}/v1/leases/{lease['lease_id']}", headers=AUTH,
+                                    method="DELETE")
+    with urllib.request.urlopen(revoke, timeout=30) as response:
+        assert response.status in (200, 204)
+    call(f"{url}/v1/records", {"key": DONE_KEY, "value": 1}, AUTH)
+    watch.join(30)
+    assert watch.error is None, watch.error
+    assert watch.writes() == [("put", "svc/a"), ("put", "svc/b"), ("put", "svc/c"),
+                              ("delete", "svc/a"), ("delete", "svc/b"), ("delete", "svc/c"),
+                              ("put", DONE_KEY)]
 
 
 def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
