@@ -37,6 +37,9 @@ from typing import Any, Final
 
 LEASE_OP_HEADER: Final = "kraft.lease.op"
 LEASE_HEADER: Final = "kraft.lease"
+# The header the Delta ``records`` table adds (not the log) to a lease revocation or expiry:
+# the keys it deleted, as a JSON list (kraft_spark.delta.log_rows).
+LEASE_DELETED_HEADER: Final = "kraft.lease.deleted"
 MAX_TTL_MS: Final = 24 * 3600 * 1000
 MIN_TTL_MS: Final = 500
 MAX_NAME_CHARS: Final = 200  # an owner's or a caller's name

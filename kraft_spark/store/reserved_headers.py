@@ -34,12 +34,19 @@ header              ``TRUSTED``             ``PRINCIPAL``            ``HTTP_CALL
   where a header slipped in by hand would be answered 200 whatever the state machine made of
   it.
 
+Two more names are refused to everyone, ``kraft.txn.outcome`` and ``kraft.lease.deleted``:
+the Delta materializer adds them to ``records`` rows (a failed conditional write, the keys a
+lease's end deleted), and the ``snapshot`` table as of an offset reads them back to skip rows
+and delete keys (``kraft_spark.delta.snapshot``). Written into the log by hand, they would make
+that table disagree with the state machine: hide a write that applied, delete any key.
+
 A header that may be written must be well-formed; a malformed one is refused at the door
 instead of landing in the log as a write that silently does nothing. A refusal names the
 record, the header and the fix, and refuses the whole batch: nothing of it is appended.
 
-Pure: no I/O, no clock; ``refusal`` is the only entry point, cheap for records without
-headers (the append paths call it on every batch).
+Pure: no I/O, no clock. ``refusal`` checks a batch, cheap for records without headers (the
+Produce path calls it on every batch); ``record_refusal`` one record, for a caller that already
+visits only the records with headers (the HTTP API, while it encodes them).
 """
 
 from __future__ import annotations
@@ -49,10 +56,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, decode_op, lease_of
-from kraft_spark.store.txn import TXN_HEADER, decode_header
+from kraft_spark.store.leases import (
+    LEASE_DELETED_HEADER,
+    LEASE_HEADER,
+    LEASE_OP_HEADER,
+    decode_op,
+    lease_of,
+)
+from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER, decode_header
 
-RESERVED: Final = frozenset((TXN_HEADER, LEASE_HEADER, LEASE_OP_HEADER))
+# Written by the Delta materializer into rows, never into the log (see the module's text).
+DERIVED: Final = frozenset((OUTCOME_HEADER, LEASE_DELETED_HEADER))
+RESERVED: Final = frozenset((TXN_HEADER, LEASE_HEADER, LEASE_OP_HEADER)) | DERIVED
 
 # What an HTTP caller uses instead of writing each header by hand.
 HTTP_FIELDS: Final = {
@@ -104,19 +119,24 @@ def refusal(records: Sequence[RecordLike], standing: Standing,
     count = len(records)
     for index, record in enumerate(records):
         if record.headers:
-            found = _record_refusal(index, record, count - index, standing, who)
+            found = record_refusal(index, record, count - index, standing, who)
             if found is not None:
                 return found
     return None
 
 
-def _record_refusal(index: int, record: RecordLike, remaining: int, standing: Standing,
-                    who: str) -> Refusal | None:
-    """``remaining``: records from this one to the batch's end (a group must fit)."""
+def record_refusal(index: int, record: RecordLike, remaining: int, standing: Standing,
+                   who: str = "") -> Refusal | None:
+    """Why record ``index`` of a batch may not be appended, or None. ``remaining``: records
+    from this one to the batch's end (a conditional group must fit in it)."""
     seen: set[str] = set()
     for name, raw in record.headers:
         if name not in RESERVED:
             continue
+        if name in DERIVED:
+            return Refusal(index, name, "is reserved: the Delta materializer adds it to the "
+                                        "records table, it is never written to the log; name "
+                                        "the header otherwise")
         if standing is Standing.HTTP_CALLER:
             return Refusal(index, name, f"is reserved: {HTTP_FIELDS[name]}")
         if name == LEASE_OP_HEADER and standing is Standing.PRINCIPAL:
@@ -158,4 +178,4 @@ def _malformed(name: str, raw: bytes | None, record: RecordLike, remaining: int)
     return ""
 
 
-__all__ = ["HTTP_FIELDS", "RESERVED", "Refusal", "Standing", "refusal"]
+__all__ = ["DERIVED", "HTTP_FIELDS", "RESERVED", "Refusal", "Standing", "record_refusal", "refusal"]

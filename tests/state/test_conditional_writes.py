@@ -260,7 +260,8 @@ def test_leases_survive_a_snapshot_exactly(ops: list[tuple[str, int, bytes, int]
 
 
 def test_delta_rows_delete_the_keys_of_an_expired_lease() -> None:
-    from kraft_spark.delta.log_rows import LEASE_DELETED_HEADER, rows_from
+    from kraft_spark.delta.log_rows import rows_from
+    from kraft_spark.store.leases import LEASE_DELETED_HEADER
 
     state = KeyValueState()
     batches = [Batch(0, 1, (_lease_op("grant", 3, ttl_ms=1000), _leased(b"svc/a", b"1", 3),

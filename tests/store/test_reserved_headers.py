@@ -78,3 +78,13 @@ def test_malformed_headers_are_refused_even_from_a_trusted_caller(
         refused = refusal([rec(), record], standing)
         assert refused is not None and (refused.index, refused.header) == (1, header), refused
         assert why in str(refused), str(refused)
+
+
+@pytest.mark.parametrize("name", ["kraft.txn.outcome", "kraft.lease.deleted"])
+def test_headers_only_the_delta_tables_carry_are_refused_to_everyone(name: str) -> None:
+    # The snapshot table as of an offset skips rows marked failed and deletes the keys a row
+    # lists as deleted: written by hand, they would hide a write or delete any key there.
+    for standing in Standing:
+        refused = refusal([rec(b"k", b"v", (name, b'["victim"]'))], standing)
+        assert refused is not None and refused.header == name, standing
+        assert "never written to the log" in str(refused)
