@@ -65,8 +65,10 @@ def decode_op(raw: bytes | None) -> dict[str, Any]:
     """Raises ValueError naming what is wrong."""
     try:
         body = json.loads(raw or b"")
-    except ValueError:
-        raise ValueError("kraft.lease.op is not JSON") from None
+    except (ValueError, RecursionError):
+        # RecursionError: JSON nested past the interpreter's depth. Any writer can send one
+        # and every replica applies it: it must fail this record, not the state machine.
+        raise ValueError("kraft.lease.op is not JSON (or nested too deeply)") from None
     if not isinstance(body, dict) or body.get("op") not in ("grant", "keepalive", "revoke",
                                                             "expire"):
         raise ValueError("kraft.lease.op needs op grant, keepalive, revoke or expire")

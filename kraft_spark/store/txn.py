@@ -130,7 +130,9 @@ def decode_header(raw: bytes | None) -> tuple[int, tuple[Condition, ...]]:
         raise ValueError("empty kraft.txn header")
     try:
         body = json.loads(raw.decode("utf-8", errors="surrogateescape"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: JSON nested past the interpreter's depth. Any writer can send one
+        # and every replica applies it: it must fail this group, not the state machine.
         raise ValueError(f"kraft.txn is not JSON: {exc}") from None
     if not isinstance(body, dict) or set(body) - {"n", "if"}:
         raise ValueError("kraft.txn is an object with fields n and if")
