@@ -174,7 +174,7 @@ def _malformed(name: str, raw: bytes | None, record: RecordLike, remaining: int)
                 return ("is on a record with a key or a value: a lease operation is a keyless "
                         "record without a value (its key and value would be dropped)")
     except ValueError as exc:
-        return f"is malformed ({exc}): nothing of the batch was appended"
+        return f"is malformed ({exc}): fix the header"
     return ""
 
 
