@@ -25,8 +25,9 @@ a keep-alive or revocation the credential asking (``by``). One that names a diff
 than the owner fails (``NOT_OWNER``): a lease is kept alive and revoked by whoever holds it, as a
 lock must be. An operation without ``by`` (an administrator's, the leader's expiry, a server
 without credentials) acts on any lease. The HTTP API fills both fields from the caller's
-credential and refuses ``kraft.lease.op`` in records appended directly, so a caller cannot
-name someone else.
+credential; ``kraft.lease.op`` written directly is refused to HTTP callers and to Kafka
+principals the node does not trust (``store.reserved_headers``), so a caller cannot name
+someone else.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ it lands in the log, whoever appended it. This is etcd's choice too (a Txn is ev
 applied, not when proposed).
 
 A group whose header is malformed (not JSON, a wrong field, ``n`` out of the batch) fails as a
-whole, deterministically; the HTTP API never writes such a header, but a Kafka-protocol client
-could.
+whole, deterministically; the HTTP API never writes such a header, and every way into the log
+refuses one (``store.reserved_headers``), but a log written before that may hold one.
 
 Semantics of each condition, as etcd's compare on ``mod_revision`` / ``version``:
 
