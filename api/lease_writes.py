@@ -27,11 +27,10 @@ def lease_field(parsed: dict[str, Any]) -> int | None:
 
 
 def with_lease(records: Sequence[AppendRecord], lease_id: int) -> list[AppendRecord]:
+    """``records`` (whose own headers hold no reserved one: api.values.to_records refused
+    them) with the ``kraft.lease`` header added."""
     header = (LEASE_HEADER, str(lease_id).encode())
     for index, record in enumerate(records):
-        if any(name == LEASE_HEADER for name, _ in record.headers):
-            raise ApiError(422, f"records[{index}].headers: {LEASE_HEADER} is reserved: give "
-                                "lease_id beside records")
         if record.key is None or record.value is None:
             raise ApiError(422, f"records[{index}]: a deletion cannot be attached to a lease")
     return [replace(r, headers=(*r.headers, header)) for r in records]

@@ -68,7 +68,10 @@ class RecordIn(BaseModel):
         examples=[{"partitions": 3}],
     )
     headers: dict[str, str] = Field(
-        default_factory=dict, description="Optional string headers (values stored as UTF-8)."
+        default_factory=dict,
+        description="Optional string headers (values stored as UTF-8). The store's "
+        "reserved headers (kraft.txn, kraft.lease, kraft.lease.op, kraft.txn.outcome, "
+        "kraft.lease.deleted) are refused (422): use conditions, lease_id and /v1/leases."
     )
 
 

@@ -27,7 +27,7 @@ from kraft_spark.client.types import (
     payload_bytes,
 )
 from kraft_spark.raft.records import Header, Record
-from kraft_spark.store.leases import LEASE_OP_HEADER
+from kraft_spark.store.reserved_headers import Standing, record_refusal
 
 PARAM_KINDS: Final = {"query": "query parameter ", "header": "header ", "path": "path parameter "}
 JSON_TYPES: Final = {
@@ -155,9 +155,22 @@ def to_records(records: Iterable[RecordFields]) -> list[AppendRecord]:
     append = out.append
     for index, (key, value, headers) in enumerate(records):
         # Positional: the hot loop of a 100-record batch (keywords cost a tenth more).
-        append(Record(key.encode("utf-8"), encode_value(value, index), now,
-                      _encoded_headers(headers, index) if headers else ()))
+        record = Record(key.encode("utf-8"), encode_value(value, index), now,
+                        _encoded_headers(headers, index) if headers else ())
+        if headers:
+            _refuse_reserved(index, record)
+        append(record)
     return out
+
+
+def _refuse_reserved(index: int, record: Record) -> None:
+    """The caller's own headers may not hold the store's reserved ones (the rule every way
+    into the log applies, kraft_spark.store.reserved_headers): the API writes those itself,
+    from the ``conditions`` and ``lease_id`` fields and /v1/leases, and answers their real
+    outcome. Checked before the API adds its own."""
+    refused = record_refusal(index, record, 1, Standing.HTTP_CALLER)
+    if refused is not None:
+        raise ApiError(422, str(refused))
 
 
 def _encoded_headers(headers: dict[str, str], index: int) -> tuple[Header, ...]:
@@ -167,11 +180,6 @@ def _encoded_headers(headers: dict[str, str], index: int) -> tuple[Header, ...]:
             422, f"records[{index}].headers: a header name or value is not valid Unicode "
             "text (a lone surrogate escape such as \\ud800): fix the header"
         )
-    if LEASE_OP_HEADER in headers:
-        # Lease operations name their caller (kraft_spark.store.leases): only /v1/leases,
-        # which names the one that authenticated, may append them.
-        raise ApiError(422, f"records[{index}].headers: {LEASE_OP_HEADER} is reserved: "
-                            "grant, keep alive and revoke leases with /v1/leases")
     return tuple((name, v.encode("utf-8")) for name, v in headers.items())
 
 

@@ -16,11 +16,8 @@ from kraft_spark.raft.records import (
 from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.raft.voter_set import directory_text
 from kraft_spark.state.machine import FailedTxn
+from kraft_spark.store.leases import LEASE_DELETED_HEADER
 from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER
-
-# The header the Delta ``records`` table adds (not the log) to a lease revocation or expiry:
-# the keys it deleted, as a JSON list.
-LEASE_DELETED_HEADER = "kraft.lease.deleted"
 
 
 @dataclass(slots=True)

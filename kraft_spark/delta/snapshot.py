@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from kraft_spark.delta.log_rows import LEASE_DELETED_HEADER
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
     RECORDS,
@@ -15,6 +14,7 @@ from kraft_spark.delta.tables import (
     next_offset,
     table_path,
 )
+from kraft_spark.store.leases import LEASE_DELETED_HEADER
 from kraft_spark.store.txn import OUTCOME_HEADER
 
 if TYPE_CHECKING:

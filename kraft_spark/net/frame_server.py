@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
-from kraft_spark.net.principal import principal_of
+from kraft_spark.net.principal import certificate_of, principal_of
 from kraft_spark.net.sasl_server import SASL_KEYS, SaslGate
 from kraft_spark.protocol import (
     ApiKey,
@@ -45,6 +45,9 @@ class ServerConnection:
         # Kafka's principal: the client certificate's subject under mutual TLS, else anonymous
         # (connection_made runs after the TLS handshake, so the certificate is known here).
         self.principal = principal_of(transport)
+        # Its DER bytes: a peer presenting the node's own certificate is one of the quorum's
+        # nodes (net.produce_gate).
+        self.certificate = certificate_of(transport)
         # False until SASL authentication succeeds on a SASL listener (net.sasl_server).
         self.authenticated = True
         self.sasl_mechanism: str | None = None

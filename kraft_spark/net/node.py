@@ -60,6 +60,7 @@ from kraft_spark.net.node_voters import (
     local_endpoints,
     static_voter_set,
 )
+from kraft_spark.net.produce_gate import ProduceGate
 from kraft_spark.net.reply_token import Token, wall_ms
 from kraft_spark.net.scrub import LogScrubber
 from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
@@ -127,6 +128,7 @@ class RaftNode:
             inline_max_ms=config.inline_flush_max_ms, stats=self.stats,
         )
         self._local: set[LocalToken] = set()
+        self._produce_gate = ProduceGate(config)
         # True while a local request's callback runs (inside _dispatch): a submission from it
         # drains on the next loop turn (_drain_soon), not nested in this Ready.
         self._settling_local = False
@@ -374,6 +376,8 @@ class RaftNode:
             log.info("node %d: refusing a request from %s: %s", self.node_id, conn.peer, exc)
             conn.respond(header.api_key, header.api_version, header.correlation_id,
                          error_response_body(header.api_key, exc.error, str(exc)))
+            return
+        if self._produce_gate.refused(conn, header, message):  # reserved record headers
             return
         # AddRaftVoter: the new voter's ApiVersions first.
         if self.voter_endpoints.probing_new_voter(conn, header, message):

@@ -47,3 +47,12 @@ def principal_of(transport: asyncio.BaseTransport) -> str:
     if not cert:  # the listener did not ask for one (never so with mutual TLS)
         return ANONYMOUS
     return f"User:{dn_of(cert.get('subject'))}"
+
+
+def certificate_of(transport: asyncio.BaseTransport) -> bytes | None:
+    """The DER bytes of the connection's verified client certificate, or None."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    return der if der else None

@@ -25,8 +25,9 @@ a keep-alive or revocation the credential asking (``by``). One that names a diff
 than the owner fails (``NOT_OWNER``): a lease is kept alive and revoked by whoever holds it, as a
 lock must be. An operation without ``by`` (an administrator's, the leader's expiry, a server
 without credentials) acts on any lease. The HTTP API fills both fields from the caller's
-credential and refuses ``kraft.lease.op`` in records appended directly, so a caller cannot
-name someone else.
+credential; ``kraft.lease.op`` written directly is refused to HTTP callers and to Kafka
+principals the node does not trust (``store.reserved_headers``), so a caller cannot name
+someone else.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from typing import Any, Final
 
 LEASE_OP_HEADER: Final = "kraft.lease.op"
 LEASE_HEADER: Final = "kraft.lease"
+# The header the Delta ``records`` table adds (not the log) to a lease revocation or expiry:
+# the keys it deleted, as a JSON list (kraft_spark.delta.log_rows).
+LEASE_DELETED_HEADER: Final = "kraft.lease.deleted"
 MAX_TTL_MS: Final = 24 * 3600 * 1000
 MIN_TTL_MS: Final = 500
 MAX_NAME_CHARS: Final = 200  # an owner's or a caller's name
@@ -62,8 +66,10 @@ def decode_op(raw: bytes | None) -> dict[str, Any]:
     """Raises ValueError naming what is wrong."""
     try:
         body = json.loads(raw or b"")
-    except ValueError:
-        raise ValueError("kraft.lease.op is not JSON") from None
+    except (ValueError, RecursionError):
+        # RecursionError: JSON nested past the interpreter's depth. Any writer can send one
+        # and every replica applies it: it must fail this record, not the state machine.
+        raise ValueError("kraft.lease.op is not JSON (or nested too deeply)") from None
     if not isinstance(body, dict) or body.get("op") not in ("grant", "keepalive", "revoke",
                                                             "expire"):
         raise ValueError("kraft.lease.op needs op grant, keepalive, revoke or expire")

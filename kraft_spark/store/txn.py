@@ -17,8 +17,8 @@ it lands in the log, whoever appended it. This is etcd's choice too (a Txn is ev
 applied, not when proposed).
 
 A group whose header is malformed (not JSON, a wrong field, ``n`` out of the batch) fails as a
-whole, deterministically; the HTTP API never writes such a header, but a Kafka-protocol client
-could.
+whole, deterministically; the HTTP API never writes such a header, and every way into the log
+refuses one (``store.reserved_headers``), but a log written before that may hold one.
 
 Semantics of each condition, as etcd's compare on ``mod_revision`` / ``version``:
 
@@ -130,7 +130,9 @@ def decode_header(raw: bytes | None) -> tuple[int, tuple[Condition, ...]]:
         raise ValueError("empty kraft.txn header")
     try:
         body = json.loads(raw.decode("utf-8", errors="surrogateescape"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: JSON nested past the interpreter's depth. Any writer can send one
+        # and every replica applies it: it must fail this group, not the state machine.
         raise ValueError(f"kraft.txn is not JSON: {exc}") from None
     if not isinstance(body, dict) or set(body) - {"n", "if"}:
         raise ValueError("kraft.txn is an object with fields n and if")

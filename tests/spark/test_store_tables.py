@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from kraft_spark.delta import DeltaMaterializer, snapshot
-from kraft_spark.delta.log_rows import LEASE_DELETED_HEADER
 from kraft_spark.raft.records import Batch, Record
 from kraft_spark.state.machine import KeyValueState
-from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, encode_op
+from kraft_spark.store.leases import LEASE_DELETED_HEADER, LEASE_HEADER, LEASE_OP_HEADER, encode_op
 from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER, Condition, encode_header
 
 from .test_materializer import as_state, read_records, read_snapshot

@@ -75,7 +75,8 @@ def test_groups_share_a_batch_with_plain_writes_and_see_earlier_ones() -> None:
 
 
 @pytest.mark.parametrize("raw", [b"", b"not json", b'{"n": 0}', b'{"n": 1, "if": 3}',
-                                 b'{"n": 1, "x": 1}', b'{"n": 1, "if": [{"key": 1}]}'])
+                                 b'{"n": 1, "x": 1}', b'{"n": 1, "if": [{"key": 1}]}',
+                                 pytest.param(b"[" * 100_000, id="past-json-recursion")])
 def test_malformed_header_fails_the_record_deterministically(raw: bytes) -> None:
     with pytest.raises(ValueError):
         decode_header(raw)
@@ -260,7 +261,8 @@ def test_leases_survive_a_snapshot_exactly(ops: list[tuple[str, int, bytes, int]
 
 
 def test_delta_rows_delete_the_keys_of_an_expired_lease() -> None:
-    from kraft_spark.delta.log_rows import LEASE_DELETED_HEADER, rows_from
+    from kraft_spark.delta.log_rows import rows_from
+    from kraft_spark.store.leases import LEASE_DELETED_HEADER
 
     state = KeyValueState()
     batches = [Batch(0, 1, (_lease_op("grant", 3, ttl_ms=1000), _leased(b"svc/a", b"1", 3),
@@ -271,3 +273,16 @@ def test_delta_rows_delete_the_keys_of_an_expired_lease() -> None:
     rows = rows_from(batches, 0, state.failed_txns, state.leases.deleted)
     assert rows.records[3][5][LEASE_DELETED_HEADER] == '["svc/a"]'
     assert {k: v[1] for k, v in rows.latest.items()} == {"svc/a": None, "other": "x"}
+
+
+def test_a_lease_operation_nested_too_deeply_fails_its_record_not_the_state() -> None:
+    # Deep enough for json's RecursionError, which used to escape apply: every replica's
+    # state machine failed on the record, and again on each replay of the log.
+    from kraft_spark.store.leases import LEASE_OP_HEADER
+
+    state = KeyValueState()
+    _apply(state, [Record(None, None, 5, ((LEASE_OP_HEADER, b"[" * 100_000),)),
+                   Record(b"b", b"2", 5)])
+    assert state.view() == {b"b": b"2"}
+    failed = state.txn_failure(0)
+    assert failed is not None and "nested too deeply" in failed.reason
