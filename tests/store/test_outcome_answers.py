@@ -4,6 +4,7 @@ window (kraft_spark.state.outcomes): 410 "outcome unknown", never a 200."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -35,14 +36,14 @@ def _failing_write() -> Record:
 def test_a_retry_past_the_window_is_answered_410_not_200() -> None:
     state = KeyValueState(outcome_window=50)
     state.apply(Batch(0, 1, (_failing_write(),)))
-    store = _StateStore(state)
+    store: Any = _StateStore(state)  # judge needs only outcome()
     with pytest.raises(ApiError) as conflict:
-        asyncio.run(judge(store, AppendResult(0, 0, 1), 1.0))  # type: ignore[arg-type]
+        asyncio.run(judge(store, AppendResult(0, 0, 1), 1.0))
     assert conflict.value.status == 409
     for _ in range(60):
         state.apply(Batch(state.applied_offset, 1, (Record(b"other", b"v", 5),)))
     with pytest.raises(ApiError) as gone:
-        asyncio.run(judge(store, AppendResult(0, 0, 1), 1.0))  # type: ignore[arg-type]
+        asyncio.run(judge(store, AppendResult(0, 0, 1), 1.0))
     assert gone.value.status == 410
     message = str(gone.value)
     assert "outcome unknown" in message and "outcome window of 50 offsets" in message
@@ -50,9 +51,9 @@ def test_a_retry_past_the_window_is_answered_410_not_200() -> None:
     # A write that applied, past the window, is not answered 200 either.
     state.apply(Batch(state.applied_offset, 1, (Record(b"k", b"y", 5),)))
     applied_at = state.applied_offset - 1
-    asyncio.run(judge(store, AppendResult(applied_at, applied_at, 1), 1.0))  # type: ignore[arg-type]
+    asyncio.run(judge(store, AppendResult(applied_at, applied_at, 1), 1.0))
     for _ in range(60):
         state.apply(Batch(state.applied_offset, 1, (Record(b"other", b"v", 5),)))
     with pytest.raises(ApiError) as gone_too:
-        asyncio.run(judge(store, AppendResult(applied_at, applied_at, 1), 1.0))  # type: ignore[arg-type]
+        asyncio.run(judge(store, AppendResult(applied_at, applied_at, 1), 1.0))
     assert gone_too.value.status == 410
