@@ -54,6 +54,9 @@ class KvLike(Protocol):
     async def range(self, prefix: str = "", *, limit: int = 1000,
                     consistency: Any = "linearizable") -> list[KeyValue]: ...
 
+    async def range_at(self, prefix: str = "", *, consistency: Any = "linearizable"
+                       ) -> tuple[list[KeyValue], int]: ...
+
     def watch(self, *, key: str | None = None, prefix: str | None = None,
               from_offset: int | None = None) -> AsyncIterator[WatchEvent]: ...
 
@@ -199,15 +202,48 @@ class Election(_Queue):
         queue = await self.kv.range(self.prefix)
         return min(queue, key=lambda kv: kv.create_offset, default=None)
 
+    async def _leader_at(self) -> tuple[KeyValue | None, int]:
+        """The leader and the offset the read reflects (every write below it is in it)."""
+        queue, offset = await self.kv.range_at(self.prefix)
+        return min(queue, key=lambda kv: kv.create_offset, default=None), offset
+
     async def observe(self) -> AsyncIterator[KeyValue | None]:
-        """The leader now, then each time it changes."""
-        current = await self.leader()
+        """The leader now, then each time it changes.
+
+        The watch starts at the offset the first read reflects, so no change between the two
+        is missed. When it cannot go on from there (410: the log start moved past it, as it
+        does after a snapshot; the server cancelled the watch; a node went away), the leader is
+        read again (and told if it changed meanwhile) and a new watch starts at that read's
+        offset: again nothing between is missed, whatever the log lost below it."""
+        current, offset = await self._leader_at()
         yield current
-        start = current.offset if current is not None else 0
-        async for event in self.kv.watch(prefix=self.prefix, from_offset=start):
-            if event.type in ("put", "delete"):
-                now = await self.leader()
-                if (now is None) != (current is None) or (
-                        now is not None and current is not None and now.key != current.key):
-                    current = now
-                    yield current
+        while True:
+            started = offset
+            try:
+                async for event in self.kv.watch(prefix=self.prefix, from_offset=offset):
+                    if event.type == "cancelled":
+                        break
+                    if event.type not in ("put", "delete"):
+                        continue
+                    now, offset = await self._leader_at()
+                    if _changed(current, now):
+                        current = now
+                        yield current
+            except KvError as exc:
+                if exc.status != 410:
+                    raise
+                log.info("observing %s: %s; reading the leader again", self.prefix, exc)
+            except httpx.TransportError as exc:
+                log.info("observing %s: %s; reading the leader again", self.prefix, exc)
+            now, offset = await self._leader_at()
+            if _changed(current, now):
+                current = now
+                yield current
+            if offset <= started:  # no progress: give the nodes time (not a busy loop)
+                await asyncio.sleep(WATCH_RETRY_S)
+
+
+def _changed(before: KeyValue | None, now: KeyValue | None) -> bool:
+    """Another leader (or none, or one where there was none): compared by key."""
+    return (before.key if before is not None else None) != (
+        now.key if now is not None else None)
