@@ -1,6 +1,7 @@
 """Locks under partition on `kraft-spark local` (real node processes, each serving the HTTP
 API): a holder cut off from the quorum learns it lost the lock by its own clock, without
-waiting to reconnect; keep-alives fail over to another node.
+waiting to reconnect; keep-alives fail over to another node; `kraft-spark lock` stops its
+command when the lock is lost.
 
 One quorum for the module; each test uses a lock name of its own and leaves every node running
 (a frozen node is always thawed)."""
@@ -11,8 +12,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +25,9 @@ from kraft_spark.client.concurrency import Lock
 from kraft_spark.client.kv import AsyncKvClient, KvClient
 from kraft_spark.client.session import own_clock
 from tests.lincheck.nemesis import KvQuorum
+from tests.net.helpers import free_ports
 
-from .harness import running, store_ready
+from .harness import CuttableProxy, running, store_ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -114,3 +120,94 @@ def test_keep_alives_fail_over_to_another_node_when_the_first_is_frozen(
             await gone(quorum.http_urls[other], quorum.token, held.key, 15)
 
     asyncio.run(body())
+
+
+COMMAND = textwrap.dedent("""
+    import os, pathlib, signal, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # makes kraft-spark lock escalate to SIGKILL
+    pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+    time.sleep(600)
+""")
+
+
+def test_kraft_spark_lock_stops_its_command_when_its_connection_is_cut(
+        quorum: KvQuorum, tmp_path: Path) -> None:
+    """The lock's only way to the quorum is a proxy that then drops every connection: the
+    command (which ignores SIGTERM) is killed after the grace, stderr says why, exit ≠ 0."""
+    node = followers(quorum)[0]
+    target = int(quorum.http_urls[node].rsplit(":", 1)[1])
+    proxy = CuttableProxy(free_ports(1)[0], target)
+    ready = tmp_path / "pid"
+    env = {**os.environ, "KRAFT_SPARK_HTTP_TOKEN": quorum.token or ""}
+    lock = subprocess.Popen(
+        [sys.executable, "-m", "kraft_spark", "lock", "cut", "--ttl-ms", str(TTL_MS),
+         "--grace-s", "1", "--endpoint", f"http://127.0.0.1:{proxy.listen_port}", "--",
+         sys.executable, "-c", COMMAND, str(ready)],
+        stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    command_pid = 0
+    try:
+        deadline = time.monotonic() + 30
+        while not (ready.exists() and ready.read_text()):
+            assert lock.poll() is None, lock.communicate()[1]
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        command_pid = int(ready.read_text())
+        proxy.set_cut(True)
+        start = time.monotonic()
+        _, err = lock.communicate(timeout=TTL_MS / 1000 + 1 + SLACK_S + 5)
+        took = time.monotonic() - start
+        assert lock.returncode == 128 + signal.SIGKILL, (lock.returncode, err)
+        assert "kraft-spark lock: lost the lock cut/" in err, err
+        assert "is stale: stopping the command (SIGTERM" in err, err
+        with pytest.raises(ProcessLookupError):
+            os.kill(command_pid, 0)
+        print(f"\ncut connection: command killed {took:.2f} s after the cut "
+              f"(TTL {TTL_MS / 1000} s + grace 1 s)")
+    finally:
+        proxy.close()
+        if lock.poll() is None:
+            os.killpg(lock.pid, signal.SIGKILL)
+            lock.wait()
+        if command_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(command_pid, signal.SIGKILL)
+
+
+POLITE = textwrap.dedent("""
+    import os, pathlib, signal, sys, time
+    work = pathlib.Path(sys.argv[1])
+    def stop(signum, frame):
+        (work / "stopped").write_text(signal.Signals(signum).name)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    (work / "pid").write_text(str(os.getpid()))
+    time.sleep(600)
+""")
+
+
+def test_a_signal_to_kraft_spark_lock_reaches_its_command_and_the_lock_is_released(
+        quorum: KvQuorum, tmp_path: Path) -> None:
+    """The command runs in a process group of its own (to be stopped whole when the lock is
+    lost), so what `kraft-spark lock` is sent is passed on to it; the lock goes when it
+    exits."""
+    env = {**os.environ, "KRAFT_SPARK_HTTP_TOKEN": quorum.token or ""}
+    lock = subprocess.Popen(
+        [sys.executable, "-m", "kraft_spark", "lock", "polite", "--endpoint",
+         ",".join(quorum.http_urls), "--", sys.executable, "-c", POLITE, str(tmp_path)],
+        stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not ((tmp_path / "pid").exists() and (tmp_path / "pid").read_text()):
+            assert lock.poll() is None, lock.communicate()[1]
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        lock.send_signal(signal.SIGTERM)
+        _, err = lock.communicate(timeout=30)
+        assert lock.returncode == 0, err
+        assert (tmp_path / "stopped").read_text() == "SIGTERM"
+        with KvClient(quorum.http_urls, token=quorum.token) as kv:
+            assert list(kv.range("polite/")) == []
+    finally:
+        if lock.poll() is None:
+            os.killpg(lock.pid, signal.SIGKILL)
+            lock.wait()

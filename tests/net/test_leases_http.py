@@ -182,6 +182,7 @@ def test_a_frozen_lock_holder_is_taken_over_and_its_stale_writes_refused(
         work.mkdir()
         holder = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "kraft_spark", "lock", "jobs", "--ttl-ms", "1500",
+            "--on-lost", "keep",  # the stale holder goes on: its fenced write must be refused
             "--endpoint", url, "--", sys.executable, "-c", HOLDER, str(work), url,
             start_new_session=True)
         try:
