@@ -159,7 +159,10 @@ class KvClient:
     def __init__(self, url: str | Sequence[str], *, token: str | None = None,
                  timeout_s: float = 15.0) -> None:
         self.endpoints = Endpoints(url)
-        self._http = httpx.Client(headers=_auth(token), timeout=timeout_s)
+        # Every request names its endpoint in full; base_url only serves a relative one made
+        # on ``_http`` directly (tests do), which goes to the first endpoint as it always did.
+        self._http = httpx.Client(base_url=self.endpoints.urls[0], headers=_auth(token),
+                                  timeout=timeout_s)
 
     def _send(self, method: str, path: str, *, retry: bool, timeout_s: float | None = None,
               **kwargs: Any) -> httpx.Response:
@@ -297,7 +300,8 @@ class AsyncKvClient:
     def __init__(self, url: str | Sequence[str], *, token: str | None = None,
                  timeout_s: float = 15.0) -> None:
         self.endpoints = Endpoints(url)
-        self._http = httpx.AsyncClient(headers=_auth(token), timeout=timeout_s)
+        self._http = httpx.AsyncClient(base_url=self.endpoints.urls[0], headers=_auth(token),
+                                       timeout=timeout_s)  # base_url: as KvClient's
 
     async def _send(self, method: str, path: str, *, retry: bool,
                     timeout_s: float | None = None, **kwargs: Any) -> httpx.Response:
