@@ -366,12 +366,21 @@ class AsyncKvClient:
 
     async def range_at(self, prefix: str = "", *, consistency: Consistency = "linearizable"
                        ) -> tuple[list[KeyValue], int]:
-        """The keys under ``prefix`` (one page of up to 1,000) and the offset the answer
-        reflects: the state held every committed write below it and none at or above it, so
-        a watch from that offset continues this read without a gap."""
-        page = _checked(await self._send(
-            "GET", "/v1/kv", retry=True, params=_range_params(prefix, 1000, consistency, None)))
-        return [_key_value(kv) for kv in page["kvs"]], int(page["offset"])
+        """Every key under ``prefix`` and an offset a watch may continue this read from: the
+        first page's (each page is a read of its own, at an offset no lower than the first's;
+        that page's state held every committed write below it and none at or above it)."""
+        out: list[KeyValue] = []
+        token: str | None = None
+        first: int | None = None
+        while True:
+            page = _checked(await self._send(
+                "GET", "/v1/kv", retry=True,
+                params=_range_params(prefix, 1000, consistency, token)))
+            first = int(page["offset"]) if first is None else first
+            out += [_key_value(kv) for kv in page["kvs"]]
+            token = page.get("next_page_token")
+            if not token:
+                return out, first
 
     async def grant_lease(self, ttl_ms: int) -> LeaseInfo:
         return _lease(_checked(await self._send("POST", "/v1/leases", retry=False,
