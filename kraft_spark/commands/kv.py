@@ -85,8 +85,9 @@ def endpoint_args(parser: Any) -> None:
     """``--endpoint`` and the token's flags, as every store command (kv, lease, lock) takes
     them."""
     parser.add_argument("--endpoint", default=os.environ.get("KRAFT_SPARK_HTTP", DEFAULT_URL),
-                        help="a node's HTTP API or the application's (default $KRAFT_SPARK_HTTP "
-                        f"or {DEFAULT_URL})")
+                        help="a node's HTTP API or the application's, or several nodes' "
+                        "comma-separated (tried in turn when one fails; default "
+                        f"$KRAFT_SPARK_HTTP or {DEFAULT_URL})")
     token_args(parser)
     warehouse_arg(parser, "--endpoint")
 
