@@ -95,6 +95,10 @@ def _key_value(body: dict[str, Any]) -> KeyValue:
                     body["version"], body["offset"])
 
 
+def _watch_headers(after: str | None) -> dict[str, str]:
+    return {"Last-Event-ID": after} if after is not None else {}
+
+
 def _watch_params(key: str | None, prefix: str | None, from_offset: int | None
                   ) -> dict[str, Any]:
     if (key is None) == (prefix is None):
@@ -144,11 +148,13 @@ class _SseParser:
         kind = fields.get("event", "message")
         data = json.loads(fields.get("data") or "{}")
         if kind in ("put", "delete"):
-            return WatchEvent(kind, data["offset"], data["key"], data.get("value"))
+            return WatchEvent(kind, data["offset"], data["key"], data.get("value"),
+                              fields.get("id"))
         if kind == "progress":
-            return WatchEvent(kind, data["offset"])
+            return WatchEvent(kind, data["offset"], id=fields.get("id"))
         if kind == "cancelled":
-            return WatchEvent(kind, data.get("resume_offset", -1), None, data.get("reason"))
+            return WatchEvent(kind, data.get("resume_offset", -1), None, data.get("reason"),
+                              data.get("resume_id"))
         return None
 
 
@@ -246,11 +252,14 @@ class KvClient:
         return self.txn([(key, None)], conditions_for(key, if_version, if_mod_offset, False))
 
     def watch(self, *, key: str | None = None, prefix: str | None = None,
-              from_offset: int | None = None) -> Iterator[WatchEvent]:
+              from_offset: int | None = None, after: str | None = None
+              ) -> Iterator[WatchEvent]:
+        """The stream of events; ``after``: resume right after the event whose ``id`` this
+        is (wins over ``from_offset``: exact even between the events of one offset)."""
         params = _watch_params(key, prefix, from_offset)
         parser = _SseParser()
         lines = _SseLines()
-        with self._open_watch(params) as response:
+        with self._open_watch(params, _watch_headers(after)) as response:
             for chunk in response.iter_bytes():
                 for line in lines.feed(chunk):
                     event = parser.feed(line)
@@ -258,12 +267,14 @@ class KvClient:
                         yield event
 
     @contextlib.contextmanager
-    def _open_watch(self, params: dict[str, Any]) -> Iterator[httpx.Response]:
+    def _open_watch(self, params: dict[str, Any], headers: dict[str, str]
+                    ) -> Iterator[httpx.Response]:
         """The stream from the first endpoint that opens it: nothing was delivered before,
         so trying the next one repeats nothing."""
         urls = self.endpoints.order()
         for i, url in enumerate(urls):
             request = self._http.build_request("GET", url + "/v1/watch", params=params,
+                                               headers=headers,
                                                timeout=_watch_timeout(self._http.timeout))
             try:
                 response = self._http.send(request, stream=True)
@@ -408,13 +419,15 @@ class AsyncKvClient:
                               conditions_for(key, if_version, if_mod_offset, False))
 
     async def watch(self, *, key: str | None = None, prefix: str | None = None,
-                    from_offset: int | None = None) -> AsyncIterator[WatchEvent]:
-        """The stream as an async iterator; resume after a disconnect with ``from_offset`` =
-        the last event's offset + 1 (or a progress event's offset)."""
+                    from_offset: int | None = None, after: str | None = None
+                    ) -> AsyncIterator[WatchEvent]:
+        """The stream as an async iterator; resume after a disconnect with ``after`` = the
+        last event's ``id`` (a progress event's too): exact even between the events of one
+        offset, which ``from_offset`` (whole offsets) is not."""
         params = _watch_params(key, prefix, from_offset)
         parser = _SseParser()
         lines = _SseLines()
-        response = await self._open_watch(params)
+        response = await self._open_watch(params, _watch_headers(after))
         try:
             async for chunk in response.aiter_bytes():
                 for line in lines.feed(chunk):
@@ -424,11 +437,13 @@ class AsyncKvClient:
         finally:
             await response.aclose()
 
-    async def _open_watch(self, params: dict[str, Any]) -> httpx.Response:
+    async def _open_watch(self, params: dict[str, Any], headers: dict[str, str]
+                          ) -> httpx.Response:
         """``KvClient._open_watch``'s twin: the open stream (the caller closes it)."""
         urls = self.endpoints.order()
         for i, url in enumerate(urls):
             request = self._http.build_request("GET", url + "/v1/watch", params=params,
+                                               headers=headers,
                                                timeout=_watch_timeout(self._http.timeout))
             try:
                 response = await self._http.send(request, stream=True)
