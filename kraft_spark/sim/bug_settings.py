@@ -53,3 +53,5 @@ BUG_SETTINGS: Final[dict[str, tuple[str, ...]]] = {
 BUG_SETTINGS["uncounted-follower"] = (
     "--faults", "crash,restart,partition,drop,duplicate,reorder,delay,pause,one-way,disk-full,"
     "io-error,torn-write")
+# A keep-alive after expiry: a holder back from a freeze keeps its old lease alive first.
+BUG_SETTINGS["expired-lease-kept-alive"] = LEASES

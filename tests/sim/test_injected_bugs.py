@@ -41,6 +41,7 @@ EXPECTED = {
     "follower-lease-expiry": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
     "deposed-leader-revoke": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
     "uncounted-follower": {"liveness-partial"},
+    "expired-lease-kept-alive": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
 }
 
 
