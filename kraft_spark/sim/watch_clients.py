@@ -37,6 +37,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kraft_spark.log.errors import LogError
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import Batch
 from kraft_spark.sim.node import SimNode
@@ -243,6 +244,9 @@ class SimWatches:
             item: WatchItem | None = _step(watcher.__anext__())
         except BelowLogStart:  # the cursor is below the node's log start: load again
             client.watcher, client.loaded = None, False
+            return False
+        except LogError:  # the watch's first read met a disk fault: the request failed
+            client.watcher = None  # (once streaming, the watch ends with a Cancelled)
             return False
         except StopAsyncIteration:
             item = None
