@@ -15,6 +15,8 @@ MEMBERSHIP: Final = ("--observers", "2", "--faults", MEMBERSHIP_FAULTS)
 STORE: Final = ("--voters", "3", "--observers", "1", "--store-clients", "5")
 # A lock on leases held by contending clients, expired by skewed clocks.
 LEASES: Final = ("--voters", "3", "--observers", "1", "--lease-clients", "4")
+# Watches on every node, over leases of several keys (deleted together at one offset).
+WATCHES: Final = (*LEASES, "--watch-clients", "6")
 
 BUG_SETTINGS: Final[dict[str, tuple[str, ...]]] = {
     # Two candidates of one epoch, each having voted for itself (split-vote), meet a voter
@@ -45,6 +47,9 @@ BUG_SETTINGS: Final[dict[str, tuple[str, ...]]] = {
     "outcome-before-apply": ("--faults", "all", *STORE),
     "follower-lease-expiry": LEASES,
     "deposed-leader-revoke": LEASES,
+    # The watch hub's bugs: every default fault.
+    "watch-drops-second-event": ("--faults", "all", *WATCHES),
+    "resume-skips-offset-rest": ("--faults", "all", *WATCHES),
 }
 
 # A leader that forgets one follower's progress stalls while the other is out; the end-of-run

@@ -21,6 +21,7 @@ from kraft_spark.raft.quorum import majority_offset
 from kraft_spark.raft.read_index import PendingRead
 from kraft_spark.raft.vote_rules import VoteDecision, decide_vote
 from kraft_spark.raft.voter_set import VoterSet
+from kraft_spark.store.watch import Watcher, WatchEvent, WatchHub
 
 
 class _DoubleVoteElections(Elections):
@@ -183,3 +184,38 @@ class UncountedFollower(RaftCore):
 
 
 BUGS["uncounted-follower"] = UncountedFollower
+# ---------------------------------------------------------------------- watches
+# A node's watch hub broken in one rule (the hub the simulator's watch feeds make: run with
+# --watch-clients; caught by the watch checker, kraft_spark.sim.watch_check).
+
+
+class _DropSecondWatcher(Watcher):
+    def _offer(self, event: WatchEvent, next_offset: int) -> None:
+        if event.index == 1:
+            return  # broken: the second event of an offset (a lease's deletes) is lost
+        super()._offer(event, next_offset)
+
+
+class DropSecondEventHub(WatchHub):
+    """A live watch drops the second event of an offset (the defect of a lease deleting
+    several keys at one offset, in another form)."""
+
+    watcher_class = _DropSecondWatcher
+
+
+class SkipOffsetRestHub(WatchHub):
+    """A resume between the events of one offset (``Last-Event-ID: N.M``) goes on at the next
+    offset: the rest of offset N is skipped."""
+
+    def watch(self, *, key: bytes | None = None, prefix: bytes | None = None,
+              from_offset: int | None = None, from_index: int = 0) -> Watcher:
+        if from_index and from_offset is not None:
+            from_offset, from_index = from_offset + 1, 0  # broken: "N.M" read as "after N"
+        return super().watch(key=key, prefix=prefix, from_offset=from_offset,
+                             from_index=from_index)
+
+
+WATCH_BUGS: dict[str, type[WatchHub]] = {
+    "watch-drops-second-event": DropSecondEventHub,
+    "resume-skips-offset-rest": SkipOffsetRestHub,
+}

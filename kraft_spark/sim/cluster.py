@@ -19,7 +19,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kraft_spark.log.errors import CorruptSegmentError, LogError
 from kraft_spark.raft.config import QuorumConfig
@@ -59,6 +59,15 @@ OBSERVER_BASE_ID = 100
 # The "client" that sends AddRaftVoter / RemoveRaftVoter (the reconfig fault): answers to it
 # are traced, not delivered.
 ADMIN_ID = -1_000_000
+
+
+class ProcessListener(Protocol):
+    """Told when a node's process starts (its state loaded, before it runs) and when it dies
+    (``sim.watch_clients``: a node's watch hub lives and dies with its process)."""
+
+    def on_start(self, node: SimNode) -> None: ...
+
+    def on_crash(self, node: SimNode) -> None: ...
 
 
 class Cluster:
@@ -116,6 +125,7 @@ class Cluster:
         self.client_think_us = (20_000, 200_000)
         self.clients_running = True
         self.store_clients: StoreClientsReceiver | None = None  # the runner's, when asked for
+        self.watches: ProcessListener | None = None  # the runner's watch clients, when asked for
         # Called with each node that becomes leader (the fault injector targets new leaders).
         self.on_new_leader: Callable[[SimNode], None] | None = None
         # How often each dangerous moment of a voter change happened (sim/coverage.py).
@@ -200,12 +210,16 @@ class Cluster:
             snapshots=store,
             directory_id=node.directory_id,
         )
+        if self.watches is not None:
+            self.watches.on_start(node)
         self._after(node)
 
     def crash(self, node: SimNode, *, torn: bool, wipe: bool = False) -> None:
         """The process dies: unflushed writes are lost (a torn write keeps part of them)."""
         node.alive = False
         node.core = None
+        if self.watches is not None:
+            self.watches.on_crash(node)
         failing = node.log.failing  # the disk fault outlives the process
         if wipe:
             # Known limit (KIP-853 territory): a vote granted just before the disk was lost and

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from kraft_spark.raft.core import RaftCore
-from kraft_spark.sim.bugs import BUGS, STORE_BUGS
+from kraft_spark.sim.bugs import BUGS, STORE_BUGS, WATCH_BUGS
 from kraft_spark.sim.coverage import summary as coverage_summary
 from kraft_spark.sim.disk_faults import DISK_BUGS
 from kraft_spark.sim.faults import parse_faults
@@ -45,10 +45,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace", action="store_true", help="print every event")
     parser.add_argument(
         "--inject-bug", choices=sorted([*BUGS, *SHELL_BUGS, *DISK_BUGS, *STORE_BUGS,
-                                        *STORE_SHELL_BUGS, *LEASE_BUGS]),
+                                        *STORE_SHELL_BUGS, *LEASE_BUGS, *WATCH_BUGS]),
         help="run a deliberately broken core (or shell: " + ", ".join([*SHELL_BUGS, *DISK_BUGS])
         + "; store bugs, with --store-clients: " + ", ".join([*STORE_BUGS, *STORE_SHELL_BUGS])
-        + "; lease bugs, with --lease-clients: " + ", ".join(LEASE_BUGS) + ")",
+        + "; lease bugs, with --lease-clients: " + ", ".join(LEASE_BUGS)
+        + "; watch bugs, with --watch-clients: " + ", ".join(WATCH_BUGS) + ")",
+    )
+    parser.add_argument(
+        "--watch-clients", type=int, default=0, metavar="N",
+        help="N clients also watch keys and prefixes on every node (fast and slow consumers, "
+        "cut off, resumed by id after crashes and hops, reloading the state when a snapshot "
+        "replaced what they missed); checked: each stream is the committed history of its "
+        "keys, without gap or repeat",
     )
     parser.add_argument(
         "--lease-clients", type=int, default=0, metavar="N",
@@ -137,6 +145,15 @@ def _run(args: argparse.Namespace) -> int:
     if lease_bug and not args.lease_clients:
         raise CommandError(f"--inject-bug {bug} is caught by the lease holders' checker: "
                            "add --lease-clients 4")
+    watch_bug = bug if bug in WATCH_BUGS else None
+    if not 0 <= args.watch_clients <= MAX_STORE_CLIENTS:
+        raise CommandError(f"--watch-clients must be from 0 to {MAX_STORE_CLIENTS}")
+    if watch_bug and not args.watch_clients:
+        raise CommandError(f"--inject-bug {bug} is caught by the watch checker: add "
+                           "--watch-clients 6")
+    if args.watch_clients and args.no_snapshots:
+        raise CommandError("--watch-clients reads the nodes' state machines: drop "
+                           "--no-snapshots")
     if args.lease_clients and args.no_snapshots:
         raise CommandError("--lease-clients reads the nodes' state machines: drop "
                            "--no-snapshots")
@@ -156,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     events = commits = elections = 0
     taken = installed = advanced = changes = store_ops = holds = holder_reads = 0
     coverage: Counter[str] = Counter()
+    watched: Counter[str] = Counter()
     for n, seed in enumerate(seeds, 1):
         result = run_seed(
             seed,
@@ -172,6 +190,8 @@ def _run(args: argparse.Namespace) -> int:
             store_bug=store_bug,
             lease_clients=args.lease_clients,
             lease_bug=lease_bug,
+            watch_clients=args.watch_clients,
+            **({"watch_hub": WATCH_BUGS[watch_bug]} if watch_bug else {}),
         )
         if result.snapshots is not None:
             taken += result.snapshots.taken
@@ -183,6 +203,8 @@ def _run(args: argparse.Namespace) -> int:
         store_ops += sum(op["return_ns"] is not None for op in result.history)
         holds += result.lease_holds
         holder_reads += result.lease_reads
+        if result.watches is not None:
+            watched.update(vars(result.watches))
         commits += result.commits
         elections += result.elections
         if result.violation is not None:
@@ -199,6 +221,7 @@ def _run(args: argparse.Namespace) -> int:
                 + (" --no-snapshots" if args.no_snapshots else "")
                 + (f" --store-clients {args.store_clients}" if args.store_clients else "")
                 + (f" --lease-clients {args.lease_clients}" if args.lease_clients else "")
+                + (f" --watch-clients {args.watch_clients}" if args.watch_clients else "")
                 + " --trace"
             )
             print(f"seeds={n} events={events} commits={commits} elections={elections} violations=1")
@@ -214,6 +237,9 @@ def _run(args: argparse.Namespace) -> int:
            if "reconfig" in faults else "")
         + (f" store-ops-checked={store_ops}" if args.store_clients else "")
         + (f" lock-holds={holds} holder-reads={holder_reads}" if args.lease_clients else "")
+        + (f" watch-events={watched['delivered']} watch-resumes={watched['resumes']} "
+           f"watch-cutoffs={watched['cutoffs']} watch-resets={watched['resets']}"
+           if args.watch_clients else "")
     )
     return 0
 

@@ -1,7 +1,10 @@
 """Simulated lease holders contending for one lock, as ``kraft_spark.client.concurrency``'s
 users do: grant a lease, create the lock key attached to it with a compare-and-set (version 0:
 only if absent), keep the lease alive while holding, read the key now and then, and let go by
-revoking the lease, or freeze (a paused process) and let it expire.
+revoking the lease, or freeze (a paused process) and let it expire. Each lease holds 1 to 4
+keys: the lock and up to three keys of the holder's (``<lock>/<holder>/<n>``) written with it,
+in the lock's compare-and-set (all or nothing) or after it in the same batch (landing even when
+the lock is taken), so a revoke or an expiry deletes several keys at one offset.
 
 Every request goes to a node as an HTTP client's request does (mostly the client's own voter,
 now and then any node; a non-leader's NOT_LEADER hint is followed), and its outcome is read
@@ -70,6 +73,7 @@ class LeaseOp:
     lease_id: int
     first_sent_us: int
     deadline_us: int
+    records: int = 1  # in its Produce
 
 
 @dataclass(slots=True)
@@ -101,6 +105,8 @@ class LeaseHolder:
     freeze: bool = False
     frozen: bool = False
     resume_token: int = 0  # back from a freeze: the token of the hold it would resume
+    extras: int = 0  # keys attached to the lease besides the lock
+    grouped: bool = False  # written in the lock's compare-and-set (else unconditionally)
 
 
 class LeaseClients:
@@ -129,6 +135,8 @@ class LeaseClients:
         client.leases_granted += 1
         client.lease_id = (client.index + 1) * 1_000_000 + client.leases_granted
         client.lock = self.rng.choice(LOCKS)
+        client.extras = self.rng.randint(0, 3)
+        client.grouped = self.rng.random() < 0.5
         self._start(client, client.main, "grant")
 
     def _think(self, client: LeaseHolder) -> None:
@@ -179,7 +187,8 @@ class LeaseClients:
     def _start(self, client: LeaseHolder, channel: Channel, kind: str) -> None:
         now = self.cluster.now
         timeout = READ_TIMEOUT_US if kind == "read" else OP_TIMEOUT_US
-        channel.op = LeaseOp(kind, client.lease_id, now, now + timeout)
+        channel.op = LeaseOp(kind, client.lease_id, now, now + timeout,
+                             1 + client.extras if kind == "acquire" else 1)
         voters = self.cluster.voter_ids
         channel.target = (voters[client.index % len(voters)] if self.rng.random() < 0.8
                           else self.rng.choice(voters))
@@ -191,14 +200,21 @@ class LeaseClients:
             return ReadIndexRequest(timeout_ms=timeout_ms)
         now_ms = self.cluster.now // 1000
         if op.kind == "acquire":
-            record = Record(client.lock, f'"l{client.index}-{op.lease_id}"'.encode(), now_ms, (
-                (TXN_HEADER, encode_header(1, [Condition(client.lock, version=0)])),
-                (LEASE_HEADER, str(op.lease_id).encode())))
+            # The lock first (its offset is the fencing token), then the lease's other keys.
+            value = f'"l{client.index}-{op.lease_id}"'.encode()
+            lease = (LEASE_HEADER, str(op.lease_id).encode())
+            group = op.records if client.grouped else 1
+            records = (Record(client.lock, value, now_ms, (
+                (TXN_HEADER, encode_header(group, [Condition(client.lock, version=0)])), lease)),
+                # Every committed value is unique (the checker's exactly-once rule).
+                *(Record(client.lock + f"/{client.index}/{n}".encode(),
+                         value[:-1] + f'-{n}"'.encode(), now_ms, (lease,))
+                  for n in range(op.records - 1)))
         else:
             fields = {"ttl_ms": TTL_MS} if op.kind == "grant" else {}
-            record = Record(None, None, now_ms,
-                            ((LEASE_OP_HEADER, encode_op(op.kind, op.lease_id, **fields)),))
-        return ProduceRequest(records=(record,), timeout_ms=timeout_ms,
+            records = (Record(None, None, now_ms,
+                              ((LEASE_OP_HEADER, encode_op(op.kind, op.lease_id, **fields)),)),)
+        return ProduceRequest(records=records, timeout_ms=timeout_ms,
                               producer_id=channel.producer_id, producer_epoch=0,
                               base_sequence=channel.seq)
 
@@ -264,7 +280,7 @@ class LeaseClients:
             self._when_applied(client, channel, op, message.read_offset, None)
         elif isinstance(message, ProduceResponse):
             channel.home = channel.target
-            channel.seq += 1
+            channel.seq += op.records  # a sequence number per record
             self._when_applied(client, channel, op, message.base_offset + 1,
                                message.base_offset)
 

@@ -25,6 +25,8 @@ from kraft_spark.sim.node import SimNode
 from kraft_spark.sim.snapshots import SnapshotStats
 from kraft_spark.sim.store_clients import StoreClients
 from kraft_spark.sim.trace import Trace
+from kraft_spark.sim.watch_clients import SimWatches, WatchStats
+from kraft_spark.store.watch import WatchHub
 
 # After the faults stop, a leader must be elected and a new append must commit within this.
 LIVENESS_BOUND_MS = 15_000
@@ -58,6 +60,8 @@ class SeedResult:
     lease_reads: int = 0
     # How often each dangerous moment of a voter change happened (sim/coverage.py).
     coverage: dict[str, int] = field(default_factory=dict)
+    # What the watch clients did (sim/watch_clients.py; None without them).
+    watches: WatchStats | None = None
 
 
 def run_seed(
@@ -76,13 +80,17 @@ def run_seed(
     store_bug: str | None = None,
     lease_clients: int = 0,
     lease_bug: str | None = None,
+    watch_clients: int = 0,
+    watch_hub: type[WatchHub] = WatchHub,
 ) -> SeedResult:
     """``store_clients``: that many clients also read and compare-and-set keys, recording the
     history ``SeedResult.history`` (own random stream: the rest of the run is as without
     them only when 0); ``store_bug``: one of ``store_clients.STORE_SHELL_BUGS``.
     ``lease_clients``: that many clients contend for a lock on leases, the leaders expire
     leases (``sim.lease_expiry``), and the lock checker runs at the end; ``lease_bug``: one
-    of ``lease_expiry.LEASE_BUGS``."""
+    of ``lease_expiry.LEASE_BUGS``. ``watch_clients``: that many clients watch keys and
+    prefixes on every node's hub (made of ``watch_hub``: ``bugs.WATCH_BUGS`` for a broken one),
+    each item checked against the committed history (``sim.watch_check``)."""
     trace = Trace(keep=40, echo=echo)
     cluster = Cluster(
         seed,
@@ -116,6 +124,8 @@ def run_seed(
     # Liveness under partial faults, judged through the fault window (sim/liveness.py).
     partial = PartialLiveness(cluster)
     undo_lease_bug = inject_lease_table_bug(lease_bug)
+    watches = (SimWatches(cluster, watch_clients, random.Random(seed * 49979687 + 3), watch_hub)
+               if watch_clients else None)
     try:
         cluster.run_until(fault_end, stop=partial.after_event)
         injector.heal()
@@ -128,7 +138,8 @@ def run_seed(
             )
 
         cluster.run_until(healed_at + LIVENESS_BOUND_MS * 1000, stop=live)
-        if store is not None or leases is not None:  # let operations after the heal finish
+        if store is not None or leases is not None or watches is not None:
+            # let operations after the heal finish
             cluster.run_until(cluster.now + STORE_SETTLE_US)
         if store is not None:
             check_linearizable(seed, _history(store))
@@ -146,7 +157,7 @@ def run_seed(
             seed, cluster.events, cluster.checker.commits, cluster.elections, violation,
             trace.recent(), _snapshot_stats(cluster), cluster.voter_changes_committed(),
             _history(store), *(leases.summary if leases is not None else (0, 0)),
-            dict(cluster.coverage),
+            dict(cluster.coverage), watches.stop() if watches is not None else None,
         )  # fmt: skip
     finally:
         undo_lease_bug()
@@ -156,7 +167,8 @@ def run_seed(
                       history=_history(store),
                       lease_holds=leases.summary[0] if leases is not None else 0,
                       lease_reads=leases.summary[1] if leases is not None else 0,
-                      coverage=dict(cluster.coverage))
+                      coverage=dict(cluster.coverage),
+                      watches=watches.stop() if watches is not None else None)
 
 
 class _ClientRouter:

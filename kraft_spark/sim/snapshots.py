@@ -22,10 +22,12 @@ snapshot.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kraft_spark.log.simfs import SimulatedFileSystem
 from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import Batch
 from kraft_spark.sim.invariants import Checker, InvariantViolation
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.replay import CommittedReplay
@@ -71,6 +73,12 @@ class SimSnapshots:
         self.nodes: dict[int, NodeSnapshots] = {}
         self.stats = SnapshotStats()
         self.replay = CommittedReplay(checker.committed)
+        # Told of each node's state moves as a StateKeeper's listeners and a node's commit
+        # listeners are (the watch feeds, sim/watch_clients.py): a batch just applied, a
+        # snapshot installed, and, after each high-watermark move, the state applied.
+        self.apply_listeners: list[Callable[[int, Batch], None]] = []
+        self.load_listeners: list[Callable[[int, OffsetAndEpoch], None]] = []
+        self.commit_listeners: list[Callable[[int], None]] = []
 
     def of(self, node_id: int) -> NodeSnapshots:
         ns = self.nodes.get(node_id)
@@ -126,6 +134,8 @@ class SimSnapshots:
         ns.bytes_since = 0
         self.stats.installed += 1
         self.check_state(node_id)
+        for loaded in self.load_listeners:
+            loaded(node_id, snapshot_id)
 
     def on_high_watermark(self, node_id: int, hw: int, log: MemoryLog) -> None:
         ns = self.of(node_id)
@@ -149,8 +159,12 @@ class SimSnapshots:
                     ) from None
                 ns.bytes_since += batch.size_estimate()
                 moved = True
+                for applied in self.apply_listeners:
+                    applied(node_id, batch)
             if not moved:
                 break
+        for committed in self.commit_listeners:
+            committed(node_id)
         if ns.bytes_since >= SNAPSHOT_EVERY_BYTES and self.rng.random() < SNAPSHOT_CHANCE:
             self._take(node_id, ns, log)
         if ns.store.latest_id() is not None and self.rng.random() < RETENTION_CHANCE:

@@ -35,20 +35,12 @@ from kraft_spark.client.reads import read_index
 from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.local_requests import LocalSubmitter, local_answer
 from kraft_spark.net.state_keeper import StateKeeper
-from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
-from kraft_spark.raft.records import Batch
 from kraft_spark.state.machine import Entry, FailedTxn
-from kraft_spark.state.snapshot_file import label
 from kraft_spark.store.leases import Lease
 from kraft_spark.store.read_batch import ReadIndexBatcher
-from kraft_spark.store.watch import (
-    WatchEvent,
-    WatchHub,
-    WatchItem,
-    batch_events,
-    log_reader,
-)
+from kraft_spark.store.watch import WatchHub, WatchItem
+from kraft_spark.store.watch_feed import WatchFeed
 
 log = logging.getLogger(__name__)
 
@@ -140,55 +132,20 @@ class NodeStore:
         self._keeper = keeper
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
-        self._pending: list[WatchEvent] = []
-        state = keeper.state
-        self._hub = WatchHub(
-            log_reader(node.log, end=lambda: keeper.state.applied_offset,
-                       snapshot=keeper.latest_snapshot_label, failed_group=self._failed_size,
-                       deleted_by=self._deleted_by,
-                       start=lambda: keeper.state.outcome_horizon),
-            applied_offset=state.applied_offset,
-        )
-        keeper.apply_listeners.append(self._on_batch)
-        keeper.load_listeners.append(self._on_snapshot_loaded)
+        self._feed = WatchFeed(lambda: keeper.state, node.log, keeper.latest_snapshot_label)
+        self._hub = self._feed.hub
+        keeper.apply_listeners.append(self._feed.on_batch)
+        keeper.load_listeners.append(self._feed.on_snapshot_loaded)
         node.add_commit_listener(self._on_commit)
         self.linearizable_reads = 0
         self.serializable_reads = 0
 
     # ------------------------------------------------------------------ applying
 
-    def _failed_size(self, offset: int) -> int:
-        failure = self._keeper.state.txn_failure(offset)
-        return failure.size if failure is not None else 0
-
-    def _deleted_by(self, offset: int) -> tuple[bytes, ...]:
-        return self._keeper.state.leases.deleted_at(offset)
-
-    def _on_batch(self, batch: Batch) -> None:
-        if self._hub.watchers:
-            batch_events(batch, self._failed_size, out=self._pending,
-                         deleted_by=self._deleted_by)
-
-    def _on_snapshot_loaded(self, snapshot_id: OffsetAndEpoch) -> None:
-        self._pending.clear()
-        self._hub.skip_to(snapshot_id.offset, label(snapshot_id))
-
     def _on_commit(self, _high_watermark: int) -> None:
-        applied = self._keeper.state.applied_offset
-        try:
-            if applied > self._hub.applied_offset or self._pending:
-                events, self._pending = self._pending, []
-                self._hub.publish(events, applied)
-        except Exception:
-            # A bug, never an input: no watch may miss these events silently, and the reads
-            # and writes waiting below must not stall. Every watch ends at what its consumer
-            # received, to resume from the log; watches opened from now on start past it.
-            log.exception("publishing the watch events below offset %d failed: ending every "
-                          "watch of this node so that they resume from the log", applied)
-            self._hub.abort("this node failed to publish the writes below offset "
-                            f"{applied} to its watches", applied)
-        finally:
-            self._release_waiters(applied)
+        # The feed publishes what the state applied (never raising); then the reads and
+        # writes waiting for it go on.
+        self._release_waiters(self._feed.on_commit())
 
     def _release_waiters(self, applied: int) -> None:
         waiters = self._waiters

@@ -155,6 +155,16 @@ class Watcher:
         """Out of the hub: what is left to hand out is all there will be."""
         return self._ended
 
+    @property
+    def ready(self) -> bool:
+        """``__anext__`` would return without waiting for a write: an item is out, a catch-up
+        step is due (it reads the log, never waits), the end, or a queued write not yet
+        handed out (the queue is in order: its last one decides). For a driver without an
+        event loop (the simulator steps ``__anext__`` by hand only when this holds)."""
+        queue = self._queue
+        return (bool(self._out) or self._catching_up or self._ended
+                or bool(queue and not self._already_out(queue[-1])))
+
     def matches(self, key: bytes) -> bool:
         if self.key is not None:
             return key == self.key
@@ -358,6 +368,9 @@ class WatchHub:
     """The watches of one node (see the module doc). ``applied_offset``: the state's applied
     offset when the hub is made; then :meth:`publish` advances it."""
 
+    # The watchers it makes (a subclass of the simulator's injected bugs makes broken ones).
+    watcher_class: type[Watcher] = Watcher
+
     def __init__(self, read_committed: ReadCommitted, *, applied_offset: int,
                  max_queue: int = DEFAULT_MAX_QUEUE,
                  progress_interval_s: float = DEFAULT_PROGRESS_INTERVAL_S,
@@ -422,10 +435,12 @@ class WatchHub:
                                  "through another node")
         applied = self._applied
         if from_offset is None or from_offset >= applied:
-            watcher = Watcher(self, key, prefix, applied if from_offset is None else from_offset,
-                              None, start_index=from_index)
+            watcher = self.watcher_class(
+                self, key, prefix, applied if from_offset is None else from_offset, None,
+                start_index=from_index)
         else:
-            watcher = Watcher(self, key, prefix, from_offset, applied, start_index=from_index)
+            watcher = self.watcher_class(self, key, prefix, from_offset, applied,
+                                         start_index=from_index)
         self._all[watcher] = None
         if key is not None:
             self._by_key.setdefault(key, {})[watcher] = None

@@ -53,12 +53,12 @@ def test_the_real_core_is_clean_on_that_seed() -> None:
     assert result.violation is None, result.violation
 
 
-def test_a_lease_kept_alive_after_its_expiry_is_caught_and_the_patch_undone() -> None:
+def test_the_lease_table_patch_is_undone_after_its_seed() -> None:
+    # That the bug is caught is test_injected_bugs' (a random range of 200 seeds); here: the
+    # patch of the broken lease table lives exactly as long as its seed.
     real = LeaseTable.apply
-    result = run_seed(7, voters=3, observers=1, faults=parse_faults("all"), duration_s=20.0,
-                      lease_clients=4, lease_bug="expired-lease-kept-alive")
-    assert result.violation is not None
-    assert result.violation.invariant in {"lock-exclusive", "fencing-order", "lease-kept-alive"}
+    run_seed(7, voters=3, observers=1, faults=parse_faults("all"), duration_s=5.0,
+             lease_clients=4, lease_bug="expired-lease-kept-alive")
     assert LeaseTable.apply is real  # the next seed runs the real state machine
     undo = inject("expired-lease-kept-alive")
     assert LeaseTable.apply is not real
