@@ -91,6 +91,23 @@ def test_failure_branch_reads_and_value_compares_on_absent_keys() -> None:
     assert response.responses[0].response_range.kvs[0].value == b"4"
 
 
+def test_compares_on_lease_create_and_mod_over_a_range() -> None:
+    view = _view(_state())
+    plan = Plan(view)
+
+    def holds(**fields: object) -> bool:
+        return plan.txn(rpc_pb2.TxnRequest(compare=[Compare(**fields)])).succeeded
+
+    assert holds(key=b"a", target=Compare.LEASE, result=Compare.EQUAL, lease=0)
+    assert not holds(key=b"a", target=Compare.LEASE, result=Compare.GREATER, lease=0)
+    # Over a range: every key must satisfy it (create revisions 1, 2, 3).
+    assert holds(key=b"a", range_end=b"\0", target=Compare.CREATE, result=Compare.LESS,
+                 create_revision=4)
+    assert not holds(key=b"a", range_end=b"\0", target=Compare.MOD, result=Compare.LESS,
+                     mod_revision=4)
+    assert holds(key=b"a", target=Compare.MOD, result=Compare.EQUAL, mod_revision=4)
+
+
 def test_put_options_and_duplicate_keys() -> None:
     plan = Plan(_view(_state()))
     put = plan.put(rpc_pb2.PutRequest(key=b"a", ignore_value=True, prev_kv=True))
