@@ -103,8 +103,11 @@ class EtcdContext:
             response = build(plan)
             if not plan.writes:
                 return response, plan.view.revision
-            last, reason = await self.append(records_of(plan))
+            records = records_of(plan)
+            last, reason = await self.append(records)
             if not reason:
+                if isinstance(response, rpc_pb2.TxnResponse):
+                    plan.settle(response, last - len(records) + 1)
                 return response, last
             if "lease" in reason and "not found" in reason:
                 raise errors.lease_not_found()

@@ -17,19 +17,23 @@ key and O(keys) per range on every replica.
 A plan that writes nothing (a Range, a Txn whose branch only reads) appends nothing: the caller
 answers it from a view taken after a read index (linearizable) or at once (serializable).
 
-Not in phase 1 (``errors.unimplemented``): a read inside a Txn of a key the same Txn wrote
-earlier (etcd shows the Txn's own write; this would need the write's offset before it exists).
+**Reading one's own writes.** Inside a Txn, an operation sees the writes of the operations
+before it (etcd's rule; its lock and election recipes read the key they just put). The plan
+keeps those writes in an overlay, each at a provisional offset ``R + i`` (``i``: its index in
+the group), above every offset of the view and in the same order as the real ones; once the
+group landed at ``base``, :meth:`Plan.settle` moves every revision at or above R in the
+response by ``base - R``. Guards always describe the view, never the overlay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.kv import View, compare_holds, key_value, range_response
 from kraft_spark.etcd.pb import rpc_pb2
 from kraft_spark.state.machine import Entry
-from kraft_spark.store.key_range import in_range
 from kraft_spark.store.txn import MAX_CONDITIONS, Condition
 
 
@@ -49,7 +53,29 @@ class Plan:
     view: View
     writes: list[Write] = field(default_factory=list)
     _keys: dict[tuple[bytes, bytes], Condition] = field(default_factory=dict)
-    _written: set[bytes] = field(default_factory=set)
+    # The plan's own writes as an operation after them sees them (None: deleted).
+    _overlay: dict[bytes, Entry | None] = field(default_factory=dict)
+    _current: View | None = None
+
+    @property
+    def current(self) -> View:
+        """The view with the plan's writes so far applied on top (``_overlay``)."""
+        if self._current is None:
+            overlay, base = self._overlay, self.view
+
+            def lookup(key: bytes) -> Entry | None:
+                return overlay[key] if key in overlay else base.lookup(key)
+
+            def items() -> Iterator[tuple[bytes, Entry]]:
+                for key, entry in base.items():
+                    if key not in overlay:
+                        yield key, entry
+                for key, written in overlay.items():
+                    if written is not None:
+                        yield key, written
+
+            self._current = View(lookup, items, base.applied)
+        return self._current
 
     @property
     def conditions(self) -> list[Condition]:
@@ -62,13 +88,12 @@ class Plan:
     # ------------------------------------------------------------------ what the plan read
 
     def read(self, start: bytes, end: bytes) -> list[tuple[bytes, Entry]]:
-        """The range as the view holds it, remembered as a guard."""
-        if any(in_range(key, start, end) for key in self._written):
-            raise errors.unimplemented("reading, in a Txn, a key the same Txn wrote")
-        found = self.view.select(start, end)
+        """The range as the plan sees it (its own writes included); the view's is guarded."""
         if (start, end) not in self._keys:
-            self._keys[(start, end)] = self._guard(start, end, found)
-        return found
+            self._keys[(start, end)] = self._guard(start, end, self.view.select(start, end))
+        if not self._overlay:
+            return self.view.select(start, end)
+        return self.current.select(start, end)
 
     def _guard(self, start: bytes, end: bytes, found: list[tuple[bytes, Entry]]) -> Condition:
         if not end:  # one key: O(1) to judge
@@ -78,10 +103,32 @@ class Plan:
         return Condition(start, since=self.view.applied, count=len(found), range_end=end)
 
     def write(self, item: Write) -> None:
-        if item.key in self._written:
+        if item.key in self._overlay:
             raise errors.duplicate_key()
-        self._written.add(item.key)
+        old = self.view.lookup(item.key)
+        if item.value is None:
+            self._overlay[item.key] = None
+        else:
+            offset = self.view.applied + len(self.writes)  # provisional: see settle
+            self._overlay[item.key] = Entry(
+                item.value, offset, 0, 0, old.create_offset if old is not None else offset,
+                old.version + 1 if old is not None else 1, item.lease)
         self.writes.append(item)
+
+    def settle(self, response: rpc_pb2.TxnResponse, base_offset: int) -> None:
+        """Move the provisional revisions of ``response`` (>= the view's applied offset: the
+        plan's own writes) to where the group landed, ``base_offset``."""
+        floor, shift = self.view.applied, base_offset - self.view.applied
+        for op in response.responses:
+            kind = op.WhichOneof("response")
+            if kind == "response_txn":
+                self.settle(op.response_txn, base_offset)
+            elif kind == "response_range":
+                for kv in op.response_range.kvs:
+                    if kv.mod_revision >= floor:
+                        kv.mod_revision += shift
+                    if kv.create_revision >= floor:
+                        kv.create_revision += shift
 
     # ------------------------------------------------------------------ requests
 
@@ -117,14 +164,14 @@ class Plan:
         return response
 
     def range(self, req: rpc_pb2.RangeRequest) -> rpc_pb2.RangeResponse:
-        self.read(req.key, req.range_end)  # the guard; the answer is the view's
-        return range_response(self.view, req)
+        self.read(req.key, req.range_end)  # the guard
+        return range_response(self.current if self._overlay else self.view, req)
 
     def txn(self, req: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:
         succeeded = True
         for compare in req.compare:
             self.read(compare.key, compare.range_end)
-            if not compare_holds(self.view, compare):
+            if not compare_holds(self.current if self._overlay else self.view, compare):
                 succeeded = False
         response = rpc_pb2.TxnResponse(succeeded=succeeded)
         for op in (req.success if succeeded else req.failure):

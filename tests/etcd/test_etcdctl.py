@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -228,3 +229,26 @@ def test_revisions_agree_with_the_http_api(kraft: Etcdctl, quorum: KvQuorum) -> 
 def test_unimplemented_is_said(kraft: Etcdctl) -> None:
     out = kraft("compaction", "1", check=False)
     assert "Unimplemented" in out and "not implemented yet" in out
+
+
+def test_lock_is_exclusive_and_passes_on(kraft: Etcdctl) -> None:
+    """etcdctl lock: clientv3's Mutex (a Txn that reads the key it writes, a lease kept alive
+    on a KeepAlive stream, a watch for the holder's delete)."""
+    first = subprocess.Popen([*kraft.base, "lock", "ll"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=ENV)
+    assert first.stdout is not None
+    with first.stdout:
+        held = first.stdout.readline().strip()
+        assert held.startswith("ll/"), held
+        second = subprocess.Popen([*kraft.base, "lock", "ll"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=ENV)
+        time.sleep(1.0)
+        assert second.poll() is None
+        first.send_signal(signal.SIGINT)  # etcdctl unlocks on ^C
+        first.wait(10)
+    assert second.stdout is not None
+    with second.stdout:
+        taken = second.stdout.readline().strip()
+        second.send_signal(signal.SIGINT)
+        second.wait(10)
+    assert taken.startswith("ll/") and taken != held

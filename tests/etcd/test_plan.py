@@ -116,3 +116,21 @@ def test_put_options_and_duplicate_keys() -> None:
         plan.put(rpc_pb2.PutRequest(key=b"a", value=b"5"))
     with pytest.raises(errors.EtcdError, match="key not found"):
         Plan(_view(_state())).put(rpc_pb2.PutRequest(key=b"new", ignore_lease=True))
+
+
+def test_a_txn_reads_its_own_writes_settled_where_they_land() -> None:
+    """etcd's lock recipe: put my key, then read the prefix's first creator, in one Txn."""
+    plan = Plan(_view(_state()))  # applied offset 5
+    response = plan.txn(rpc_pb2.TxnRequest(
+        compare=[Compare(key=b"l/me", target=Compare.CREATE, result=Compare.EQUAL,
+                         create_revision=0)],
+        success=[rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"l/me", value=b"")),
+                 rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(
+                     key=b"l/", range_end=b"l0", limit=1,
+                     sort_target=rpc_pb2.RangeRequest.CREATE))]))
+    plan.settle(response, 9)  # the group landed at offset 9
+    owner = response.responses[1].response_range.kvs[0]
+    assert (owner.key, owner.create_revision, owner.mod_revision, owner.version) == (
+        b"l/me", 9, 9, 1)
+    assert [(c.key, c.exists) for c in plan.conditions] == [(b"l/me", False),
+                                                            (b"l/", None)]
