@@ -161,7 +161,8 @@ _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
         (403, "The token's scope does not cover the call (read < write < admin)"),
         (404, "No such key or lease"),
         (413, "Body or record too large"),
-        (410, "Offset below the log start (deleted by retention; see the snapshot)"),
+        (410, "Offset below the log start (deleted by retention; see the snapshot), or a "
+              "conditional write's outcome older than the outcome window"),
         (415, "Not JSON"),
         (409, "A condition of a conditional write failed; nothing was written"),
         (422, "Invalid fields"),

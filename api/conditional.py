@@ -4,7 +4,9 @@ The conditions travel in the log with the records (``kraft_spark.store.txn``: th
 header on the first record) and are judged by every replica's state machine where the records
 land; after the commit, the node that took the request waits until its own state has applied
 them and answers 200, or 409 naming the keys whose condition failed with their revision when
-judged. An Idempotency-Key retry returns the first append's offsets and so the first outcome.
+judged. An Idempotency-Key retry returns the first append's offsets and so the first outcome,
+while that is within the outcome window (``kraft_spark.state.outcomes``); past it the answer is
+410 "outcome unknown", the same on every node, never a 200 for a write that failed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from api.models import MAX_RECORDS_PER_REQUEST, RECORD_SHAPE, RETRY_AFTER_S, Api
 from api.values import RecordFields, describe_errors
 from kraft_spark.client.errors import ClientError
 from kraft_spark.client.types import AppendRecord, AppendResult
+from kraft_spark.state.outcomes import OutcomeUnknown
 from kraft_spark.store.service import KvStore, ReadTimeoutError
 from kraft_spark.store.txn import MAX_CONDITIONS, TXN_HEADER, Condition, encode_header
 
@@ -100,6 +103,16 @@ def no_store_error() -> ApiError:
                          "or the Spark application's", {"Retry-After": RETRY_AFTER_S})
 
 
+def outcome_unknown(exc: OutcomeUnknown, result: AppendResult) -> ApiError:
+    """410: the write committed (an Idempotency-Key retry of an old one, typically) but
+    whether it applied is older than what every node remembers."""
+    return ApiError(410, f"{exc}: the write committed at offsets {result.base_offset}.."
+                         f"{result.last_offset}, but whether its conditions held is no longer "
+                         "known", extra={"base_offset": result.base_offset,
+                                         "last_offset": result.last_offset,
+                                         "epoch": result.epoch})
+
+
 async def judge(store: KvStore, result: AppendResult, timeout_s: float) -> None:
     """Wait for the local state to apply the append; ApiError 409 if a condition failed."""
     try:
@@ -110,6 +123,8 @@ async def judge(store: KvStore, result: AppendResult, timeout_s: float) -> None:
                             "whether it applied") from None
     except ClientError as exc:
         raise ApiError(502, f"the outcome of the write is unknown: {exc}") from None
+    except OutcomeUnknown as exc:
+        raise outcome_unknown(exc, result) from None
     if failure is None:
         return
     if failure.reason and not failure.failures:  # a lease that does not exist, say

@@ -25,6 +25,7 @@ from api.models import ApiError, QuorumBackend
 from kraft_spark.client.errors import ClientError, CommitTimeoutError
 from kraft_spark.client.types import NewRecord
 from kraft_spark.http_auth import Scope
+from kraft_spark.state.outcomes import OutcomeUnknown
 from kraft_spark.store.leases import (
     LEASE_OP_HEADER,
     MAX_TTL_MS,
@@ -72,7 +73,7 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
                   ) -> APIRouter:
     router = APIRouter(tags=["leases"])
     answers: dict[int | str, dict[str, Any]] = {
-        k: errors[k] for k in (401, 403, 404, 409, 422, 503, 504) if k in errors}
+        k: errors[k] for k in (401, 403, 404, 409, 410, 422, 503, 504) if k in errors}
 
     def store() -> KvStore:
         found = store_of()
@@ -101,6 +102,9 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
                                 "still take effect: check GET /v1/leases") from None
         except ClientError as exc:
             raise client_error(exc) from None
+        except OutcomeUnknown as exc:  # only if this node applied it a window late
+            raise ApiError(410, f"the lease {op} committed at offset {result.base_offset}; "
+                                f"{exc}: check GET /v1/leases") from None
         if failure is not None:
             status = (404 if "not found" in failure.reason
                       else 403 if NOT_OWNER in failure.reason else 409)

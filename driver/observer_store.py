@@ -25,7 +25,9 @@ async def read_committed(node: RaftNode, start: int, limit_records: int
     and the failed conditional writes among them: the observer's state has applied everything
     up to where this reads (its keeper applies at each high-watermark move, on this loop), so
     its judgement of each conditional write is known, and the keys its lease revocations and
-    expiries deleted. Runs on the observer's loop."""
+    expiries deleted. Raises ``OutcomeUnknown`` if the state no longer holds every outcome
+    from ``start``, rather than let a failed write be materialized as applied. Runs on the
+    observer's loop."""
     state = node.keeper.state
     hw = min(node.high_watermark, state.applied_offset)
     out: list[Any] = []
@@ -42,8 +44,11 @@ async def read_committed(node: RaftNode, start: int, limit_records: int
                 progress_made = True
         if not progress_made:
             break
-    failed = {o: f for o, f in state.failed_txns.items() if start <= o < offset}
-    deleted = {o: k for o, k in state.leases.deleted.items() if start <= o < offset}
+    # Complete for [start, offset) or OutcomeUnknown: a failure missing here would be
+    # materialized as applied (the state keeps them past the window down to what Delta has
+    # materialized: StateKeeper's outcome hold; bootstrap_if_needed moves the tables past a
+    # gap it could not keep).
+    failed, deleted = state.known_outcomes(start, offset)
     return out, hw, failed, deleted
 
 

@@ -13,6 +13,13 @@ yours (``held.fence()``): a stale holder's writes are then refused.
 **Election** (``Election(kv, "svc/leader")``): ``campaign(value)`` waits to become the leader
 (the same queue as a lock), ``leader()`` tells who leads, ``observe()`` follows changes,
 ``resign()`` steps down.
+
+**Losing it.** The lease is kept alive by a ``kraft_spark.client.session.Session``: a holder
+that cannot reach the quorum learns it lost the lock once the TTL has passed by its own clock
+since the last acknowledged keep-alive (or at once on a 404), without waiting to reconnect:
+``held.lost`` is set, ``held.stale`` is true and ``held.reason`` says why. From then on its
+token may have been superseded: stop using the resource (``await held.wait_lost()`` in a task
+beside the work, as ``kraft-spark lock`` does).
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx
+
 from kraft_spark.client.kv_types import KeyValue, KvError, LeaseInfo, WatchEvent, WriteResult
+from kraft_spark.client.session import Session
 
 
 class KvLike(Protocol):
@@ -32,7 +42,8 @@ class KvLike(Protocol):
 
     async def grant_lease(self, ttl_ms: int) -> LeaseInfo: ...
 
-    async def keep_alive(self, lease_id: int) -> LeaseInfo: ...
+    async def keep_alive(self, lease_id: int, *, timeout_s: float | None = None
+                         ) -> LeaseInfo: ...
 
     async def revoke_lease(self, lease_id: int) -> None: ...
 
@@ -43,21 +54,47 @@ class KvLike(Protocol):
     async def range(self, prefix: str = "", *, limit: int = 1000,
                     consistency: Any = "linearizable") -> list[KeyValue]: ...
 
+    async def range_at(self, prefix: str = "", *, consistency: Any = "linearizable"
+                       ) -> tuple[list[KeyValue], int]: ...
+
     def watch(self, *, key: str | None = None, prefix: str | None = None,
               from_offset: int | None = None) -> AsyncIterator[WatchEvent]: ...
 
 log = logging.getLogger(__name__)
 
+# A watch that failed (a node down): wait this long before reading the state again.
+WATCH_RETRY_S = 0.2
+
 
 @dataclass(slots=True)
 class Held:
-    """A lock (or a leadership) held: its key, fencing token and lease; ``lost`` is set when
-    the lease could not be kept alive (then the token is no longer valid)."""
+    """A lock (or a leadership) held: its key, fencing token and lease. ``lost`` is set when
+    the lease is or may be gone (a 404, or its TTL passed by this process's clock since the last
+    acknowledged keep-alive): from then on the token is **stale**, another holder may have the
+    lock."""
 
     key: str
     token: int
     lease_id: int
     lost: asyncio.Event = field(default_factory=asyncio.Event)
+    session: Session | None = None
+
+    @property
+    def stale(self) -> bool:
+        """True once the lock may be someone else's (``lost`` is set)."""
+        return self.lost.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        """Why it was lost (None while held)."""
+        if not self.lost.is_set():
+            return None
+        return self.session.reason if self.session is not None else "lost"
+
+    async def wait_lost(self) -> str:
+        """Wait until the lock is lost; the reason."""
+        await self.lost.wait()
+        return self.reason or "lost"
 
     def fence(self) -> dict[str, Any]:
         """A condition for a write that must only apply while this is still held."""
@@ -72,16 +109,16 @@ class _Queue:
         self.prefix = prefix.rstrip("/") + "/"
         self.ttl_ms = ttl_ms
         self.held: Held | None = None
-        self._keeper: asyncio.Task[None] | None = None
+        self.session: Session | None = None
 
     async def join(self, value: Any) -> Held:
-        lease = await self.kv.grant_lease(self.ttl_ms)
-        key = f"{self.prefix}{lease.lease_id:016x}"
-        lost = asyncio.Event()
-        self._keeper = asyncio.ensure_future(self._keep_alive(lease.lease_id, lost))
+        session = self.session = await Session(self.kv, self.ttl_ms).start()
+        key = f"{self.prefix}{session.lease_id:016x}"
         try:
-            await self.kv.put(key, value, if_absent=True, lease_id=lease.lease_id)
+            await self.kv.put(key, value, if_absent=True, lease_id=session.lease_id)
             while True:
+                if session.lost.is_set():
+                    raise KvError(410, f"{key} is gone while waiting: {session.reason}", {})
                 queue = sorted(await self.kv.range(self.prefix),
                                key=lambda kv: kv.create_offset)
                 mine = next((kv for kv in queue if kv.key == key), None)
@@ -89,45 +126,44 @@ class _Queue:
                     raise KvError(410, f"{key} is gone: the lease expired while waiting", {})
                 ahead = [kv for kv in queue if kv.create_offset < mine.create_offset]
                 if not ahead:
-                    self.held = Held(key, mine.create_offset, lease.lease_id, lost)
+                    self.held = Held(key, mine.create_offset, session.lease_id, session.lost,
+                                     session)
                     return self.held
-                await self._wait_deleted(ahead[-1], mine.offset)
+                waiting = asyncio.ensure_future(self._wait_deleted(ahead[-1], mine.offset))
+                lost = asyncio.ensure_future(session.lost.wait())
+                try:
+                    await asyncio.wait({waiting, lost}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (waiting, lost):
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task
         except BaseException:
-            await self._leave(lease.lease_id)
+            await self._leave()
             raise
 
     async def _wait_deleted(self, before: KeyValue, from_offset: int) -> None:
-        """Until the key just ahead in the queue is deleted (released, or its lease expired)."""
-        async for event in self.kv.watch(key=before.key, from_offset=from_offset):
-            if event.type in ("delete", "cancelled"):
-                return
-
-    async def _keep_alive(self, lease_id: int, lost: asyncio.Event) -> None:
-        interval = self.ttl_ms / 3000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.kv.keep_alive(lease_id)
-            except KvError as exc:
-                if exc.status == 404:
-                    log.warning("lease %d expired: %s is no longer held", lease_id, self.prefix)
-                    lost.set()
+        """Until the key just ahead in the queue is deleted (released, or its lease expired),
+        or the watch ends some other way (the caller reads the queue again then)."""
+        try:
+            async for event in self.kv.watch(key=before.key, from_offset=from_offset):
+                if event.type in ("delete", "cancelled"):
                     return
-            except Exception as exc:  # a node down: try again, the TTL leaves room for it
-                log.info("keep-alive of lease %d failed: %s", lease_id, exc)
+        except KvError as exc:
+            if exc.status != 410:  # the log start moved past from_offset: read again
+                raise
+        except httpx.TransportError as exc:  # a node went: read again (another one)
+            log.info("watch of %s failed: %s", before.key, exc)
+            await asyncio.sleep(WATCH_RETRY_S)
 
-    async def _leave(self, lease_id: int) -> None:
-        if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
-        with contextlib.suppress(KvError):
-            await self.kv.revoke_lease(lease_id)  # deletes the key: the next waiter goes
+    async def _leave(self) -> None:
+        if self.session is not None:
+            await self.session.close()  # revokes: deletes the key, the next waiter goes
+            self.session = None
         self.held = None
 
     async def leave(self) -> None:
-        if self.held is not None:
-            await self._leave(self.held.lease_id)
+        await self._leave()
 
 
 class Lock(_Queue):
@@ -166,15 +202,48 @@ class Election(_Queue):
         queue = await self.kv.range(self.prefix)
         return min(queue, key=lambda kv: kv.create_offset, default=None)
 
+    async def _leader_at(self) -> tuple[KeyValue | None, int]:
+        """The leader and the offset the read reflects (every write below it is in it)."""
+        queue, offset = await self.kv.range_at(self.prefix)
+        return min(queue, key=lambda kv: kv.create_offset, default=None), offset
+
     async def observe(self) -> AsyncIterator[KeyValue | None]:
-        """The leader now, then each time it changes."""
-        current = await self.leader()
+        """The leader now, then each time it changes.
+
+        The watch starts at the offset the first read reflects, so no change between the two
+        is missed. When it cannot go on from there (410: the log start moved past it, as it
+        does after a snapshot; the server cancelled the watch; a node went away), the leader is
+        read again (and told if it changed meanwhile) and a new watch starts at that read's
+        offset: again nothing between is missed, whatever the log lost below it."""
+        current, offset = await self._leader_at()
         yield current
-        start = current.offset if current is not None else 0
-        async for event in self.kv.watch(prefix=self.prefix, from_offset=start):
-            if event.type in ("put", "delete"):
-                now = await self.leader()
-                if (now is None) != (current is None) or (
-                        now is not None and current is not None and now.key != current.key):
-                    current = now
-                    yield current
+        while True:
+            started = offset
+            try:
+                async for event in self.kv.watch(prefix=self.prefix, from_offset=offset):
+                    if event.type == "cancelled":
+                        break
+                    if event.type not in ("put", "delete"):
+                        continue
+                    now, offset = await self._leader_at()
+                    if _changed(current, now):
+                        current = now
+                        yield current
+            except KvError as exc:
+                if exc.status != 410:
+                    raise
+                log.info("observing %s: %s; reading the leader again", self.prefix, exc)
+            except httpx.TransportError as exc:
+                log.info("observing %s: %s; reading the leader again", self.prefix, exc)
+            now, offset = await self._leader_at()
+            if _changed(current, now):
+                current = now
+                yield current
+            if offset <= started:  # no progress: give the nodes time (not a busy loop)
+                await asyncio.sleep(WATCH_RETRY_S)
+
+
+def _changed(before: KeyValue | None, now: KeyValue | None) -> bool:
+    """Another leader (or none, or one where there was none): compared by key."""
+    return (before.key if before is not None else None) != (
+        now.key if now is not None else None)

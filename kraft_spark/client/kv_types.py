@@ -57,9 +57,13 @@ def _lease(body: dict[str, Any]) -> LeaseInfo:
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
     """``type``: put, delete, progress (``offset``: everything below it was seen) or cancelled
-    (the server ended the stream; ``value`` holds its reason)."""
+    (the server ended the stream; ``value`` holds its reason). ``id``: where a watch resumes
+    right after this event (``watch(after=id)``; for cancelled, the point to resume from);
+    precise where ``offset`` is not, since one offset may hold several events (a lease's
+    deletes). None for a progress at offset 0."""
 
     type: str
     offset: int
     key: str | None = None
     value: Any = None
+    id: str | None = None

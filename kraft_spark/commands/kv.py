@@ -77,6 +77,9 @@ def register(subparsers: Any) -> None:
     watch.add_argument("--prefix", action="store_true")
     watch.add_argument("--from-offset", type=int, default=None,
                        help="replay history from this offset first (default: from now)")
+    watch.add_argument("--after", default=None, metavar="ID",
+                       help="resume right after the event of this id (an id -w json printed: "
+                       "N, or N.M between the events of one offset); wins over --from-offset")
     watch.add_argument("--progress", action="store_true", help="print progress events too")
     watch.set_defaults(func=_watch)
 
@@ -85,8 +88,9 @@ def endpoint_args(parser: Any) -> None:
     """``--endpoint`` and the token's flags, as every store command (kv, lease, lock) takes
     them."""
     parser.add_argument("--endpoint", default=os.environ.get("KRAFT_SPARK_HTTP", DEFAULT_URL),
-                        help="a node's HTTP API or the application's (default $KRAFT_SPARK_HTTP "
-                        f"or {DEFAULT_URL})")
+                        help="a node's HTTP API or the application's, or several nodes' "
+                        "comma-separated (tried in turn when one fails; default "
+                        f"$KRAFT_SPARK_HTTP or {DEFAULT_URL})")
     token_args(parser)
     warehouse_arg(parser, "--endpoint")
 
@@ -211,12 +215,12 @@ def _watch(args: Any) -> int:
     def work(client: KvClient) -> int:
         stream = client.watch(key=None if args.prefix else args.key,
                               prefix=args.key if args.prefix else None,
-                              from_offset=args.from_offset)
+                              from_offset=args.from_offset, after=args.after)
         for event in stream:
             if event.type == "progress" and not args.progress:
                 continue
             if args.write_out == "json":
-                print(json.dumps({"type": event.type, "offset": event.offset,
+                print(json.dumps({"type": event.type, "offset": event.offset, "id": event.id,
                                   "key": event.key, "value": event.value}), flush=True)
             elif event.type in ("put", "delete"):
                 print(f"{event.type.upper()} {event.offset} {event.key}", flush=True)

@@ -1,6 +1,7 @@
 """``kraft-spark lease grant|keep-alive|revoke|list`` and ``kraft-spark lock NAME -- COMMAND``
 (runs COMMAND while holding the lock, like ``etcdctl lock``; the command sees its key and
-fencing token in ``KRAFT_SPARK_LOCK_KEY`` and ``KRAFT_SPARK_LOCK_TOKEN``)."""
+fencing token in ``KRAFT_SPARK_LOCK_KEY`` and ``KRAFT_SPARK_LOCK_TOKEN``; what happens to it
+when the lock is lost: ``kraft_spark.commands.lock_child``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from kraft_spark.client.concurrency import Lock
 from kraft_spark.client.kv import AsyncKvClient, KvClient
 from kraft_spark.commands.kv import endpoint_args, http_errors
+from kraft_spark.commands.lock_child import ON_LOST, LockedCommand, signal_arg
 from kraft_spark.errors import CommandError
 
 
@@ -42,10 +44,23 @@ def register(subparsers: Any) -> None:
         "lock", help="run a command while holding a lock (like etcdctl lock)",
         description="Waits for the lock NAME, runs COMMAND holding it (kept alive by a lease), "
         "releases it when COMMAND exits, and exits with its status. COMMAND gets "
-        "KRAFT_SPARK_LOCK_KEY and KRAFT_SPARK_LOCK_TOKEN (the fencing token).")
+        "KRAFT_SPARK_LOCK_KEY and KRAFT_SPARK_LOCK_TOKEN (the fencing token). The lock is lost "
+        "when no keep-alive was acknowledged for the TTL (by this process's clock) or the "
+        "quorum expired it: then, by default, COMMAND's process group gets SIGTERM and, "
+        "after --grace-s, SIGKILL (see --on-lost), and the exit status is COMMAND's, or 1 "
+        "if that was 0. Give several comma-separated endpoints to keep the lease alive "
+        "through any of them.")
     endpoint_args(lock)
     lock.add_argument("name")
     lock.add_argument("--ttl-ms", type=int, default=10_000)
+    lock.add_argument("--on-lost", choices=ON_LOST, default="stop",
+                      help="when the lock is lost while COMMAND runs: stop it (--signal to its "
+                      "process group, SIGKILL after --grace-s; the default), signal it once "
+                      "and let it run, or keep it running (its fencing token is stale)")
+    lock.add_argument("--signal", default="TERM", type=signal_arg, metavar="SIG",
+                      help="the signal of --on-lost stop|signal (default TERM)")
+    lock.add_argument("--grace-s", type=float, default=10.0,
+                      help="--on-lost stop: seconds between the signal and SIGKILL (default 10)")
     lock.add_argument("argv", nargs="+", metavar="command", help="the command (after --)")
     lock.set_defaults(func=_lock)
 
@@ -105,17 +120,9 @@ def _lock(args: Any) -> int:
             print(f"locked {held.key} (token {held.token})", file=sys.stderr, flush=True)
             env = {**os.environ, "KRAFT_SPARK_LOCK_KEY": held.key,
                    "KRAFT_SPARK_LOCK_TOKEN": str(held.token)}
-            proc = await asyncio.create_subprocess_exec(*command, env=env)
-            lost = asyncio.ensure_future(held.lost.wait())
-            done = asyncio.ensure_future(proc.wait())
-            await asyncio.wait({lost, done}, return_when=asyncio.FIRST_COMPLETED)
-            if lost.done() and not done.done():
-                print(f"kraft-spark lock: the lease of {held.key} expired: the lock is no "
-                      "longer held (the command keeps running; its fencing token is stale)",
-                      file=sys.stderr, flush=True)
-            code = await done
-            lost.cancel()
-            return code
+            child = LockedCommand(command, env, on_lost=args.on_lost, signum=args.signal,
+                                  grace_s=args.grace_s)
+            return await child.run(held)
 
     with http_errors(args.endpoint):
         return asyncio.run(run())

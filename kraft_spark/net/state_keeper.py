@@ -66,7 +66,7 @@ def open_storage(
                 content = store.load(sid)
                 state.load(content.entries, sid.offset, sid.epoch, content.producers,
                            content.voters, failed_txns=content.failed_txns,
-                           leases=content.leases)
+                           leases=content.leases, outcomes_from=content.outcomes_from)
             except (InvalidSnapshotError, ValueError) as exc:
                 log.error("node %d: snapshot %s refused: %s", node_id, label(sid), exc)
                 continue
@@ -119,6 +119,9 @@ class StateKeeper:
         self._observer_hold = observer_hold
         # A hold of this node's own (the driver's observer: what Delta has not materialized).
         self.local_hold: Callable[[], int | None] | None = None
+        # The state keeps the outcomes of conditional writes that hold has not materialized
+        # (past the outcome window, down to the log start: kraft_spark.state.outcomes).
+        self.state.outcome_hold = self._outcome_hold
         self._writer = ThreadPoolExecutor(1, thread_name_prefix=f"node-{node_id}-snapshot")
         self._writer_fs = RealFileSystem()  # the writer thread's own file handles
         self._writing: asyncio.Future[None] | None = None
@@ -168,7 +171,7 @@ class StateKeeper:
         self.store.delete_before(snapshot_id)
         self.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch, content.producers,
                         content.voters, failed_txns=content.failed_txns,
-                           leases=content.leases)
+                        leases=content.leases, outcomes_from=content.outcomes_from)
         self._bytes_since = 0
         self._last_snapshot_offset = snapshot_id.offset
         self._last_snapshot_ms = self._now_ms()
@@ -199,8 +202,7 @@ class StateKeeper:
         keys = len(entries)
         producers = state.producers.export()
         voters = state.voters
-        failed_txns = state.txns_in_window()
-        leases = state.leases_export()
+        outcomes_from, failed_txns, leases = state.outcomes_to_store()
         self._bytes_since = 0
         self._last_snapshot_offset = sid.offset
         self._last_snapshot_ms = self._now_ms()
@@ -212,6 +214,7 @@ class StateKeeper:
             # the interpreter's switch interval (5 ms) at a time, stalling the event loop.
             return self.store.write(sid, entries.items(), producers, self._now_ms(),
                                     voters=voters, failed_txns=failed_txns, leases=leases,
+                                    outcomes_from=outcomes_from,
                                     fs=self._writer_fs,
                                     between_batches=_yield_gil)
 
@@ -241,6 +244,13 @@ class StateKeeper:
             await asyncio.shield(self._writing)
 
     # ------------------------------------------------------------------ retention
+
+    def _outcome_hold(self) -> int | None:
+        """Where the local materializer reads next, no lower than the log start (below it,
+        the materializer bootstraps from a snapshot and needs no outcome): so the outcomes
+        kept past the window are bounded by the records the log keeps."""
+        hold = self.local_hold() if self.local_hold is not None else None
+        return None if hold is None else max(hold, self.log.start_offset())
 
     def _hold(self) -> int | None:
         holds = [self._observer_hold(), self.local_hold() if self.local_hold else None]

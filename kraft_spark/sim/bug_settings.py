@@ -46,3 +46,12 @@ BUG_SETTINGS: Final[dict[str, tuple[str, ...]]] = {
     "follower-lease-expiry": LEASES,
     "deposed-leader-revoke": LEASES,
 }
+
+# A leader that forgets one follower's progress stalls while the other is out; the end-of-run
+# liveness check also sees it when a voter lost its disk or log (it catches up, uncounted, at
+# the heal), so those faults are left out: only liveness-partial can catch it here.
+BUG_SETTINGS["uncounted-follower"] = (
+    "--faults", "crash,restart,partition,drop,duplicate,reorder,delay,pause,one-way,disk-full,"
+    "io-error,torn-write")
+# A keep-alive after expiry: a holder back from a freeze keeps its old lease alive first.
+BUG_SETTINGS["expired-lease-kept-alive"] = LEASES

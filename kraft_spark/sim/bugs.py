@@ -17,6 +17,7 @@ from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.membership import VoterChanges
 from kraft_spark.raft.messages import NO_LEADER, VoteRequest
 from kraft_spark.raft.progress import ReplicaProgress
+from kraft_spark.raft.quorum import majority_offset
 from kraft_spark.raft.read_index import PendingRead
 from kraft_spark.raft.vote_rules import VoteDecision, decide_vote
 from kraft_spark.raft.voter_set import VoterSet
@@ -159,3 +160,26 @@ class UnconfirmedRead(RaftCore):
 
 # Bugs of reads, caught by checking the store clients' histories (tests/sim/test_store_sim.py).
 STORE_BUGS: dict[str, type[RaftCore]] = {"unconfirmed-read": UnconfirmedRead}
+
+
+class _UncountedFollowerLeadership(Leadership):
+    def _rule_majority_offset(self, ls: LeaderState) -> int:
+        progress = ls.progress
+        forgotten = max(progress.voters, default=None)
+        offsets = [0 if i == forgotten else max(p.end_offset, 0)
+                   for i, p in progress.voters.items()]
+        if progress.local_is_voter:
+            offsets.append(self._rule_local_durable_offset())
+        return majority_offset(offsets)
+
+
+class UncountedFollower(RaftCore):
+    """Forgets to count one follower's fetch progress (the voter of the highest id but its
+    own) toward the high watermark: safe (it only commits less), but with three voters the
+    other follower's failure alone stops every commit. Only ``liveness-partial`` sees it: at
+    the heal every voter is back and commits resume."""
+
+    leadership_class = _UncountedFollowerLeadership
+
+
+BUGS["uncounted-follower"] = UncountedFollower

@@ -100,6 +100,7 @@ class LeaseHolder:
     hold_until_us: int = 0
     freeze: bool = False
     frozen: bool = False
+    resume_token: int = 0  # back from a freeze: the token of the hold it would resume
 
 
 class LeaseClients:
@@ -143,14 +144,15 @@ class LeaseClients:
             self._end_hold(client, client.valid_until_us)
             self._think(client)
         elif now >= client.hold_until_us:
-            if client.freeze:  # paused past its TTL: it learns nothing, and starts over
+            if client.freeze:  # paused past its TTL: it learns nothing, then resumes (_thaw)
+                token = client.hold.token
                 self._end_hold(client, client.valid_until_us)
                 client.frozen = True
                 for channel in (client.main, client.keepalives):
                     channel.op, channel.request_id = None, 0
                     self._new_producer(channel)
                 pause = self.rng.randint(3 * TTL_MS * 500, 3 * TTL_MS * 1000)
-                self.cluster.at(now + pause, self._begin, client)
+                self.cluster.at(now + pause, self._thaw, client, client.lease_id, token)
             else:
                 self._end_hold(client, now)
                 self._start(client, client.main, "revoke")
@@ -299,6 +301,9 @@ class LeaseClients:
 
     def _write_done(self, client: LeaseHolder, op: LeaseOp, offset: int, ok: bool) -> None:
         now = self.cluster.now
+        if op.kind == "keepalive" and client.resume_token and op.lease_id == client.lease_id:
+            self._resumed(client, op, ok)
+            return
         if op.kind in ("grant", "keepalive") and op.lease_id == client.lease_id:
             if ok:
                 client.valid_until_us = max(
@@ -330,6 +335,39 @@ class LeaseClients:
                 self._start(client, client.main, "revoke")
         elif op.kind == "revoke":
             self._think(client)
+
+    def _thaw(self, client: LeaseHolder, lease_id: int, token: int) -> None:
+        """Back from its freeze, a holder keeps its old lease alive first, as etcd's client
+        resumes its keep-alive stream after a pause (a GC pause, a stopped VM): the lease
+        expired meanwhile (its keep-alive fails and it starts over), or it is still in force,
+        and so is the lock key attached to it, which it then holds again (``_resumed``)."""
+        if not self.running:
+            return
+        client.frozen = False
+        client.lease_id, client.resume_token = lease_id, token
+        self._start(client, client.keepalives, "keepalive")
+
+    def _resumed(self, client: LeaseHolder, op: LeaseOp, ok: bool) -> None:
+        """What a holder back from a freeze believes from its keep-alive's outcome: the
+        lease, and so the key it holds the lock with, is alive or not (a lease's keys go
+        with it and with nothing else: a keep-alive that succeeds means they are there)."""
+        now = self.cluster.now
+        token, client.resume_token = client.resume_token, 0
+        if not ok:
+            self._begin(client)
+            return
+        client.valid_until_us = max(client.valid_until_us,
+                                    op.first_sent_us + int(VALID_SHARE * TTL_MS * 1000))
+        self.cluster.at(max(now, op.first_sent_us + KEEPALIVE_US), self._keepalive, client,
+                        op.lease_id)
+        if now >= client.valid_until_us:
+            self._start(client, client.main, "revoke")
+            return
+        client.hold = Hold(client.lock.decode(), client.index, token, now, client.valid_until_us)
+        self.holds.append(client.hold)
+        client.hold_until_us = now + self.rng.randint(500_000, 4_000_000)
+        client.freeze = False
+        self._holding_step(client)
 
     def stop(self) -> None:
         """End of the run: holds end where their validity does."""

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from kraft_spark.sim.faults import FaultInjector
     from kraft_spark.sim.node import SimNode
 
-LEASE_BUGS = ("follower-lease-expiry", "deposed-leader-revoke")
+# The last is the state machine's (sim/lease_table_bug.py), not acted on here.
+LEASE_BUGS = ("follower-lease-expiry", "deposed-leader-revoke", "expired-lease-kept-alive")
 TICK_US = 100_000  # LeaseExpirer.TICK_S
 CLOCK_RATE_SPREAD = 0.02
 
@@ -100,7 +101,7 @@ class SimLeaseExpiry:
             if leading and due:
                 self._submit(node, node_id, expire_records(due, cluster.now // 1000))
                 self.expiries_sent += len(due)
-            elif self.bug is not None:
+            elif self.bug in ("follower-lease-expiry", "deposed-leader-revoke"):
                 self._revoke(node, [lease_id for lease_id, _ in due])
         cluster.at(cluster.now + TICK_US, self._tick)
 

@@ -18,6 +18,8 @@ from kraft_spark.sim.invariants import InvariantViolation
 from kraft_spark.sim.lease_clients import LEASE_CLIENT_OFFSET, LeaseClients, expirer_id
 from kraft_spark.sim.lease_clients import TTL_MS as LEASE_TTL_MS
 from kraft_spark.sim.lease_expiry import SimLeaseExpiry, schedule_leader_cuts
+from kraft_spark.sim.lease_table_bug import inject as inject_lease_table_bug
+from kraft_spark.sim.liveness import PartialLiveness
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.node import SimNode
 from kraft_spark.sim.snapshots import SnapshotStats
@@ -111,8 +113,11 @@ def run_seed(
         if faults:
             schedule_leader_cuts(cluster, injector, lease_rng, LEASE_TTL_MS, fault_end)
     cluster.store_clients = _ClientRouter(store, leases)
+    # Liveness under partial faults, judged through the fault window (sim/liveness.py).
+    partial = PartialLiveness(cluster)
+    undo_lease_bug = inject_lease_table_bug(lease_bug)
     try:
-        cluster.run_until(fault_end)
+        cluster.run_until(fault_end, stop=partial.after_event)
         injector.heal()
         healed_at = cluster.now
         committed_before = cluster.checker.committed_end
@@ -143,6 +148,8 @@ def run_seed(
             _history(store), *(leases.summary if leases is not None else (0, 0)),
             dict(cluster.coverage),
         )  # fmt: skip
+    finally:
+        undo_lease_bug()
     return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections,
                       snapshots=_snapshot_stats(cluster),
                       voter_changes=cluster.voter_changes_committed(),

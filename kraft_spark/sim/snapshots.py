@@ -101,7 +101,7 @@ class SimSnapshots:
             content = ns.store.load(latest)
             ns.state.load(content.entries, latest.offset, latest.epoch, content.producers,
                           content.voters, failed_txns=content.failed_txns,
-                           leases=content.leases)
+                          leases=content.leases, outcomes_from=content.outcomes_from)
             if latest.offset > log.end_offset():
                 log.truncate_fully_to(latest.offset, latest.epoch)
             self.check_state(node_id)
@@ -122,7 +122,7 @@ class SimSnapshots:
         content = ns.store.load(snapshot_id)
         ns.state.load(content.entries, snapshot_id.offset, snapshot_id.epoch,
                       content.producers, content.voters, failed_txns=content.failed_txns,
-                           leases=content.leases)
+                      leases=content.leases, outcomes_from=content.outcomes_from)
         ns.bytes_since = 0
         self.stats.installed += 1
         self.check_state(node_id)
@@ -163,7 +163,7 @@ class SimSnapshots:
             shadow = KeyValueState(state.applied_offset, state.applied_epoch)
             shadow.load(state.items(), state.applied_offset, state.applied_epoch,
                         state.producers.export(), failed_txns=state.failed_txns,
-                        leases=state.leases_export())
+                        leases=state.leases.export(), outcomes_from=state.outcomes_from)
             for batch in log.read(state.applied_offset, 1 << 30):
                 if batch.base_offset >= shadow.applied_offset:
                     shadow.apply(batch)
@@ -181,15 +181,17 @@ class SimSnapshots:
             # A writer cut short (the process died mid-write): a torn, unsynced .part that a
             # crash may keep or lose; the store must never take it for a snapshot, and removes
             # it when it opens.
+            outcomes_from, failed, leases = state.outcomes_to_store()
             data = b"".join(encode_snapshot(sid, state.items(), state.producers.export(), 0,
-                                           state.voters, failed_txns=state.txns_in_window(),
-                                           leases=state.leases_export()))
+                                           state.voters, failed_txns=failed, leases=leases,
+                                           outcomes_from=outcomes_from))
             ns.store.fs.write_file(ns.store.path_of(sid) + ".part",
                                    data[: self.rng.randrange(len(data))])
             self.stats.torn_parts += 1
             return
+        outcomes_from, failed, leases = state.outcomes_to_store()
         ns.store.write(sid, state.items(), state.producers.export(), 0, voters=state.voters,
-                       failed_txns=state.txns_in_window(), leases=state.leases_export())
+                       failed_txns=failed, leases=leases, outcomes_from=outcomes_from)
         ns.store.add(sid)
         ns.bytes_since = 0
         self.stats.taken += 1

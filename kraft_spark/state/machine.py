@@ -12,9 +12,10 @@ judged.
 Conditional writes (``kraft_spark.store.txn``): a group of records whose first carries the
 ``kraft.txn`` header applies all together, or, if one of its conditions fails against the state
 right before it, not at all; the failed group is remembered in ``failed_txns`` (its first offset
--> its size and the failed keys' revisions) for ``TXN_OUTCOME_WINDOW`` offsets, so the node that
-took the request, a retry of it and the Delta materializer can tell the outcome. Snapshots carry
-that window, so the outcome is the same after a replay from a snapshot.
+-> its size and the failed keys' revisions), so the node that took the request, a retry of it
+and the Delta materializer can tell the outcome. Outcomes are answered from a horizon every
+replica computes alike and unknown (``OutcomeUnknown``) below it, never "applied"; see
+``kraft_spark.state.outcomes``.
 
 Invariant: ``applied_offset`` is the next offset to apply; every committed record below it has
 been applied exactly once, in order, and none at or above it.
@@ -25,12 +26,19 @@ Memory: one dict entry per live key holding a tuple ``(value, offset, epoch, tim
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kraft_spark.raft.producers import ProducerStateTable
 from kraft_spark.raft.records import Batch, Record, control_type_of
 from kraft_spark.raft.voter_records import CONTROL_TYPE_VOTERS
+from kraft_spark.state.outcomes import (
+    PRUNE_EVERY_FRACTION,
+    TXN_OUTCOME_WINDOW,
+    FailedTxn,
+    OutcomeUnknown,
+    legacy_outcomes_from,
+)
 from kraft_spark.store.leases import (
     LEASE_HEADER,
     LEASE_OP_HEADER,
@@ -40,9 +48,7 @@ from kraft_spark.store.leases import (
 )
 from kraft_spark.store.txn import TXN_HEADER, Failure, decode_header, judge
 
-# Failed conditional writes are remembered this many offsets back from the applied offset (and
-# stored in snapshots within the same window): an outcome older than that is no longer known.
-TXN_OUTCOME_WINDOW = 1_000_000
+__all__ = ["TXN_OUTCOME_WINDOW", "Entry", "FailedTxn", "KeyValueState", "OutcomeUnknown"]
 
 
 class Entry(NamedTuple):
@@ -58,22 +64,19 @@ class Entry(NamedTuple):
     lease: int = 0  # the lease it is attached to (kraft_spark.store.leases), 0: none
 
 
-class FailedTxn(NamedTuple):
-    """A write that did not apply: its records, the keys whose condition failed, and why when
-    no condition says it (a malformed header, a lease that does not exist)."""
-
-    size: int
-    failures: tuple[Failure, ...]
-    reason: str = ""
-
-
 class KeyValueState:
     """The latest value per key. Not thread-safe: one owner applies, others read copies."""
 
-    __slots__ = ("_entries", "applied_epoch", "applied_offset", "failed_txns", "leases",
-                 "producers", "voters")
+    __slots__ = ("_entries", "_next_prune", "_outcomes_from", "applied_epoch", "applied_offset",
+                 "failed_txns", "leases", "outcome_hold", "outcome_window", "producers",
+                 "voters")
 
-    def __init__(self, applied_offset: int = 0, applied_epoch: int = 0) -> None:
+    def __init__(self, applied_offset: int = 0, applied_epoch: int = 0, *,
+                 outcome_window: int = TXN_OUTCOME_WINDOW) -> None:
+        """``outcome_window``: how many offsets back every replica knows outcomes (the same on
+        every replica of a cluster; tests use small ones)."""
+        if outcome_window < 1:
+            raise ValueError(f"outcome_window must be at least 1, got {outcome_window}")
         self._entries: dict[bytes, Entry] = {}
         # The idempotent-producer table as of ``applied_offset`` (committed batches only): what
         # a snapshot stores, so a node that loads it recognises retries exactly as before.
@@ -86,9 +89,19 @@ class KeyValueState:
         # is named (applied_offset, applied_epoch).
         self.applied_epoch = applied_epoch
         # First offset of each failed conditional write -> what failed (insertion = offset
-        # order), within TXN_OUTCOME_WINDOW of applied_offset.
+        # order): every one at or after _outcomes_from, maybe some before (pruned lazily).
         self.failed_txns: dict[int, FailedTxn] = {}
         self.leases = LeaseTable()
+        self.outcome_window = outcome_window
+        # Invariant: every failure and lease deletion at offsets >= _outcomes_from (and below
+        # applied_offset) is in failed_txns / leases.deleted. A state that starts at an offset
+        # knows nothing before it; only pruning raises it, never above what retained_from says.
+        self._outcomes_from = applied_offset
+        self._next_prune = applied_offset
+        # The lowest offset whose outcomes a local reader still needs (the driver's
+        # materializer: StateKeeper sets it), None: none; kept past the window, never
+        # answered publicly (see kraft_spark.state.outcomes).
+        self.outcome_hold: Callable[[], int | None] | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -119,6 +132,8 @@ class KeyValueState:
         self.producers.on_append(batch)
         self.applied_offset = batch.next_offset
         self.applied_epoch = batch.epoch
+        if self.applied_offset >= self._next_prune:
+            self._prune()
 
     def apply_data(self, base: int, epoch: int, records: Sequence[Record]) -> None:
         """Apply data records at consecutive offsets from ``base`` (one batch, or a run of
@@ -217,7 +232,6 @@ class KeyValueState:
 
     def _failed(self, offset: int, failure: FailedTxn) -> None:
         self.failed_txns[offset] = failure
-        self._forget_old_txns(offset)
 
     def _missing_lease(self, group: Sequence[Record]) -> str:
         """Why a conditional group must fail for its leases (all or nothing), or ""."""
@@ -232,27 +246,88 @@ class KeyValueState:
                         return f"lease {lease} not found (expired or revoked)"
         return ""
 
-    def _forget_old_txns(self, now_offset: int) -> None:
-        horizon = now_offset - TXN_OUTCOME_WINDOW
-        self.leases.forget_deleted_before(horizon)
+    # ------------------------------------------------------------------ outcomes
+
+    @property
+    def outcome_horizon(self) -> int:
+        """The lowest offset whose outcome is answered: the same on every replica at the same
+        applied offset (``kraft_spark.state.outcomes``)."""
+        return max(self._outcomes_from, self.applied_offset - self.outcome_window)
+
+    @property
+    def outcomes_from(self) -> int:
+        """The lowest offset from which this state holds every outcome (<= the horizon)."""
+        return self._outcomes_from
+
+    @property
+    def retained_from(self) -> int:
+        """Where pruning may cut and what a snapshot taken now stores from: the window, or
+        lower down to ``outcome_hold``; never below what this state holds."""
+        cut = self.applied_offset - self.outcome_window
+        hold = self.outcome_hold() if self.outcome_hold is not None else None
+        if hold is not None:
+            cut = min(cut, hold)
+        return max(self._outcomes_from, cut)
+
+    def _prune(self) -> None:
+        """Forget outcomes below ``retained_from`` (answers do not change: they come from the
+        horizon, not from what happens to be left). Runs every window/8 applied offsets, so
+        the dicts are rebuilt O(window) times per window at most."""
+        cut = self.retained_from
         failed = self.failed_txns
-        if len(failed) > 1024 and next(iter(failed)) < horizon:
-            for offset in [o for o in failed if o < horizon]:
-                del failed[offset]
+        if failed and next(iter(failed)) < cut:
+            self.failed_txns = {o: f for o, f in failed.items() if o >= cut}
+        self.leases.forget_deleted_before(cut)
+        self._outcomes_from = cut
+        self._next_prune = self.applied_offset + max(1, self.outcome_window
+                                                     // PRUNE_EVERY_FRACTION)
+
+    def _check_known(self, offset: int) -> None:
+        horizon = self.outcome_horizon
+        if offset < horizon:
+            raise OutcomeUnknown(offset, horizon, self.outcome_window)
 
     def txn_failure(self, offset: int) -> FailedTxn | None:
-        """The failure of the conditional write starting at ``offset``, if it failed (and is
-        within the window); None if it applied or is not a conditional write."""
+        """The failure of the conditional write (or lease write or operation) at ``offset``
+        if it failed; None if it applied or is not one. Raises ``OutcomeUnknown`` below the
+        horizon. Offsets at or above ``applied_offset`` are not judged yet: the caller waits
+        until the state applied them (``NodeStore.outcome`` does)."""
+        self._check_known(offset)
         return self.failed_txns.get(offset)
 
-    def leases_export(self) -> dict[str, Any]:
-        """The leases and the deletions of the outcome window, as a snapshot stores them."""
-        return self.leases.export(since=self.applied_offset - TXN_OUTCOME_WINDOW)
+    def lease_deleted(self, offset: int) -> tuple[bytes, ...]:
+        """The keys the lease revocation or expiry at ``offset`` deleted (none if it is not
+        one). Raises ``OutcomeUnknown`` below the horizon."""
+        self._check_known(offset)
+        return self.leases.deleted_at(offset)
+
+    def known_outcomes(self, start: int, end: int
+                       ) -> tuple[dict[int, FailedTxn], dict[int, tuple[bytes, ...]]]:
+        """Every failure and lease deletion at ``start <= offset < end``, for a local reader
+        that needs them all (the Delta materializer): complete from ``outcomes_from`` on, which
+        ``outcome_hold`` may keep below the horizon. Raises ``OutcomeUnknown`` rather than
+        return a partial answer (a failure missing from it would read as "applied")."""
+        if start < self._outcomes_from:
+            raise OutcomeUnknown(start, self._outcomes_from, self.outcome_window)
+        failed = {o: f for o, f in self.failed_txns.items() if start <= o < end}
+        deleted = {o: k for o, k in self.leases.deleted.items() if start <= o < end}
+        return failed, deleted
 
     def txns_in_window(self) -> dict[int, FailedTxn]:
-        """What a snapshot taken now stores: the failures within the outcome window."""
-        horizon = self.applied_offset - TXN_OUTCOME_WINDOW
+        """The failures at or after the horizon: what every replica answers alike."""
+        horizon = self.outcome_horizon
         return {o: f for o, f in self.failed_txns.items() if o >= horizon}
+
+    def leases_export(self) -> dict[str, Any]:
+        """The leases and the deletions at or after the horizon (alike on every replica)."""
+        return self.leases.export(since=self.outcome_horizon)
+
+    def outcomes_to_store(self) -> tuple[int, dict[int, FailedTxn], dict[str, Any]]:
+        """What a snapshot taken now stores: the offset its outcomes start at
+        (``kraft.outcomes.from``), the failures and the leases with the deletions from it."""
+        since = self.retained_from
+        return (since, {o: f for o, f in self.failed_txns.items() if o >= since},
+                self.leases.export(since=since))
 
     def apply_all(self, batches: Iterable[Batch]) -> None:
         for batch in batches:
@@ -261,10 +336,17 @@ class KeyValueState:
     def load(
         self, entries: Iterable[tuple[bytes, Entry]], offset: int, epoch: int, producers: bytes,
         voters: bytes | None = None, *, failed_txns: dict[int, FailedTxn] | None = None,
-        leases: dict[str, Any] | None = None,
+        leases: dict[str, Any] | None = None, outcomes_from: int | None = None,
     ) -> None:
         """Replace everything with a snapshot's content, taken at ``offset`` in ``epoch``.
-        Raises ValueError if the producer table is malformed."""
+        ``outcomes_from``: where its outcomes start (``kraft.outcomes.from``; None: a snapshot
+        written before it, which held the window). Raises ValueError if the producer table is
+        malformed or ``outcomes_from`` out of range."""
+        if outcomes_from is None:
+            outcomes_from = legacy_outcomes_from(offset)
+        if not 0 <= outcomes_from <= offset:
+            raise ValueError(f"the snapshot at {offset} says its outcomes start at "
+                             f"{outcomes_from}")
         self.producers.load(producers)
         self.voters = voters
         self.failed_txns = dict(sorted((failed_txns or {}).items()))
@@ -279,6 +361,8 @@ class KeyValueState:
             raise ValueError(f"malformed leases in the snapshot: {exc}") from None
         self.applied_offset = offset
         self.applied_epoch = epoch
+        self._outcomes_from = outcomes_from
+        self._next_prune = offset
 
     def view(self) -> dict[bytes, bytes]:
         """Key to value, for comparisons in tests and checkers."""

@@ -8,10 +8,12 @@ uncompressed v2 record batches, all in the snapshot's epoch, with offsets counti
    LastContainedLogTimestamp int64, empty tagged fields). Its record header ``kraft.producers``
    carries the idempotent-producer table, which a node needs to keep recognising retries of
    batches whose log has been deleted, and ``kraft.txn.failed`` (when not empty) the failed
-   conditional writes of the outcome window (``state.machine.TXN_OUTCOME_WINDOW``) as JSON
-   ``[[first offset, size, [[key hex, mod_offset, version], ...], reason], ...]``, and
-   ``kraft.leases`` the leases in force and the keys leases deleted within the outcome window
-   (``LeaseTable.export``; each key's lease is its record's ``kraft.lease`` header, int64);
+   conditional writes it keeps as JSON
+   ``[[first offset, size, [[key hex, mod_offset, version], ...], reason], ...]``,
+   ``kraft.leases`` the leases in force and the keys leases deleted (``LeaseTable.export``;
+   each key's lease is its record's ``kraft.lease`` header, int64), and ``kraft.outcomes.from``
+   (int64) the offset from which those two hold *every* outcome (``state.outcomes``; a file
+   without it held the ``TXN_OUTCOME_WINDOW`` offsets before its end);
 2. data batches: one record per live key (key, value, the timestamp of its last write), with
    record headers ``kraft.offset`` (int64) and ``kraft.epoch`` (int32) naming where that write
    is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns, and
@@ -62,6 +64,7 @@ CREATE_OFFSET_HEADER = "kraft.create_offset"
 VERSION_HEADER = "kraft.version"
 FAILED_TXNS_HEADER = "kraft.txn.failed"
 LEASES_HEADER = "kraft.leases"
+OUTCOMES_FROM_HEADER = "kraft.outcomes.from"
 LEASE_ENTRY_HEADER = "kraft.lease"
 # Data batches are cut at this many records or bytes (Kafka's snapshot writer: 8 KiB..1 MiB);
 # small enough that encoding one holds the GIL well under a millisecond.
@@ -105,6 +108,9 @@ class SnapshotContent:
     failed_txns: dict[int, FailedTxn] = field(default_factory=dict)
     # The leases in force and recent deletions by leases (LeaseTable.export).
     leases: dict[str, Any] = field(default_factory=dict)
+    # The offset from which failed_txns and the leases' deletions are complete (None: a file
+    # written before kraft.outcomes.from; KeyValueState.load knows what those held).
+    outcomes_from: int | None = None
 
 
 def encode_failed_txns(failed: dict[int, FailedTxn]) -> bytes:
@@ -141,12 +147,18 @@ def encode_snapshot(
     *,
     failed_txns: dict[int, FailedTxn] | None = None,
     leases: dict[str, Any] | None = None,
+    outcomes_from: int | None = None,
 ) -> Iterator[bytes]:
     """The file's bytes, batch by batch (a writer streams them to disk). ``voters``: the
     encoded VotersRecord in force at the snapshot's end, if the voter set is dynamic;
-    ``failed_txns``: the failed conditional writes of the outcome window."""
+    ``failed_txns``: the failed conditional writes kept, complete from ``outcomes_from``
+    (``KeyValueState.outcomes_to_store``)."""
     epoch = snapshot_id.epoch
     header_headers: tuple[tuple[str, bytes | None], ...] = ((PRODUCERS_HEADER, producers),)
+    if outcomes_from is not None:
+        if not 0 <= outcomes_from <= snapshot_id.offset:
+            raise ValueError(f"outcomes_from {outcomes_from} is outside 0..{snapshot_id.offset}")
+        header_headers += ((OUTCOMES_FROM_HEADER, _I64.pack(outcomes_from)),)
     if failed_txns:
         header_headers += ((FAILED_TXNS_HEADER, encode_failed_txns(failed_txns)),)
     if leases:
@@ -229,6 +241,7 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
     producers = b""
     failed_txns: dict[int, FailedTxn] = {}
     leases: dict[str, Any] = {}
+    outcomes_from: int | None = None
     voters: bytes | None = None
     last_ts = -1
     entries: list[tuple[bytes, Entry]] = []
@@ -268,6 +281,15 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
                     except (ValueError, TypeError) as exc:
                         raise InvalidSnapshotError(f"{where}: malformed kraft.leases: {exc}") \
                             from None
+                raw_from = header_fields.get(OUTCOMES_FROM_HEADER)
+                if raw_from is not None:
+                    if len(raw_from) != 8:
+                        raise InvalidSnapshotError(f"{where}: malformed {OUTCOMES_FROM_HEADER}")
+                    outcomes_from = _I64.unpack(raw_from)[0]
+                    if not 0 <= outcomes_from <= snapshot_id.offset:
+                        raise InvalidSnapshotError(
+                            f"{where}: {OUTCOMES_FROM_HEADER} {outcomes_from} is outside "
+                            f"0..{snapshot_id.offset}")
                 value = batch.records[0].value or b""
                 if len(value) >= 10:
                     last_ts = struct.unpack_from(">q", value, 2)[0]
@@ -287,4 +309,5 @@ def decode_snapshot(data: bytes, snapshot_id: SnapshotId, where: str) -> Snapsho
         entries.extend(_entry_of(r, where) for r in batch.records)
     if not seen_footer:
         raise InvalidSnapshotError(f"{where}: no SnapshotFooterRecord (truncated file)")
-    return SnapshotContent(snapshot_id, entries, producers, last_ts, voters, failed_txns, leases)
+    return SnapshotContent(snapshot_id, entries, producers, last_ts, voters, failed_txns, leases,
+                           outcomes_from)

@@ -170,6 +170,7 @@ class FileSnapshotStore:
         voters: bytes | None = None,
         failed_txns: dict[int, FailedTxn] | None = None,
         leases: dict[str, Any] | None = None,
+        outcomes_from: int | None = None,
         fs: FileSystem | None = None,
         between_batches: Callable[[], None] | None = None,
     ) -> int:
@@ -183,7 +184,8 @@ class FileSnapshotStore:
         fs.write_file(part, b"")
         size = 0
         for chunk in encode_snapshot(snapshot_id, entries, producers, last_timestamp_ms,
-                                     voters, failed_txns=failed_txns, leases=leases):
+                                     voters, failed_txns=failed_txns, leases=leases,
+                                     outcomes_from=outcomes_from):
             fs.write_at(part, size, chunk)
             size += len(chunk)
             if between_batches is not None:

@@ -38,7 +38,7 @@ from kraft_spark.net.state_keeper import StateKeeper
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
 from kraft_spark.raft.records import Batch
-from kraft_spark.state.machine import TXN_OUTCOME_WINDOW, Entry, FailedTxn, KeyValueState
+from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
 from kraft_spark.state.snapshot_file import label
 from kraft_spark.store.leases import Lease
 from kraft_spark.store.read_batch import ReadIndexBatcher
@@ -146,7 +146,7 @@ class NodeStore:
             log_reader(node.log, end=lambda: keeper.state.applied_offset,
                        snapshot=keeper.latest_snapshot_label, failed_group=self._failed_size,
                        deleted_by=self._deleted_by,
-                       start=lambda: keeper.state.applied_offset - TXN_OUTCOME_WINDOW),
+                       start=lambda: keeper.state.outcome_horizon),
             applied_offset=state.applied_offset,
         )
         keeper.apply_listeners.append(self._on_batch)
@@ -260,6 +260,8 @@ class NodeStore:
 
     async def outcome(self, base_offset: int, end_offset: int,
                       timeout_s: float) -> FailedTxn | None:
+        """The failure of the write at ``base_offset`` once applied here, or None if it
+        applied; raises ``OutcomeUnknown`` if it is older than the outcome window."""
         await self.wait_applied(end_offset, timeout_s)
         return self._keeper.state.txn_failure(base_offset)
 

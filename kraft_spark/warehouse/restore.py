@@ -88,12 +88,14 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     entries: dict[bytes, Entry] = {}
     stored_failures: dict[int, FailedTxn] = {}
     stored_leases: dict[str, Any] = {}
+    stored_from: int | None = None
     epoch, last_ts = 0, 0
     if plan.snapshot is not None:
         content = load(WarehouseFiles(warehouse, spark), plan.snapshot)
         entries = dict(content.entries)
         stored_failures = content.failed_txns
         stored_leases = content.leases
+        stored_from = content.outcomes_from
         epoch, last_ts = plan.snapshot.epoch, content.last_timestamp_ms
     replayed = replaced = 0
     # Replayed through the state machine, so conditional writes are judged as the quorum
@@ -101,7 +103,7 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     # offsets of one epoch holds every group whole (a group never spans batches).
     state = KeyValueState()
     state.load(entries.items(), plan.replay_from, epoch, b"", failed_txns=stored_failures,
-               leases=stored_leases)
+               leases=stored_leases, outcomes_from=stored_from)
     run: list[Record] = []
     run_start = run_epoch = -1
 
@@ -129,7 +131,10 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
                               headers))
         flush_run()
     entries = dict(state.items())
-    failed_txns = state.txns_in_window()
+    # The state is at the plan's end now (apply_data leaves applied_offset alone): the snapshot
+    # stores the outcome window before its end, complete from the stored snapshot's on.
+    state.applied_offset = plan.end
+    outcomes_from, failed_txns, leases = state.outcomes_to_store()
     # The newest epoch quorum_events saw below the end (a LeaderChange may be the log's last
     # record): the restored log must not name an epoch older than one the quorum reached.
     last_event_epoch = table_reads.newest_leader_epoch(
@@ -137,7 +142,8 @@ def build_restore(spark: Any, warehouse: str, plan: RestorePlan,
     epoch = max(epoch, last_event_epoch, epoch_seen) + 1
     snapshot_id = SnapshotId(plan.end, epoch)
     data = b"".join(encode_snapshot(snapshot_id, entries.items(), b"", last_ts,
-                                    failed_txns=failed_txns, leases=state.leases_export()))
+                                    failed_txns=failed_txns, leases=leases,
+                                    outcomes_from=outcomes_from))
     if replaced:
         log.warning("restore: %d records rows held U+FFFD (bytes that were not UTF-8): they "
                     "are restored as that text", replaced)

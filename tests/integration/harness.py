@@ -371,6 +371,22 @@ def running(quorum: LocalQuorum) -> Iterator[LocalQuorum]:
         assert quorum.stop() == 0, "kraft-spark local did not exit 0 on SIGTERM"
 
 
+def store_ready(quorum: LocalQuorum, timeout_s: float = 30.0) -> None:
+    """Until the store takes a write through the nodes' own HTTP APIs (``node_http``): a
+    leader is elected and its first record committed."""
+    from kraft_spark.client.kv import KvClient, KvError
+
+    with KvClient(quorum.http_urls, token=quorum.token, timeout_s=5) as kv:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                kv.put("_ready", 1)
+                return
+            except (KvError, OSError):
+                assert time.monotonic() < deadline, f"no leader in {timeout_s} s"
+                time.sleep(0.2)
+
+
 class CuttableProxy:
     """A TCP proxy ``listen_port → target_port`` that can drop everything and heal."""
 

@@ -127,4 +127,12 @@ def test_a_leases_keys_reach_every_nodes_watchers_when_revoked_and_expired(
         resumed.join(30)
         assert resumed.error is None, resumed.error
         assert resumed.events == first[5:]
+        # The Python client resumes there too, by the event's id.
+        seen = []
+        for event in kv.watch(prefix="svc/", after=first[4][1]):
+            if event.type in ("put", "delete"):
+                seen.append((event.type, event.id, event.key))
+                if event.key == DONE_KEY:
+                    break
+        assert seen == [(kind, eid, data["key"]) for kind, eid, data in first[5:]]
         kv.close()

@@ -81,7 +81,8 @@ class NodeConnection:
             self._conn.close()
             self._conn = None
 
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: Any = None,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
         if self._conn is None:
             conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
             try:
@@ -91,10 +92,11 @@ class NodeConnection:
                 raise NotSent(f"{self.url}: {exc}") from exc
             self._conn = conn
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        headers.update(self.auth)
+        sent = {"Content-Type": "application/json"} if data is not None else {}
+        sent.update(self.auth)
+        sent.update(headers or {})
         try:
-            self._conn.request(method, path, body=data, headers=headers)
+            self._conn.request(method, path, body=data, headers=sent)
             response = self._conn.getresponse()
             raw = response.read()
         except (OSError, http.client.HTTPException) as exc:

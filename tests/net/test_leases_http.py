@@ -25,6 +25,7 @@ from kraft_spark.store.lease_expiry import LeaseExpirer
 from .helpers import STEADY, the_leader, wait_for
 from .test_node_http import http, http_nodes, url_of
 from .test_node_http import run_nodes as run_plain_nodes
+from .test_node_snapshots import SMALL, append_many
 
 
 async def run_nodes(nodes: list[RaftNode], body: Any) -> None:
@@ -121,6 +122,33 @@ def test_lock_queue_is_fair_and_tokens_grow_and_election(tmp_path: Path) -> None
     asyncio.run(run_nodes(http_nodes(tmp_path), body))
 
 
+def test_observe_starts_and_goes_on_above_a_log_start_that_moved(tmp_path: Path) -> None:
+    """The log was trimmed after a snapshot (its start is far above 0) before anyone
+    campaigned: an observer that starts with no leader must not watch from offset 0 (410),
+    and must see every leader after."""
+    nodes = [RaftNode(replace(n.config, snapshots=SMALL), http=serve_node_http)
+             for n in http_nodes(tmp_path)]
+
+    async def body(nodes: list[RaftNode]) -> None:
+        await append_many(the_leader(nodes), 3000)
+        await wait_for(lambda: all(n.log.start_offset() > 0 for n in nodes), 20,
+                       "retention on every node")
+        async with AsyncKvClient([url_of(n) for n in nodes]) as a, \
+                AsyncKvClient(url_of(nodes[1])) as b:
+            changes = Election(a, "svc/leader").observe()
+            assert await asyncio.wait_for(anext(changes), 10) is None
+            following = asyncio.ensure_future(anext(changes))
+            election = Election(b, "svc/leader", ttl_ms=3000)
+            await election.campaign("node-b")
+            leader = await asyncio.wait_for(following, 10)
+            assert leader is not None and leader.value == "node-b"
+            await election.resign()
+            assert await asyncio.wait_for(anext(changes), 10) is None
+            await changes.aclose()
+
+    asyncio.run(run_nodes(nodes, body))
+
+
 HOLDER = textwrap.dedent("""
     import os, sys, time, pathlib
     from kraft_spark.client.kv import KvClient, ConditionFailedError
@@ -154,6 +182,7 @@ def test_a_frozen_lock_holder_is_taken_over_and_its_stale_writes_refused(
         work.mkdir()
         holder = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "kraft_spark", "lock", "jobs", "--ttl-ms", "1500",
+            "--on-lost", "keep",  # the stale holder goes on: its fenced write must be refused
             "--endpoint", url, "--", sys.executable, "-c", HOLDER, str(work), url,
             start_new_session=True)
         try:

@@ -40,6 +40,8 @@ EXPECTED = {
     "outcome-before-apply": {"linearizability"},
     "follower-lease-expiry": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
     "deposed-leader-revoke": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
+    "uncounted-follower": {"liveness-partial"},
+    "expired-lease-kept-alive": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
 }
 
 
