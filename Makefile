@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint sim-long bench object-store-check docs clean
+.PHONY: run test test-fast lint sim-long bench object-store-check docs etcd-protos clean
 
 $(STAMP): pyproject.toml setup.py kraft_spark/log/_fastcodec.c
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -23,10 +23,14 @@ run: $(STAMP) $(CDS)
 	$(VENV)/bin/kraft-spark run
 
 # The one-sided-cut test drops a leader's answers on loopback with iptables: installed here when
-# running as root with apt-get (the test is skipped, with the reason, otherwise).
+# running as root with apt-get (the test is skipped, with the reason, otherwise). Likewise
+# Debian's etcd-client (etcdctl 3.4) and etcd-server (etcd 3.4): tests/etcd drive the nodes'
+# etcd API with etcd's own command-line client and compare what it prints against etcd's.
 test: $(STAMP) $(CDS)
 	@if [ "$$(id -u)" = 0 ] && ! command -v iptables >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
 		apt-get install -y -q iptables >/dev/null 2>&1 || echo "iptables could not be installed: the one-sided-cut test will be skipped"; fi
+	@if [ "$$(id -u)" = 0 ] && ! command -v etcdctl >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		apt-get install -y -q etcd-client etcd-server >/dev/null 2>&1 || echo "etcd-client could not be installed: the etcdctl tests will be skipped"; fi
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	# Three workers (pytest-xdist) on this 2-core VM: part of the suite waits on timers and real
@@ -71,6 +75,11 @@ object-store-check: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/python docs/gen_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The Python modules of etcd's v3 API, from the .proto files vendored in third_party/etcd
+# (committed; tests/etcd/test_protos.py fails when they differ from what this generates).
+etcd-protos: $(STAMP)
+	$(VENV)/bin/python -m kraft_spark.etcd.pb.generate
 
 sim-long: $(STAMP)
 	$(VENV)/bin/kraft-spark sim --seeds 0:2000 --voters 5 --observers 1 --faults all

@@ -21,6 +21,8 @@ from typing import Final, cast
 from fastapi import FastAPI
 
 from api.app import create_app
+from api.etcd.context import EtcdNode
+from api.etcd.server import EtcdServer, start_etcd
 from api.handoff_close import CloseHandedOverWhenDeposed
 from api.limits import HttpLimits
 from api.node_backend import NodeBackend
@@ -72,6 +74,7 @@ class NodeHttpServer:
         self.store: NodeStore | None = None
         # Connections the append router hands over (kraft_spark.net.handoff).
         self.handoff: HandoffReceiver | None = None
+        self.etcd: EtcdServer | None = None  # etcd's API (kraft.etcd.listener), stopped first
 
     @property
     def url(self) -> str:
@@ -111,6 +114,8 @@ class NodeHttpServer:
         the app's shutdown, close the backend. Bounded in time; never raises."""
         server = self._server
         server.should_exit = True
+        if self.etcd is not None:
+            await self.etcd.stop()
         if self.handoff is not None:
             self.handoff.close()
         if self.store is not None:
@@ -139,6 +144,7 @@ class NodeHttpServer:
 async def start_node_http(
     node: LocalNode, host: str, port: int, *, credentials: Credentials | None = None,
     limits: HttpLimits | None = None, http_urls: dict[int, str] | None = None,
+    etcd: tuple[str, int] | None = None, etcd_urls: dict[int, str] | None = None,
 ) -> NodeHttpServer:
     """Serve ``api.app`` for ``node`` on ``host:port`` (0: any free port) on the running loop;
     returns once it accepts connections. ``limits``: ``api.limits`` (defaults if None);
@@ -168,6 +174,13 @@ async def start_node_http(
         store.close()
         await backend.close()
         raise
+    if etcd is not None:  # etcd's API over the same store and credentials (api.etcd)
+        try:
+            handle.etcd = await start_etcd(cast(EtcdNode, node), store, backend, *etcd,
+                                           credentials=credentials, urls=etcd_urls or {})
+        except BaseException:
+            await handle.stop()
+            raise
     return handle
 
 
@@ -178,7 +191,8 @@ async def serve_node_http(node: LocalNode, config: NodeConfig) -> NodeHttpServer
     host, port = config.http_listener
     limits = HttpLimits(config.http_max_connections, config.http_header_timeout_ms / 1000)
     return await start_node_http(node, host, port, credentials=config.http_credentials,
-                                 limits=limits, http_urls=config.http_urls)
+                                 limits=limits, http_urls=config.http_urls,
+                                 etcd=config.etcd_listener, etcd_urls=config.etcd_urls)
 
 
 __all__ = [

@@ -15,6 +15,8 @@ from kraft_spark.raft.config import ConfigError
 
 NODE_KEYS = frozenset({
     "kraft.http.listener",
+    "kraft.etcd.listener",
+    "kraft.etcd.urls",
     "kraft.http.token",
     "kraft.http.credentials.file",
     "kraft.http.insecure",

@@ -13,7 +13,8 @@ on a first start, and ``DATA_DIR/admin.properties`` holds the administrator's cl
 Two ways to serve the HTTP API: ``--http-port`` runs the sidecar in this process, in front of
 the quorum (it reaches the leader over TCP); ``--node-http-base-port B`` makes node i serve it
 itself on ``B + i`` (``kraft.http.listener``: an append to the leader goes straight into its
-core, other nodes forward to the leader), and each node's JSON line gains ``"http"``.
+core, other nodes forward to the leader), and each node's JSON line gains ``"http"``; they then
+serve etcd's v3 gRPC API too (``commands.local_etcd``), and the line gains ``"etcd"``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from kraft_spark.addresses import http_url, url_host
 from kraft_spark.client.security import ClientSecurity
+from kraft_spark.commands.local_etcd import etcd_ports, etcd_properties, register_options
 from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
@@ -86,6 +88,7 @@ def register(subparsers: Any) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="extra node property, e.g. controller.quorum.fetch.timeout.ms=1000 (repeatable)",
     )
+    register_options(parser)
     parser.set_defaults(func=_run_local)
 
 
@@ -205,8 +208,9 @@ def _run_local(args: argparse.Namespace) -> int:
         raise CommandError(f"--host {args.host}: {exc}") from None
     # A port another process listens on would pass
     # _wait_listening (it only connects) while our node failed to bind it.
+    etcd = etcd_ports(args, http_ports)
     for flag, flag_ports in (("--base-port", ports), ("--node-http-base-port", http_ports),
-                             ("--http-port", [args.http_port])):
+                             ("--http-port", [args.http_port]), ("--etcd-base-port", etcd)):
         for port in flag_ports:
             if port:
                 _check_port_free(args.host, port, flag)
@@ -273,6 +277,7 @@ def _run_local(args: argparse.Namespace) -> int:
             if http_port is not None:
                 node_props.append(f"kraft.http.listener={quorum_host}:{http_port}")
                 node_props.append(http_auth_property)
+            node_props += etcd_properties(quorum_host, etcd, node_id)
             with open(conf, "w", encoding="utf-8") as fh:
                 fh.write(
                     f"node.id={node_id}\nlog.dirs={log_dir}\n"
@@ -290,6 +295,9 @@ def _run_local(args: argparse.Namespace) -> int:
                     # The node binds its HTTP port after its quorum port.
                     _wait_listening(args.host, http_port, proc, log_path)
                     line["http"] = http_url(args.host, http_port)
+                if etcd[node_id] is not None:
+                    _wait_listening(args.host, etcd[node_id] or 0, proc, log_path)
+                    line["etcd"] = f"{quorum_host}:{etcd[node_id]}"
             except CommandError as exc:
                 # One node that cannot start does not stop the others (a damaged
                 # quorum-state, say: the node's log names the file and the fix).

@@ -31,6 +31,10 @@ names are ignored):
 * ``kraft.http.listener``: ``host:port`` (0: any free port) on which the node also serves the
   HTTP API (``api.app``: append, read, describe) on its own event loop; a leader appends HTTP
   requests straight into its core, another node forwards them to the leader. Absent: no HTTP;
+* ``kraft.etcd.listener``: ``host:port`` on which the node also serves etcd's v3 gRPC API
+  (``api.etcd``, docs/etcd-api.md); needs ``kraft.http.listener`` (it shares that API's store
+  and credentials). ``kraft.etcd.urls``: ``id@host:port,...``, every node's etcd address, for
+  MemberList. Absent: no etcd API;
 * ``kraft.http.token``: with ``kraft.http.listener``, every HTTP call except ``/healthz``
   needs ``Authorization: Bearer <token>`` (ignored without a listener);
 * ``kraft.http.max.connections``: HTTP connections the embedded API holds at most; one more is
@@ -120,6 +124,9 @@ class NodeConfig:
     # this node's own /v1/quorum so clients can go to the leader directly (the Spark
     # application's voters learn them from each other at start).
     http_urls: dict[int, str] = field(default_factory=dict)
+    # etcd's API (kraft.etcd.listener, kraft.etcd.urls: node id -> host:port).
+    etcd_listener: tuple[str, int] | None = None
+    etcd_urls: dict[int, str] = field(default_factory=dict)
 
     @property
     def is_voter(self) -> bool:
@@ -183,6 +190,12 @@ class NodeConfig:
         http_listener = parse_endpoint(http, "kraft.http.listener") if http else None
         # Only with a listener: the keys are shared with the Spark application's sidecar setting.
         http_credentials = http_credentials_of(props, http_listener) if http_listener else None
+        etcd = props.get("kraft.etcd.listener", "").strip()
+        etcd_listener = parse_endpoint(etcd, "kraft.etcd.listener") if etcd else None
+        if etcd_listener is not None and http_listener is None:
+            raise ConfigError("kraft.etcd.listener needs kraft.http.listener (etcd's API "
+                              "shares the HTTP API's store and credentials)")
+        etcd_urls = _etcd_urls(props.get("kraft.etcd.urls", ""))
         http_max_connections = _positive_int(
             props, "kraft.http.max.connections", DEFAULT_HTTP_MAX_CONNECTIONS
         )
@@ -230,6 +243,8 @@ class NodeConfig:
             metrics_port=metrics_port,
             disk_lost=parse_boolean("node.disk.lost", props.get("node.disk.lost"), default=False),
             http_listener=http_listener,
+            etcd_listener=etcd_listener,
+            etcd_urls=etcd_urls,
             bootstrap_servers=bootstrap,
             http_credentials=http_credentials,
             inline_flush_max_ms=inline_flush_max_ms,
@@ -243,6 +258,18 @@ class NodeConfig:
             log_preallocate=preallocate,
             snapshots=SnapshotConfig.from_properties(props),
         )
+
+
+def _etcd_urls(raw: str) -> dict[int, str]:
+    """``kraft.etcd.urls``: ``id@host:port`` items, comma-separated."""
+    urls: dict[int, str] = {}
+    for item in filter(None, (x.strip() for x in raw.split(","))):
+        node, sep, address = item.partition("@")
+        if not sep or not node.isdigit():
+            raise ConfigError(f"kraft.etcd.urls: {item!r} is not <node id>@<host>:<port>")
+        parse_endpoint(address, "kraft.etcd.urls")
+        urls[int(node)] = address
+    return urls
 
 
 def parse_boolean(key: str, raw: str | None, *, default: bool) -> bool:

@@ -220,7 +220,7 @@ class KeyValueState:
             if index + size > len(records):
                 size, failures = len(records) - index, ()
             else:
-                failures = judge(conditions, self._entries.get)
+                failures = judge(conditions, self._entries.get, self._entries.items)
                 if not failures:
                     missing = self._missing_lease(records[index:index + size])
                     if not missing:

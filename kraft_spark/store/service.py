@@ -36,7 +36,7 @@ from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.local_requests import LocalSubmitter, local_answer
 from kraft_spark.net.state_keeper import StateKeeper
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
-from kraft_spark.state.machine import Entry, FailedTxn
+from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
 from kraft_spark.store.leases import Lease
 from kraft_spark.store.read_batch import ReadIndexBatcher
 from kraft_spark.store.watch import WatchHub, WatchItem
@@ -224,6 +224,15 @@ class NodeStore:
 
     def watch_hub(self) -> WatchHub | None:
         return self._hub
+
+    def applied_state(self) -> KeyValueState:
+        """This node's state machine as applied now (``applied_offset``): read it without
+        yielding to the loop, or it may move (etcd's API takes one view per request)."""
+        return self._keeper.state
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._node.log.start_offset()
 
     async def leases(self, *, linearizable: bool, timeout_s: float,
                      only: int | None = None) -> tuple[int, list[Lease]]:

@@ -25,15 +25,26 @@ Semantics of each condition, as etcd's compare on ``mod_revision`` / ``version``
 * ``mod_offset = N``: the key is present and its last write is at offset N;
 * ``version = N``: the key's version is N; version 0 means absent (a key's version counts its
   writes since it was last created: 1 after the creating write, reset by a delete);
-* ``exists``: present (true) or absent (false).
+* ``exists``: present (true) or absent (false);
+* ``since = R`` with ``count = N`` (and ``range_end``, ``store.key_range``; empty: the key
+  alone): the range holds exactly N keys and none was written at or after offset R, i.e. the
+  range is as a read that saw N keys at offset R left it (a write since R would carry an offset
+  >= R, a delete would lower the count). etcd's API (``kraft_spark.etcd``) writes it to apply
+  a request only if everything it read is unchanged. Judging it walks every key (no ordered
+  index), so it costs O(keys) on every replica.
+
+A node that predates a condition kind judges a group using it malformed (it fails): every node
+must run a version that knows the kinds in use before a client writes them (etcd's API).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
+
+from kraft_spark.store.key_range import in_range
 
 TXN_HEADER: Final = "kraft.txn"
 # The header the Delta ``records`` table adds (not the log) to the rows of a failed group.
@@ -53,20 +64,28 @@ class Revision(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    """One condition on one key; exactly one of the three is set."""
+    """One condition on one key (or range); exactly one of mod_offset, version, exists,
+    since is set (``count`` and ``range_end`` go with ``since``)."""
 
     key: bytes
     mod_offset: int | None = None
     version: int | None = None
     exists: bool | None = None
+    since: int | None = None
+    count: int = 0
+    range_end: bytes = b""
 
     def __post_init__(self) -> None:
-        given = sum(x is not None for x in (self.mod_offset, self.version, self.exists))
+        given = sum(x is not None for x in (self.mod_offset, self.version, self.exists,
+                                            self.since))
         if given != 1:
-            raise ValueError("a condition names exactly one of mod_offset, version, exists")
-        if (self.mod_offset is not None and self.mod_offset < 0) or (
-                self.version is not None and self.version < 0):
-            raise ValueError("mod_offset and version are >= 0")
+            raise ValueError("a condition names exactly one of mod_offset, version, exists, "
+                             "since")
+        if any(x is not None and x < 0 for x in (self.mod_offset, self.version, self.since)
+               ) or self.count < 0:
+            raise ValueError("mod_offset, version, since and count are >= 0")
+        if self.since is None and (self.count or self.range_end):
+            raise ValueError("count and range_end go with since")
 
     def holds(self, entry: Revision | None) -> bool:
         if self.exists is not None:
@@ -77,7 +96,11 @@ class Condition:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"key": self.key.decode("utf-8", errors="surrogateescape")}
-        if self.mod_offset is not None:
+        if self.since is not None:
+            out.update(since=self.since, count=self.count)
+            if self.range_end:
+                out["range_end"] = self.range_end.decode("utf-8", errors="surrogateescape")
+        elif self.mod_offset is not None:
             out["mod_offset"] = self.mod_offset
         elif self.version is not None:
             out["version"] = self.version
@@ -90,18 +113,24 @@ class Condition:
         """Raises ValueError naming what is wrong."""
         if not isinstance(item, dict) or not isinstance(item.get("key"), str):
             raise ValueError("a condition is an object with a string key")
-        unknown = set(item) - {"key", "mod_offset", "version", "exists"}
+        unknown = set(item) - {"key", "mod_offset", "version", "exists", "since", "count",
+                               "range_end"}
         if unknown:
             raise ValueError(f"unknown condition fields {sorted(unknown)}")
-        for name in ("mod_offset", "version"):
+        for name in ("mod_offset", "version", "since", "count"):
             value = item.get(name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"{name} is an integer")
         exists = item.get("exists")
         if exists is not None and not isinstance(exists, bool):
             raise ValueError("exists is true or false")
+        range_end = item.get("range_end", "")
+        if not isinstance(range_end, str):
+            raise ValueError("range_end is a string")
         return Condition(item["key"].encode("utf-8", errors="surrogateescape"),
-                         item.get("mod_offset"), item.get("version"), exists)
+                         item.get("mod_offset"), item.get("version"), exists,
+                         item.get("since"), item.get("count") or 0,
+                         range_end.encode("utf-8", errors="surrogateescape"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +173,31 @@ def decode_header(raw: bytes | None) -> tuple[int, tuple[Condition, ...]]:
     return size, tuple(Condition.from_json(item) for item in items)
 
 
+def range_stats(items: Iterable[tuple[bytes, Revision]], start: bytes,
+                end: bytes) -> tuple[int, int]:
+    """The number of keys in the range and their highest ``offset`` (-1: none)."""
+    count, highest = 0, -1
+    for key, entry in items:
+        if in_range(key, start, end):
+            count += 1
+            highest = max(highest, entry.offset)
+    return count, highest
+
+
 def judge(conditions: Sequence[Condition],
-          lookup: Callable[[bytes], Revision | None]) -> tuple[Failure, ...]:
-    """The conditions that fail against ``lookup`` (empty: the group applies)."""
+          lookup: Callable[[bytes], Revision | None],
+          scan: Callable[[], Iterable[tuple[bytes, Revision]]] | None = None,
+          ) -> tuple[Failure, ...]:
+    """The conditions that fail against ``lookup`` (empty: the group applies); ``scan``: every
+    live key, for the ``since`` conditions (without it they fail)."""
     failed: list[Failure] = []
     for condition in conditions:
+        if condition.since is not None:
+            count, highest = (range_stats(scan(), condition.key, condition.range_end)
+                              if scan is not None else (-1, 0))
+            if count != condition.count or highest >= condition.since:
+                failed.append(Failure(condition.key, max(highest, 0), max(count, 0)))
+            continue
         entry = lookup(condition.key)
         if not condition.holds(entry):
             failed.append(Failure(condition.key, entry.offset if entry else 0,

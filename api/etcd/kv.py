@@ -1,0 +1,54 @@
+"""etcd's KV service: Range, Put, DeleteRange, Txn (``kraft_spark.etcd.plan``: one view per
+request, writes appended as one guarded group); Compact is not in phase 1 (no history)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.etcd.context import EtcdContext
+from kraft_spark.etcd import errors
+from kraft_spark.etcd.kv import range_response
+from kraft_spark.etcd.pb import rpc_pb2
+from kraft_spark.etcd.plan import Plan
+
+
+class KvServicer:
+    def __init__(self, ctx: EtcdContext) -> None:
+        self._ctx = ctx
+
+    async def Range(self, request: rpc_pb2.RangeRequest, _context: Any,
+                    _identity: object) -> rpc_pb2.RangeResponse:
+        view = await self._ctx.read_view(serializable=request.serializable)
+        response = range_response(view, request)  # synchronous: one state
+        response.header.CopyFrom(self._ctx.header(view.revision))
+        return response
+
+    async def Put(self, request: rpc_pb2.PutRequest, _context: Any,
+                  _identity: object) -> rpc_pb2.PutResponse:
+        response, revision = await self._ctx.write(lambda plan: plan.put(request))
+        response.header.CopyFrom(self._ctx.header(revision))
+        return response
+
+    async def DeleteRange(self, request: rpc_pb2.DeleteRangeRequest, _context: Any,
+                          _identity: object) -> rpc_pb2.DeleteRangeResponse:
+        response, revision = await self._ctx.write(lambda plan: plan.delete_range(request))
+        response.header.CopyFrom(self._ctx.header(revision))
+        return response
+
+    async def Txn(self, request: rpc_pb2.TxnRequest, _context: Any,
+                  _identity: object) -> rpc_pb2.TxnResponse:
+        # A Txn that only reads answers from one view after the read index (linearizable);
+        # one that writes is judged where its guarded group lands (the read index is then
+        # unnecessary but harmless: it only makes the first plan's view fresher).
+        await self._ctx.read_view(serializable=False)
+        response, revision = await self._ctx.write(lambda plan: _txn(plan, request))
+        response.header.CopyFrom(self._ctx.header(revision))
+        return response
+
+    async def Compact(self, request: rpc_pb2.CompactionRequest, _context: Any,
+                      _identity: object) -> rpc_pb2.CompactionResponse:
+        raise errors.unimplemented("Compact (kraft-spark keeps no revision history yet)")
+
+
+def _txn(plan: Plan, request: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:
+    return plan.txn(request)

@@ -1,0 +1,87 @@
+"""etcd's v3 gRPC API of one node (``kraft.etcd.listener``): a ``grpc.aio`` server on the
+node's own event loop, over the ``NodeStore`` and ``NodeBackend`` of its HTTP API (started and
+stopped with it by ``api.node_http``). Lock and Election are registered so that etcdctl's
+``lock`` / ``elect`` get a clear UNIMPLEMENTED (phase 2), as do the methods of the other
+services that phase 1 lacks (``api.etcd.handlers``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import grpc
+
+from api.etcd.auth import Authorizer
+from api.etcd.cluster import ClusterServicer
+from api.etcd.context import EtcdContext, EtcdNode
+from api.etcd.handlers import service_handler
+from api.etcd.kv import KvServicer
+from api.etcd.lease import LeaseServicer
+from api.etcd.watch import WatchServicer
+from api.node_backend import NodeBackend
+from kraft_spark.etcd.pb import rpc_pb2, v3election_pb2, v3lock_pb2
+from kraft_spark.http_auth import Credentials
+from kraft_spark.store.service import NodeStore
+
+log = logging.getLogger(__name__)
+
+# Calls in flight get this long to finish when the node stops; streams are then cut.
+STOP_GRACE_S: Final = 1.0
+
+
+class EtcdServer:
+    """A running etcd API; ``await stop()`` once."""
+
+    def __init__(self, server: grpc.aio.Server, leases: LeaseServicer, host: str,
+                 port: int) -> None:
+        self._server = server
+        self._leases = leases
+        self.host = host
+        self.port = port
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        """Stop serving; never raises."""
+        try:
+            await self._leases.stop()
+            await self._server.stop(STOP_GRACE_S)
+        except Exception:
+            log.exception("stopping etcd's API on %s failed", self.address)
+
+
+async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, host: str,
+                     port: int, *, credentials: Credentials | None,
+                     urls: dict[int, str]) -> EtcdServer:
+    """Serve etcd's API for ``node`` on ``host:port`` (0: any free port) on the running
+    loop. Raises OSError naming the setting when the port cannot be bound."""
+    ctx = EtcdContext(node, store, backend, credentials, dict(urls))
+    authorize = Authorizer(credentials)
+    leases = LeaseServicer(ctx)
+    cluster = ClusterServicer(ctx)
+    services = rpc_pb2.DESCRIPTOR.services_by_name
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((
+        service_handler(services["KV"], KvServicer(ctx), authorize),
+        service_handler(services["Watch"], WatchServicer(ctx), authorize),
+        service_handler(services["Lease"], leases, authorize),
+        service_handler(services["Cluster"], cluster, authorize),
+        service_handler(services["Maintenance"], cluster, authorize),
+        service_handler(services["Auth"], authorize, authorize),
+        service_handler(v3lock_pb2.DESCRIPTOR.services_by_name["Lock"], object(), authorize),
+        service_handler(v3election_pb2.DESCRIPTOR.services_by_name["Election"], object(),
+                        authorize),
+    ))
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(target)
+    except RuntimeError as exc:
+        raise OSError(f"kraft.etcd.listener: cannot listen on {target} ({exc}): choose "
+                      "another port") from exc
+    await server.start()
+    leases.start()
+    if not urls:
+        ctx.urls[node.config.node_id] = f"{host}:{bound}"
+    return EtcdServer(server, leases, host, bound)

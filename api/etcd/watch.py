@@ -1,0 +1,170 @@
+"""etcd's Watch service: one bidirectional stream carries many watches, each a ``Watcher`` of
+the node's ``WatchHub`` (``kraft_spark.store.watch``), their events multiplexed in the order
+each watch yields them.
+
+Per watch: ``key`` / ``range_end`` (a key, a prefix, from-key, or any range: watched through
+its narrowest prefix, filtered by ``in_range``), ``start_revision`` (the log offset to read
+from; 0: from now), ``filters`` (NOPUT, NODELETE), ``progress_notify`` (the hub's progress
+items, every few seconds while idle). A start the log no longer holds answers
+``compact_revision`` (the log start) and cancels, as etcd does below its compaction. A
+progress request answers the current revision (``watch_id`` -1, as etcd 3.5).
+
+Events carry ``mod_revision`` (the write's offset), ``create_revision`` and ``version`` when
+the key still holds that write (else 0: the log records no history of them); ``prev_kv`` is
+not in phase 1 (such a watch is cancelled with the reason).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any
+
+from api.etcd.context import EtcdContext
+from kraft_spark.etcd.pb import kv_pb2, rpc_pb2
+from kraft_spark.etcd.revision import header_revision
+from kraft_spark.store.key_range import in_range, watch_prefix
+from kraft_spark.store.watch import (
+    BelowLogStart,
+    Cancelled,
+    Progress,
+    Watcher,
+    WatchEvent,
+    WatchHubClosed,
+)
+
+Create = rpc_pb2.WatchCreateRequest
+
+
+class WatchServicer:
+    def __init__(self, ctx: EtcdContext) -> None:
+        self._ctx = ctx
+
+    async def Watch(self, requests: AsyncIterator[rpc_pb2.WatchRequest], _context: Any,
+                    _identity: object) -> AsyncIterator[rpc_pb2.WatchResponse]:
+        stream = _Stream(self._ctx)
+        reader = asyncio.get_running_loop().create_task(stream.read(requests))
+        try:
+            while True:
+                item = await stream.out.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            reader.cancel()
+            await stream.close()
+
+
+class _Stream:
+    """The watches of one stream; responses go to ``out`` (None: the stream ends)."""
+
+    def __init__(self, ctx: EtcdContext) -> None:
+        self._ctx = ctx
+        self.out: asyncio.Queue[rpc_pb2.WatchResponse | None] = asyncio.Queue()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._ids = itertools.count()
+
+    async def read(self, requests: AsyncIterator[rpc_pb2.WatchRequest]) -> None:
+        try:
+            async for request in requests:
+                kind = request.WhichOneof("request_union")
+                if kind == "create_request":
+                    self._create(request.create_request)
+                elif kind == "cancel_request":
+                    await self._cancel(request.cancel_request.watch_id)
+                elif kind == "progress_request":
+                    self.out.put_nowait(rpc_pb2.WatchResponse(header=self._ctx.header(),
+                                                              watch_id=-1))
+        finally:
+            self.out.put_nowait(None)
+
+    def _create(self, create: rpc_pb2.WatchCreateRequest) -> None:
+        watch_id = create.watch_id if create.watch_id > 0 else next(self._ids)
+        header = self._ctx.header()
+        if create.prev_kv:
+            self.out.put_nowait(rpc_pb2.WatchResponse(
+                header=header, watch_id=watch_id, created=True, canceled=True,
+                cancel_reason="kraft-spark: prev_kv in watches is not implemented yet "
+                              "(issue 64 phase 1: see docs/etcd-api.md)"))
+            return
+        hub = self._ctx.store.watch_hub()
+        prefix = watch_prefix(create.key, create.range_end)
+        try:
+            if hub is None:
+                raise WatchHubClosed("this node serves no watches")
+            watcher = hub.watch(key=create.key if prefix is None else None, prefix=prefix,
+                                from_offset=create.start_revision or None)
+        except (WatchHubClosed, ValueError) as exc:
+            self.out.put_nowait(rpc_pb2.WatchResponse(
+                header=header, watch_id=watch_id, created=True, canceled=True,
+                cancel_reason=str(exc)))
+            return
+        self._tasks[watch_id] = asyncio.get_running_loop().create_task(
+            self._run(watch_id, create, watcher, header))
+
+    async def _cancel(self, watch_id: int) -> None:
+        task = self._tasks.pop(watch_id, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.out.put_nowait(rpc_pb2.WatchResponse(header=self._ctx.header(),
+                                                  watch_id=watch_id, canceled=True))
+
+    async def _run(self, watch_id: int, create: rpc_pb2.WatchCreateRequest, watcher: Watcher,
+                   header: rpc_pb2.ResponseHeader) -> None:
+        ctx, out = self._ctx, self.out
+        no_put = Create.NOPUT in create.filters
+        no_delete = Create.NODELETE in create.filters
+        async with watcher:
+            try:
+                await watcher.start()
+            except BelowLogStart as exc:
+                out.put_nowait(rpc_pb2.WatchResponse(
+                    header=header, watch_id=watch_id, created=True, canceled=True,
+                    compact_revision=exc.log_start_offset,
+                    cancel_reason="etcdserver: mvcc: required revision has been compacted"))
+                return
+            out.put_nowait(rpc_pb2.WatchResponse(header=header, watch_id=watch_id,
+                                                 created=True))
+            async for item in watcher:
+                if isinstance(item, WatchEvent):
+                    deleted = item.value is None
+                    if (no_delete if deleted else no_put) or not in_range(
+                            item.key, create.key, create.range_end or b""):
+                        continue
+                    out.put_nowait(rpc_pb2.WatchResponse(
+                        header=ctx.header(item.offset), watch_id=watch_id,
+                        events=[self._event(item)]))
+                elif isinstance(item, Progress):
+                    if create.progress_notify:
+                        out.put_nowait(rpc_pb2.WatchResponse(
+                            header=ctx.header(header_revision(item.offset)),
+                            watch_id=watch_id))
+                elif isinstance(item, Cancelled):
+                    out.put_nowait(rpc_pb2.WatchResponse(
+                        header=ctx.header(), watch_id=watch_id, canceled=True,
+                        cancel_reason=f"kraft-spark: {item.reason}; watch again from "
+                                      f"revision {item.resume_offset}"))
+                    return
+
+    def _event(self, item: WatchEvent) -> kv_pb2.Event:
+        kv = kv_pb2.KeyValue(key=item.key, mod_revision=item.offset)
+        if item.value is None:
+            return kv_pb2.Event(type=kv_pb2.Event.DELETE, kv=kv)
+        kv.value = item.value
+        entry = self._ctx.store.applied_state().get(item.key)
+        if entry is not None and entry.offset == item.offset:
+            kv.create_revision, kv.version, kv.lease = (entry.create_offset, entry.version,
+                                                        entry.lease)
+        return kv_pb2.Event(type=kv_pb2.Event.PUT, kv=kv)
+
+    async def close(self) -> None:
+        tasks, self._tasks = list(self._tasks.values()), {}
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -1,0 +1,254 @@
+"""etcd's own command-line client (Debian's etcdctl 3.4, unchanged) against a real
+``kraft-spark local``: what it prints for put/get/del/txn/lease/watch must be what it prints
+against etcd itself (Debian's etcd 3.4, started here when installed), lease ids and revisions
+aside; member list and endpoint status are checked for their shape. A key written over etcd's
+API reads over HTTP with ``mod_offset == mod_revision``, and the reverse.
+
+etcdctl authenticates as etcd's clients do: ``--user <credential name>:<token>`` against
+kraft-spark (Auth.Authenticate), nothing against the etcd started here (no auth enabled)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
+from tests.integration.harness import running
+from tests.lincheck.nemesis import KvQuorum
+from tests.net.helpers import free_ports
+
+pytestmark = [
+    pytest.mark.integration, pytest.mark.timeout(120),
+    pytest.mark.skipif(shutil.which("etcdctl") is None,
+                       reason="etcdctl is not installed (Debian's etcd-client: `make test` "
+                              "installs it when run as root)"),
+]
+
+ENV = {**os.environ, "ETCDCTL_API": "3"}
+
+
+class Etcdctl:
+    def __init__(self, endpoints: str, user: str | None = None) -> None:
+        self.base = ["etcdctl", f"--endpoints={endpoints}", "--command-timeout=10s"]
+        if user:
+            self.base.append(f"--user={user}")
+
+    def __call__(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        done = subprocess.run([*self.base, *args], input=stdin, capture_output=True,
+                              text=True, env=ENV, timeout=30, check=False)
+        if check:
+            assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
+        return done.stdout if check else done.stdout + done.stderr
+
+    def revision(self) -> int:
+        # etcdctl's JSON leaves out zero fields: a fresh quorum's revision is 0.
+        return int(json.loads(self("get", "none", "-w", "json"))["header"].get("revision", 0))
+
+    def watch(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([*self.base, "watch", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=ENV)
+
+
+@pytest.fixture(scope="module")
+def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KvQuorum]:
+    with running(KvQuorum(tmp_path_factory.mktemp("etcd"))) as q:
+        yield q
+
+
+@pytest.fixture(scope="module")
+def kraft(quorum: KvQuorum) -> Etcdctl:
+    credentials = Credentials.load(str(quorum.data_dir / CREDENTIALS_FILE))
+    admin = next(c for c in credentials.entries if c.scope == Scope.ADMIN)
+    endpoints = ",".join(str(n["etcd"]) for n in quorum.nodes)
+    return Etcdctl(endpoints, f"{admin.name or admin.scope.label}:{admin.token}")
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Etcdctl | None]:
+    """Debian's etcd 3.4 on loopback, for the side-by-side outputs (None if not installed)."""
+    if shutil.which("etcd") is None:
+        yield None
+        return
+    client, peer = free_ports(2)
+    data = tmp_path_factory.mktemp("etcd-server")
+    log = open(data / "etcd.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        ["etcd", "--data-dir", str(data / "d"), "--name", "etcd0",
+         "--listen-client-urls", f"http://127.0.0.1:{client}",
+         "--advertise-client-urls", f"http://127.0.0.1:{client}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"etcd0=http://127.0.0.1:{peer}"],
+        stdout=subprocess.DEVNULL, stderr=log)
+    ctl = Etcdctl(f"127.0.0.1:{client}")
+    try:
+        deadline = time.monotonic() + 20
+        while ctl("endpoint", "health", check=False).find("is healthy") < 0:
+            assert time.monotonic() < deadline, (data / "etcd.log").read_text()[-2000:]
+            time.sleep(0.2)
+        yield ctl
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def _normalized(text: str) -> str:
+    text = re.sub(r"lease [0-9a-f]{16}", "lease <id>", text)
+    text = re.sub(r"^[0-9a-f]{16}$", "<id>", text, flags=re.M)
+    return re.sub(r"remaining\(\d+s\)", "remaining(<s>)", text)
+
+
+# The session both systems run, in order; each step's output is compared.
+TXN_SWAP = 'value("zz/t") = "v1"\n\nput zz/t v2\n\nget zz/t\n\n'
+SESSION: list[tuple[str, ...]] = [
+    ("put", "zz/a", "1"), ("put", "zz/b", "2"), ("put", "zz/c", "3"),
+    ("put", "zz/a", "10", "--prev-kv"),
+    ("get", "zz/", "--prefix"), ("get", "zz/b", "--from-key"),
+    ("get", "zz/", "--prefix", "--limit", "2"),
+    ("get", "zz/", "--prefix", "--sort-by=VALUE", "--order=DESCEND"),
+    ("get", "zz/", "--prefix", "--sort-by=CREATE", "--order=DESCEND", "--keys-only"),
+    ("get", "zz/", "--prefix", "--print-value-only"),
+    ("get", "zz/a", "zz/c"),
+    ("del", "zz/a", "--prev-kv"), ("del", "zz/", "--prefix"), ("get", "zz/", "--prefix"),
+    ("put", "zz/t", "v1"), ("txn", "-i"), ("txn", "-i"),
+    ("txn",),  # compares on version, create, mod and value, non-interactive
+    ("lease", "grant", "60"),
+]
+STDIN = {15: TXN_SWAP, 16: TXN_SWAP,
+         # (etcdctl 3.4 panics parsing a lease compare: lease compares are in test_plan.py)
+         17: 'version("zz/t") = "2"\ncreate("zz/t") > "0"\nmod("zz/none") = "0"\n'
+             'value("zz/t") != "x"\n\nget zz/t\n\nput zz/never x\n\n'}
+
+
+def _run_session(ctl: Etcdctl) -> list[str]:
+    outputs = [ctl(*step, stdin=STDIN.get(i)) for i, step in enumerate(SESSION)]
+    lease = outputs[-1].split()[1]
+    for step in (("put", "zz/l", "x", f"--lease={lease}"),
+                 ("lease", "timetolive", lease, "--keys"),
+                 ("lease", "keep-alive", "--once", lease), ("lease", "list"),
+                 ("lease", "revoke", lease), ("get", "zz/l"), ("lease", "timetolive", lease)):
+        outputs.append(ctl(*step))
+    return [_normalized(o) for o in outputs]
+
+
+def test_etcdctl_prints_what_it_prints_against_etcd(kraft: Etcdctl,
+                                                    etcd: Etcdctl | None) -> None:
+    ours = _run_session(kraft)
+    assert ours[3] == "OK\nzz/a\n1\n"  # --prev-kv
+    assert ours[4] == "zz/a\n10\nzz/b\n2\nzz/c\n3\n"
+    assert ours[6] == "zz/a\n10\nzz/b\n2\n"
+    assert ours[11] == "1\nzz/a\n10\n" and ours[12] == "2\n"
+    assert "SUCCESS" in ours[15] and "FAILURE" in ours[16] and "zz/t\nv2" in ours[16]
+    assert ours[17] == "SUCCESS\n\nzz/t\nv2\n"
+    assert ours[-3] == "lease <id> revoked\n" and ours[-1] == "lease <id> already expired\n"
+    if etcd is None:
+        pytest.skip("etcd (Debian's etcd-server) is not installed: outputs checked alone")
+    theirs = _run_session(etcd)
+    for step, mine, other in zip(SESSION + [("lease...",)] * 7, ours, theirs, strict=True):
+        assert mine == other, f"etcdctl {' '.join(step)}"
+
+
+def _read_lines(proc: subprocess.Popen[str], count: int) -> list[str]:
+    assert proc.stdout is not None
+    with proc.stdout:
+        lines = [proc.stdout.readline().rstrip("\n") for _ in range(count)]
+        proc.kill()
+        proc.wait()
+    return lines
+
+
+def _watch_session(ctl: Etcdctl) -> list[str]:
+    start = ctl.revision() + 1
+    ctl("put", "ww/a", "1")
+    ctl("put", "other", "x")
+    ctl("del", "ww/a")
+    # From a past revision: the writes since, then a live one.
+    proc = ctl.watch("ww/", "--prefix", f"--rev={start}")
+    time.sleep(0.5)
+    ctl("put", "ww/b", "2")
+    return _read_lines(proc, 9)
+
+
+def test_watch_from_a_revision_then_live(kraft: Etcdctl, etcd: Etcdctl | None) -> None:
+    ours = _watch_session(kraft)
+    assert ours == ["PUT", "ww/a", "1", "DELETE", "ww/a", "", "PUT", "ww/b", "2"]
+    if etcd is not None:
+        assert _watch_session(etcd) == ours
+
+
+def test_members_and_status(kraft: Etcdctl, quorum: KvQuorum) -> None:
+    members = kraft("member", "list").splitlines()
+    assert len(members) == 3
+    for node, line in zip(quorum.nodes, members, strict=True):
+        fields = line.split(", ")
+        assert fields[1:3] == ["started", f"node-{node['node_id']}"]
+        assert fields[4] == f"http://{node['etcd']}" and fields[5] == "false"
+    status = json.loads(kraft("endpoint", "status", "-w", "json"))
+    assert len(status) == 3
+    leaders = {s["Status"]["leader"] for s in status}
+    assert len(leaders) == 1
+    assert sum(s["Status"]["header"]["member_id"] == s["Status"]["leader"]
+               for s in status) == 1
+    assert {s["Status"]["version"] for s in status} == {"3.5.0"}
+
+
+def test_without_credentials_etcdctl_is_refused(quorum: KvQuorum) -> None:
+    anonymous = Etcdctl(str(quorum.nodes[0]["etcd"]))
+    assert "user name is empty" in anonymous("get", "k", check=False)
+    wrong = Etcdctl(str(quorum.nodes[0]["etcd"]), "admin:not-a-token")
+    assert "authentication failed" in wrong("get", "k", check=False)
+
+
+def test_revisions_agree_with_the_http_api(kraft: Etcdctl, quorum: KvQuorum) -> None:
+    kraft("put", "x/grpc", "from-etcdctl")
+    url = quorum.http_urls[1]
+    with httpx.Client(headers=quorum.auth, timeout=10) as http:
+        over_http = http.get(f"{url}/v1/kv/x/grpc").json()
+        written = http.post(f"{url}/v1/records", json={"key": "x/http", "value": "v"})
+        assert written.status_code == 200, written.text
+    over_grpc = json.loads(kraft("get", "x/grpc", "-w", "json"))["kvs"][0]
+    assert over_http["value"] == "from-etcdctl"
+    assert over_http["mod_offset"] == over_grpc["mod_revision"]
+    assert over_http["create_offset"] == over_grpc["create_revision"]
+    kv = json.loads(kraft("get", "x/http", "-w", "json"))["kvs"][0]
+    assert kv["mod_revision"] == written.json()["base_offset"]
+    assert bytes.fromhex(kraft("get", "x/http", "--print-value-only", "--hex").strip()
+                         .replace("\\x", "")) == b'"v"'  # the HTTP API stores JSON
+
+
+def test_unimplemented_is_said(kraft: Etcdctl) -> None:
+    out = kraft("compaction", "1", check=False)
+    assert "Unimplemented" in out and "not implemented yet" in out
+
+
+def test_lock_is_exclusive_and_passes_on(kraft: Etcdctl) -> None:
+    """etcdctl lock: clientv3's Mutex (a Txn that reads the key it writes, a lease kept alive
+    on a KeepAlive stream, a watch for the holder's delete)."""
+    first = subprocess.Popen([*kraft.base, "lock", "ll"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=ENV)
+    assert first.stdout is not None
+    with first.stdout:
+        held = first.stdout.readline().strip()
+        assert held.startswith("ll/"), held
+        second = subprocess.Popen([*kraft.base, "lock", "ll"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=ENV)
+        time.sleep(1.0)
+        assert second.poll() is None
+        first.send_signal(signal.SIGINT)  # etcdctl unlocks on ^C
+        first.wait(10)
+    assert second.stdout is not None
+    with second.stdout:
+        taken = second.stdout.readline().strip()
+        second.send_signal(signal.SIGINT)
+        second.wait(10)
+    assert taken.startswith("ll/") and taken != held
