@@ -28,8 +28,10 @@ run: $(STAMP) $(CDS)
 # etcd API with etcd's own command-line client and compare what it prints against etcd's.
 test: $(STAMP) $(CDS)
 	@if [ "$$(id -u)" = 0 ] && ! command -v iptables >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's iptables with apt-get (for the one-sided-cut test)"; \
 		apt-get install -y -q iptables >/dev/null 2>&1 || echo "iptables could not be installed: the one-sided-cut test will be skipped"; fi
-	@if [ "$$(id -u)" = 0 ] && ! command -v etcdctl >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+	@if [ "$$(id -u)" = 0 ] && ! { command -v etcdctl && command -v etcd; } >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's etcd-client and etcd-server with apt-get (etcdctl and etcd for tests/etcd)"; \
 		apt-get install -y -q etcd-client etcd-server >/dev/null 2>&1 || echo "etcd-client could not be installed: the etcdctl tests will be skipped"; fi
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
