@@ -125,6 +125,9 @@ class Cluster:
         self.client_think_us = (20_000, 200_000)
         self.clients_running = True
         self.store_clients: StoreClientsReceiver | None = None  # the runner's, when asked for
+        # The nodes' door for clients' Produce requests (sim/lease_intruder.py): an answer
+        # refusing one, or None to hand it to the core. None: every Produce goes in.
+        self.produce_gate: Callable[[int, ProduceRequest], ProduceResponse | None] | None = None
         self.watches: ProcessListener | None = None  # the runner's watch clients, when asked for
         # Called with each node that becomes leader (the fault injector targets new leaders).
         self.on_new_leader: Callable[[SimNode], None] | None = None
@@ -307,6 +310,13 @@ class Cluster:
         before, own = node.persisted, (0, 0)
         if kind == "req":
             _, request_id, message, src_incarnation = payload
+            if (src < 0 and self.produce_gate is not None
+                    and isinstance(message, ProduceRequest)):
+                refused = self.produce_gate(src, message)
+                if refused is not None:  # the core never sees it
+                    self._send(node.node_id, src, ("resp", request_id, refused),
+                               src_incarnation)
+                    return
             if isinstance(message, VoteRequest) and not message.pre_vote:
                 vote, own = message, (node.log.last_epoch(), node.log.end_offset())
             core.handle_request(now_ms, src, (src, request_id, src_incarnation), message)

@@ -14,9 +14,11 @@ from kraft_spark.sim.coverage import summary as coverage_summary
 from kraft_spark.sim.disk_faults import DISK_BUGS
 from kraft_spark.sim.faults import parse_faults
 from kraft_spark.sim.lease_expiry import LEASE_BUGS
+from kraft_spark.sim.lease_intruder import GATE_BUG
 from kraft_spark.sim.runner import measure_failover, run_seed, summarize
 from kraft_spark.sim.snapshots import SHELL_BUGS
 from kraft_spark.sim.store_clients import STORE_SHELL_BUGS
+from kraft_spark.store.watch import WatchHub
 
 
 def register(subparsers: Any) -> None:
@@ -57,6 +59,12 @@ def register(subparsers: Any) -> None:
         "cut off, resumed by id after crashes and hops, reloading the state when a snapshot "
         "replaced what they missed); checked: each stream is the committed history of its "
         "keys, without gap or repeat",
+    )
+    parser.add_argument(
+        "--lease-intruders", type=int, default=0, metavar="N",
+        help="with --lease-clients: N Kafka-protocol principals outside super.users also try "
+        "to revoke the holders' leases over Produce; the nodes' Produce gate must refuse "
+        "them (counted as intrusions-refused), or the lock checker sees two holders",
     )
     parser.add_argument(
         "--lease-clients", type=int, default=0, metavar="N",
@@ -145,6 +153,13 @@ def _run(args: argparse.Namespace) -> int:
     if lease_bug and not args.lease_clients:
         raise CommandError(f"--inject-bug {bug} is caught by the lease holders' checker: "
                            "add --lease-clients 4")
+    if not 0 <= args.lease_intruders <= MAX_STORE_CLIENTS or (
+            args.lease_intruders and not args.lease_clients):
+        raise CommandError(f"--lease-intruders must be from 0 to {MAX_STORE_CLIENTS}, with "
+                           "--lease-clients (they go after the holders' leases)")
+    if bug == GATE_BUG and not args.lease_intruders:
+        raise CommandError(f"--inject-bug {bug} lets intruders through the Produce gate: add "
+                           "--lease-intruders 2")
     watch_bug = bug if bug in WATCH_BUGS else None
     if not 0 <= args.watch_clients <= MAX_STORE_CLIENTS:
         raise CommandError(f"--watch-clients must be from 0 to {MAX_STORE_CLIENTS}")
@@ -174,6 +189,7 @@ def _run(args: argparse.Namespace) -> int:
     taken = installed = advanced = changes = store_ops = holds = holder_reads = 0
     coverage: Counter[str] = Counter()
     watched: Counter[str] = Counter()
+    intrusions_refused = 0
     for n, seed in enumerate(seeds, 1):
         result = run_seed(
             seed,
@@ -191,8 +207,10 @@ def _run(args: argparse.Namespace) -> int:
             lease_clients=args.lease_clients,
             lease_bug=lease_bug,
             watch_clients=args.watch_clients,
-            **({"watch_hub": WATCH_BUGS[watch_bug]} if watch_bug else {}),
+            watch_hub=WATCH_BUGS[watch_bug] if watch_bug else WatchHub,
+            lease_intruders=args.lease_intruders,
         )
+        intrusions_refused += result.intrusions_refused
         if result.snapshots is not None:
             taken += result.snapshots.taken
             installed += result.snapshots.installed
@@ -221,6 +239,7 @@ def _run(args: argparse.Namespace) -> int:
                 + (" --no-snapshots" if args.no_snapshots else "")
                 + (f" --store-clients {args.store_clients}" if args.store_clients else "")
                 + (f" --lease-clients {args.lease_clients}" if args.lease_clients else "")
+                + (f" --lease-intruders {args.lease_intruders}" if args.lease_intruders else "")
                 + (f" --watch-clients {args.watch_clients}" if args.watch_clients else "")
                 + " --trace"
             )
@@ -237,6 +256,7 @@ def _run(args: argparse.Namespace) -> int:
            if "reconfig" in faults else "")
         + (f" store-ops-checked={store_ops}" if args.store_clients else "")
         + (f" lock-holds={holds} holder-reads={holder_reads}" if args.lease_clients else "")
+        + (f" intrusions-refused={intrusions_refused}" if args.lease_intruders else "")
         + (f" watch-events={watched['delivered']} watch-resumes={watched['resumes']} "
            f"watch-cutoffs={watched['cutoffs']} watch-resets={watched['resets']}"
            if args.watch_clients else "")

@@ -18,6 +18,7 @@ from kraft_spark.sim.invariants import InvariantViolation
 from kraft_spark.sim.lease_clients import LEASE_CLIENT_OFFSET, LeaseClients, expirer_id
 from kraft_spark.sim.lease_clients import TTL_MS as LEASE_TTL_MS
 from kraft_spark.sim.lease_expiry import SimLeaseExpiry, schedule_leader_cuts
+from kraft_spark.sim.lease_intruder import GATE_BUG, LeaseIntruders, ProduceGate
 from kraft_spark.sim.lease_table_bug import inject as inject_lease_table_bug
 from kraft_spark.sim.liveness import PartialLiveness
 from kraft_spark.sim.memlog import MemoryLog
@@ -62,6 +63,8 @@ class SeedResult:
     coverage: dict[str, int] = field(default_factory=dict)
     # What the watch clients did (sim/watch_clients.py; None without them).
     watches: WatchStats | None = None
+    # The intruders' revocations the nodes' Produce gate refused (sim/lease_intruder.py).
+    intrusions_refused: int = 0
 
 
 def run_seed(
@@ -82,6 +85,7 @@ def run_seed(
     lease_bug: str | None = None,
     watch_clients: int = 0,
     watch_hub: type[WatchHub] = WatchHub,
+    lease_intruders: int = 0,
 ) -> SeedResult:
     """``store_clients``: that many clients also read and compare-and-set keys, recording the
     history ``SeedResult.history`` (own random stream: the rest of the run is as without
@@ -90,7 +94,10 @@ def run_seed(
     leases (``sim.lease_expiry``), and the lock checker runs at the end; ``lease_bug``: one
     of ``lease_expiry.LEASE_BUGS``. ``watch_clients``: that many clients watch keys and
     prefixes on every node's hub (made of ``watch_hub``: ``bugs.WATCH_BUGS`` for a broken one),
-    each item checked against the committed history (``sim.watch_check``)."""
+    each item checked against the committed history (``sim.watch_check``).
+    ``lease_intruders``: that many principals try to revoke leases they do not hold over
+    Produce, which the nodes' gate must refuse (``sim.lease_intruder``; its bug, a
+    ``lease_bug``, lets them through)."""
     trace = Trace(keep=40, echo=echo)
     cluster = Cluster(
         seed,
@@ -126,6 +133,11 @@ def run_seed(
     undo_lease_bug = inject_lease_table_bug(lease_bug)
     watches = (SimWatches(cluster, watch_clients, random.Random(seed * 49979687 + 3), watch_hub)
                if watch_clients else None)
+    intruders = (LeaseIntruders(cluster, lease_intruders, random.Random(seed * 32452843 + 11))
+                 if lease_intruders else None)
+    if intruders is not None:
+        cluster.produce_gate = ProduceGate(frozenset(intruders.ids),
+                                           bypass=lease_bug == GATE_BUG)
     try:
         cluster.run_until(fault_end, stop=partial.after_event)
         injector.heal()
@@ -145,6 +157,8 @@ def run_seed(
             check_linearizable(seed, _history(store))
         if leases is not None:
             leases.stop()
+            if intruders is not None:
+                intruders.stop()
             leases.check()
         if not live():
             raise InvariantViolation(
@@ -161,7 +175,10 @@ def run_seed(
         )  # fmt: skip
     finally:
         undo_lease_bug()
+    refused = (cluster.produce_gate.refused
+               if isinstance(cluster.produce_gate, ProduceGate) else 0)
     return SeedResult(seed, cluster.events, cluster.checker.commits, cluster.elections,
+                      intrusions_refused=refused,
                       snapshots=_snapshot_stats(cluster),
                       voter_changes=cluster.voter_changes_committed(),
                       history=_history(store),

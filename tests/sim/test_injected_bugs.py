@@ -44,6 +44,7 @@ EXPECTED = {
     "expired-lease-kept-alive": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
     "watch-drops-second-event": {"watch-stream"},
     "resume-skips-offset-rest": {"watch-stream"},
+    "produce-bypasses-lease-owner": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
 }
 
 

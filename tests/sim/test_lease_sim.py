@@ -45,6 +45,18 @@ def test_locks_on_leases_hold_under_every_fault() -> None:
     assert summary["holder-reads"] > 30 * 500, result.stdout[-500:]
 
 
+def test_intruders_revoking_others_leases_over_produce_are_refused() -> None:
+    # Principals outside super.users send revocations of the holders' leases: the nodes'
+    # Produce gate (the rule of kraft_spark.store.reserved_headers) refuses every one, so
+    # the locks hold (the gate's injected bug, letting them through, is test_injected_bugs').
+    seeds = _draw(8)
+    result = _cli("--seeds", seeds, *LEASES, "--lease-intruders", "2")
+    assert result.returncode == 0, f"--seeds {seeds}:\n{result.stdout[-3000:]}"
+    summary = _summary(result.stdout)
+    assert summary["violations"] == 0 and summary["seeds"] == 8
+    assert summary["intrusions-refused"] > 8 * 10, result.stdout[-500:]
+
+
 def test_lease_bug_needs_lease_clients() -> None:
     result = _cli("--seeds", "0:1", "--inject-bug", LEASE_BUGS[0])
     assert result.returncode == 2
