@@ -27,8 +27,14 @@ class SecretFileError(Exception):
 
 
 def new_token() -> str:
-    """A fresh random token (url-safe, 43 characters)."""
-    return secrets.token_urlsafe(TOKEN_BYTES)
+    """A fresh random token (url-safe, 43 characters) that does not start with ``-``: one in 64
+    did, and a command line then took ``--token -x...`` for an option (``expected one
+    argument``), a failure that came and went with the generated credentials. Drawing again
+    costs about 0.03 bits of its 256."""
+    while True:
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        if not token.startswith("-"):
+            return token
 
 
 def private_dir(path: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kraft_spark import secret_files
 from kraft_spark.secret_files import (
     SecretFileError,
     new_token,
@@ -85,3 +86,11 @@ def test_private_dir_keeps_an_existing_directorys_mode(tmp_path: Path) -> None:
     (tmp_path / "g" / "file").touch()
     with pytest.raises(OSError):  # a file where a parent directory should be
         private_dir(str(tmp_path / "g" / "file" / "x"))
+
+
+def test_new_tokens_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One in 64 url-safe tokens did: `--token -x...` then reads as an option on a command line.
+    assert not any(new_token().startswith("-") for _ in range(2000))
+    draws = iter(["-dash-first", "-again", "fine-token"])
+    monkeypatch.setattr(secret_files.secrets, "token_urlsafe", lambda _n: next(draws))
+    assert secret_files.new_token() == "fine-token"
