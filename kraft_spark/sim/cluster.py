@@ -152,13 +152,22 @@ class Cluster:
         self._seq += 1
         heapq.heappush(self._queue, (when_us, self._seq, fn, args))
 
-    def run_until(self, end_us: int, stop: Callable[[], bool] | None = None) -> None:
+    def run_until(self, end_us: int, stop: Callable[[], bool] | None = None, *,
+                  sample: Callable[[], None] | None = None, sample_every_us: int = 0) -> None:
+        """Run the events due by ``end_us``, or until ``stop()`` says so after one. ``sample``:
+        called after the first event at or past each multiple of ``sample_every_us`` from the
+        first event on, reading the cluster only (it adds no event: trajectories and event
+        counts are as without it); checked inline, since a call per event cost a sim run 20 %."""
         queue = self._queue
+        next_sample = -1 if sample is not None else end_us + 1
         while queue and queue[0][0] <= end_us:
             when, _, fn, args = heapq.heappop(queue)
             self.now = when
             self.events += 1
             fn(*args)
+            if when >= next_sample:
+                next_sample = when + sample_every_us
+                sample()  # type: ignore[misc]  # not None whenever next_sample can be reached
             if stop is not None and stop():
                 return
         self.now = max(self.now, end_us)

@@ -101,26 +101,18 @@ class LivenessStats:
 
 
 class PartialLiveness:
-    """Pass ``after_event`` as ``Cluster.run_until``'s ``stop``: it never stops the run, it
-    raises ``InvariantViolation("liveness-partial", ...)``."""
+    """Pass ``sample`` as ``Cluster.run_until``'s ``sample``, every ``SAMPLE_US``: it raises
+    ``InvariantViolation("liveness-partial", ...)``."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.led_bound_us = led_bound_ms(cluster.config) * 1000
         self.election_bound_us = election_bound_ms(cluster.config) * 1000
         self.stats = LivenessStats()
-        self._next_sample = 0
         self._wait_start: int | None = None  # when the current wait for a commit began
         self._wait_committed = 0  # the committed end then
         self._wait_leader: int | None = None  # the leader in Q then (None: none)
         self._election = False  # an election belongs to the current wait
-
-    def after_event(self) -> bool:
-        now = self.cluster.now
-        if now >= self._next_sample:
-            self._next_sample = now + SAMPLE_US
-            self.sample()
-        return False
 
     def sample(self) -> None:
         cluster = self.cluster

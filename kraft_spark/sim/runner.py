@@ -20,7 +20,7 @@ from kraft_spark.sim.lease_clients import TTL_MS as LEASE_TTL_MS
 from kraft_spark.sim.lease_expiry import SimLeaseExpiry, schedule_leader_cuts
 from kraft_spark.sim.lease_intruder import GATE_BUG, LeaseIntruders, ProduceGate
 from kraft_spark.sim.lease_table_bug import inject as inject_lease_table_bug
-from kraft_spark.sim.liveness import PartialLiveness
+from kraft_spark.sim.liveness import SAMPLE_US, PartialLiveness
 from kraft_spark.sim.memlog import MemoryLog
 from kraft_spark.sim.node import SimNode
 from kraft_spark.sim.snapshots import SnapshotStats
@@ -139,7 +139,7 @@ def run_seed(
         cluster.produce_gate = ProduceGate(frozenset(intruders.ids),
                                            bypass=lease_bug == GATE_BUG)
     try:
-        cluster.run_until(fault_end, stop=partial.after_event)
+        cluster.run_until(fault_end, sample=partial.sample, sample_every_us=SAMPLE_US)
         injector.heal()
         healed_at = cluster.now
         committed_before = cluster.checker.committed_end
