@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
 from kraft_spark.state.machine import Entry
@@ -181,12 +181,14 @@ class History:
         if not end:
             found = self.get(start, revision)
             return [(start, found)] if found is not None else []
-        out = []
-        for key in sorted(k for k in self._keys if in_range(k, start, end)):
+        return sorted((k, r) for k, r in self.items(revision) if in_range(k, start, end))
+
+    def items(self, revision: int) -> Iterator[tuple[bytes, Revision]]:
+        """Every key live at ``revision``, in no order."""
+        for key in list(self._keys):
             found = self.get(key, revision)
             if found is not None:
-                out.append((key, found))
-        return out
+                yield key, found
 
     def written(self, key: bytes, offset: int) -> tuple[Revision | None, Revision | None]:
         """(the write of ``key`` at ``offset``, the live revision before it): None where not
