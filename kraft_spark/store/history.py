@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Final, NamedTuple
 
 from kraft_spark.state.machine import Entry
@@ -61,8 +62,8 @@ def _of_entry(entry: Entry) -> Revision:
     return Revision(entry.offset, entry.value, entry.create_offset, entry.version, entry.lease)
 
 
-def _mod(revision: Revision) -> int:
-    return revision.mod
+# A revision's ``mod`` (its first field), for bisect: a C-level key, not a Python call.
+_mod: Callable[[Revision], int] = itemgetter(0)
 
 
 class History:
@@ -151,8 +152,8 @@ class History:
         while order and order[0][0] <= revision:
             _, key = order.popleft()
             chain = keys.get(key)
-            if not isinstance(chain, list):
-                continue  # its chain was dropped already
+            if not isinstance(chain, list) or (len(chain) == 1 and chain[0].value is not None):
+                continue  # dropped already, or one live revision: nothing to drop
             # The key's last revision at or below the point stays, unless a tombstone.
             at = bisect.bisect_right(chain, revision, key=_mod) - 1
             if at < 0:

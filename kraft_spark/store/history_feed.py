@@ -54,10 +54,14 @@ def feed_batch(history: History, batch: Batch, failed_group: Callable[[int], int
             offset = base + index
             if offset < skip_until:
                 continue
-            size = failed_group(offset)
-            if size > 0:
-                skip_until = offset + size
-                continue
+            # Only a record with headers starts a failed group (a conditional write's first
+            # record, a lease write or operation: KeyValueState.apply_data judges no other),
+            # so a plain record needs no lookup: most of the cost on a plain write's path.
+            if record.headers:
+                size = failed_group(offset)
+                if size > 0:
+                    skip_until = offset + size
+                    continue
             if record.key is None or (record.headers
                                       and _header(record, LEASE_OP_HEADER) is not None):
                 # The state machine applies a lease operation, never its key (if any).
