@@ -34,6 +34,7 @@ from kraft_spark.metrics import Registry
 from kraft_spark.net.config import NodeConfig
 from kraft_spark.net.handoff import HandoffReceiver, handoff_name
 from kraft_spark.net.local_requests import LocalNode
+from kraft_spark.store.history import DEFAULT_RETENTION
 from kraft_spark.store.service import NodeStore, StoreNode
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ async def start_node_http(
     node: LocalNode, host: str, port: int, *, credentials: Credentials | None = None,
     limits: HttpLimits | None = None, http_urls: dict[int, str] | None = None,
     etcd: tuple[str, int] | None = None, etcd_urls: dict[int, str] | None = None,
+    history_revisions: int = DEFAULT_RETENTION,
 ) -> NodeHttpServer:
     """Serve ``api.app`` for ``node`` on ``host:port`` (0: any free port) on the running loop;
     returns once it accepts connections. ``limits``: ``api.limits`` (defaults if None);
@@ -154,7 +156,8 @@ async def start_node_http(
     backend = NodeBackend(node)
     urls = dict(http_urls or {})
     # The node is a RaftNode (its HTTP factory is called once its state is loaded).
-    store = NodeStore(cast(StoreNode, node), backend.forwarder)
+    store = NodeStore(cast(StoreNode, node), backend.forwarder,
+                      history_revisions=history_revisions)
     registry = Registry()
     app = create_app(backend, credentials=credentials, http_urls=lambda: urls, store=lambda: store,
                      metrics=registry)
@@ -192,7 +195,8 @@ async def serve_node_http(node: LocalNode, config: NodeConfig) -> NodeHttpServer
     limits = HttpLimits(config.http_max_connections, config.http_header_timeout_ms / 1000)
     return await start_node_http(node, host, port, credentials=config.http_credentials,
                                  limits=limits, http_urls=config.http_urls,
-                                 etcd=config.etcd_listener, etcd_urls=config.etcd_urls)
+                                 etcd=config.etcd_listener, etcd_urls=config.etcd_urls,
+                                 history_revisions=config.etcd_history_revisions)
 
 
 __all__ = [

@@ -17,6 +17,7 @@ NODE_KEYS = frozenset({
     "kraft.http.listener",
     "kraft.etcd.listener",
     "kraft.etcd.urls",
+    "kraft.etcd.history.revisions",
     "kraft.http.token",
     "kraft.http.credentials.file",
     "kraft.http.insecure",

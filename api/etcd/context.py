@@ -71,7 +71,7 @@ class EtcdContext:
 
     def view(self) -> View:
         state = self.store.applied_state()
-        return View(state.get, state.items, state.applied_offset)
+        return View(state.get, state.items, state.applied_offset, self.store.history)
 
     async def read_view(self, *, serializable: bool) -> View:
         """A view for a read: after the read index (linearizable) or at once."""

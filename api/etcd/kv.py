@@ -1,15 +1,23 @@
 """etcd's KV service: Range, Put, DeleteRange, Txn (``kraft_spark.etcd.plan``: one view per
-request, writes appended as one guarded group); Compact is not in phase 1 (no history)."""
+request, writes appended as one guarded group; a Range at a past revision reads the node's MVCC
+history, ``kraft_spark.store.history``), and Compact.
+
+Compact is replicated, as etcd's goes through raft: a keyless ``kraft.etcd.compact`` record
+(``kraft_spark.store.history_feed``) that every replica's history applies at its offset, so
+every node compacts at the same point of the log; the answer waits until this node applied
+it. ``physical`` changes nothing more: the history is in memory, compacted as it applies."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from api.etcd.context import EtcdContext
+from kraft_spark.client.types import NewRecord
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.kv import range_response
 from kraft_spark.etcd.pb import rpc_pb2
 from kraft_spark.etcd.plan import Plan
+from kraft_spark.store.history_feed import compact_header
 
 
 class KvServicer:
@@ -47,7 +55,16 @@ class KvServicer:
 
     async def Compact(self, request: rpc_pb2.CompactionRequest, _context: Any,
                       _identity: object) -> rpc_pb2.CompactionResponse:
-        raise errors.unimplemented("Compact (kraft-spark keeps no revision history yet)")
+        ctx = self._ctx
+        view = await ctx.read_view(serializable=False)
+        # etcd's checks, against this node's view after the read index: at or below the
+        # point already compacted, or above the current revision, nothing is appended.
+        if request.revision <= ctx.store.history.compacted:
+            raise errors.compacted()
+        if request.revision > view.revision:
+            raise errors.future_revision()
+        await ctx.append([NewRecord(None, None, (compact_header(request.revision),))])
+        return rpc_pb2.CompactionResponse(header=ctx.header())
 
 
 def _txn(plan: Plan, request: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:

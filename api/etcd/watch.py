@@ -6,12 +6,16 @@ Per watch: ``key`` / ``range_end`` (a key, a prefix, from-key, or any range: wat
 its narrowest prefix, filtered by ``in_range``), ``start_revision`` (the log offset to read
 from; 0: from now), ``filters`` (NOPUT, NODELETE), ``progress_notify`` (the hub's progress
 items, every few seconds while idle). A start the log no longer holds answers
-``compact_revision`` (the log start) and cancels, as etcd does below its compaction. A
-progress request answers the current revision (``watch_id`` -1, as etcd 3.5).
+``compact_revision`` (the log start) and cancels, as etcd does below its compaction; so does a
+start below the MVCC history's compaction point (``History.compacted``: Compact and
+retention, the same on every replica). A progress request answers the current revision
+(``watch_id`` -1, as etcd 3.5).
 
-Events carry ``mod_revision`` (the write's offset), ``create_revision`` and ``version`` when
-the key still holds that write (else 0: the log records no history of them); ``prev_kv`` is
-not in phase 1 (such a watch is cancelled with the reason).
+Events carry ``mod_revision`` (the write's offset), ``create_revision``, ``version`` and
+``lease`` from the history (``kraft_spark.store.history``), and with ``prev_kv`` the key's
+previous value; when the history no longer holds that write (compacted since, or older than
+this node's start), ``create_revision``/``version`` come from the key if it still holds that
+write (else 0), and ``prev_kv`` is omitted, as etcd omits it once compacted.
 """
 
 from __future__ import annotations
@@ -83,11 +87,13 @@ class _Stream:
     def _create(self, create: rpc_pb2.WatchCreateRequest) -> None:
         watch_id = create.watch_id if create.watch_id > 0 else next(self._ids)
         header = self._ctx.header()
-        if create.prev_kv:
+        compacted = self._ctx.store.history.compacted
+        if 0 < create.start_revision < compacted:
+            # etcd's contract: created, then cancelled with the compaction point.
             self.out.put_nowait(rpc_pb2.WatchResponse(
                 header=header, watch_id=watch_id, created=True, canceled=True,
-                cancel_reason="kraft-spark: prev_kv in watches is not implemented yet "
-                              "(issue 64 phase 1: see docs/etcd-api.md)"))
+                compact_revision=compacted,
+                cancel_reason="etcdserver: mvcc: required revision has been compacted"))
             return
         hub = self._ctx.store.watch_hub()
         prefix = watch_prefix(create.key, create.range_end)
@@ -137,7 +143,7 @@ class _Stream:
                         continue
                     out.put_nowait(rpc_pb2.WatchResponse(
                         header=ctx.header(item.offset), watch_id=watch_id,
-                        events=[self._event(item)]))
+                        events=[self._event(item, create.prev_kv)]))
                 elif isinstance(item, Progress):
                     if create.progress_notify:
                         out.put_nowait(rpc_pb2.WatchResponse(
@@ -150,16 +156,28 @@ class _Stream:
                                       f"revision {item.resume_offset}"))
                     return
 
-    def _event(self, item: WatchEvent) -> kv_pb2.Event:
-        kv = kv_pb2.KeyValue(key=item.key, mod_revision=item.offset)
+    def _event(self, item: WatchEvent, prev_kv: bool) -> kv_pb2.Event:
+        event = kv_pb2.Event(type=kv_pb2.Event.PUT)
+        kv = event.kv  # (a protobuf field: set in place, a message given is copied)
+        kv.key, kv.mod_revision = item.key, item.offset
+        written, before = self._ctx.store.history.written(item.key, item.offset)
+        if prev_kv and before is not None and before.value is not None:
+            event.prev_kv.CopyFrom(kv_pb2.KeyValue(
+                key=item.key, create_revision=before.create, mod_revision=before.mod,
+                version=before.version, value=before.value, lease=before.lease))
         if item.value is None:
-            return kv_pb2.Event(type=kv_pb2.Event.DELETE, kv=kv)
+            event.type = kv_pb2.Event.DELETE
+            return event
         kv.value = item.value
+        if written is not None:
+            kv.create_revision, kv.version, kv.lease = (written.create, written.version,
+                                                        written.lease)
+            return event
         entry = self._ctx.store.applied_state().get(item.key)
         if entry is not None and entry.offset == item.offset:
             kv.create_revision, kv.version, kv.lease = (entry.create_offset, entry.version,
                                                         entry.lease)
-        return kv_pb2.Event(type=kv_pb2.Event.PUT, kv=kv)
+        return event
 
     async def close(self) -> None:
         tasks, self._tasks = list(self._tasks.values()), {}

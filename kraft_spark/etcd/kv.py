@@ -5,6 +5,8 @@ synchronously: every function here runs to completion without yielding, so what 
 one consistent state, as etcd's reads at one revision are. Selection, filters, sort, limit and
 count follow etcd's ``applyRange`` (``server/etcdserver/txn``): ``count`` is the number of keys
 in the range before the revision filters and the limit, ``more`` says the limit cut some off.
+A read at a past revision answers from the view's MVCC history (``kraft_spark.store.history``)
+with every option alike; the caller's header keeps the current revision, as etcd's does.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from kraft_spark.etcd import errors
 from kraft_spark.etcd.pb import kv_pb2, rpc_pb2
 from kraft_spark.etcd.revision import header_revision
 from kraft_spark.state.machine import Entry
+from kraft_spark.store.history import History, Revision
 from kraft_spark.store.key_range import in_range
 
 RangeRequest = rpc_pb2.RangeRequest
@@ -25,11 +28,13 @@ Compare = rpc_pb2.Compare
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """The state as applied below ``applied``: ``lookup`` one key, ``items`` every live key."""
+    """The state as applied below ``applied``: ``lookup`` one key, ``items`` every live key;
+    ``history``: the past revisions (fed up to ``applied``; None: none kept)."""
 
     lookup: Callable[[bytes], Entry | None]
     items: Callable[[], Iterable[tuple[bytes, Entry]]]
     applied: int
+    history: History | None = None
 
     @property
     def revision(self) -> int:
@@ -49,12 +54,32 @@ def key_value(key: bytes, entry: Entry, *, keys_only: bool = False) -> kv_pb2.Ke
                            value=b"" if keys_only else entry.value, lease=entry.lease)
 
 
-def check_revision(view: View, revision: int) -> None:
-    """etcd's answer to a read at ``revision`` (0: the current one): only the current one is
-    kept (``kraft_spark.etcd.revision``)."""
+def _entry(revision: Revision | None) -> Entry | None:
+    if revision is None or revision.value is None:
+        return None
+    return Entry(revision.value, revision.mod, 0, 0, revision.create, revision.version,
+                 revision.lease)
+
+
+def at_revision(view: View, revision: int) -> View:
+    """The view a read at ``revision`` answers from (0: the current one): etcd's
+    ``ErrFutureRev`` above the current one, ``ErrCompacted`` below what the history holds."""
     if revision <= 0 or revision == view.revision:
-        return
-    raise errors.future_revision() if revision > view.revision else errors.compacted()
+        return view
+    if revision > view.revision:
+        raise errors.future_revision()
+    history = view.history
+    if history is None or revision < history.oldest or history.revision != view.revision:
+        # (a history not in step with the view answers nothing rather than a wrong state)
+        raise errors.compacted()
+
+    def items() -> Iterable[tuple[bytes, Entry]]:
+        for key, found in history.items(revision):
+            entry = _entry(found)
+            if entry is not None:
+                yield key, entry
+
+    return View(lambda key: _entry(history.get(key, revision)), items, revision + 1)
 
 
 _SORT_KEYS: dict[int, Callable[[tuple[bytes, Entry]], Any]] = {
@@ -70,7 +95,7 @@ def range_response(view: View, req: rpc_pb2.RangeRequest) -> rpc_pb2.RangeRespon
     """etcd's RangeResponse to ``req`` from ``view`` (the header is the caller's)."""
     if not req.key:
         raise errors.empty_key()
-    check_revision(view, req.revision)
+    view = at_revision(view, req.revision)
     found = view.select(req.key, req.range_end)
     count = len(found)
 

@@ -74,7 +74,9 @@ class Plan:
                     if written is not None:
                         yield key, written
 
-            self._current = View(lookup, items, base.applied)
+            # A read at a past revision reads the history: the overlay is the plan's
+            # writes, all after every past revision.
+            self._current = View(lookup, items, base.applied, base.history)
         return self._current
 
     @property

@@ -23,9 +23,10 @@ LeaderChange), so no key has revision 0, which etcd reserves for "absent".
   ``mod_revision`` <= the header's revision, as in etcd. Sharing one revision would change the
   state machine's ``mod_offset`` for multi-record HTTP writes too (phase 2 decides that with
   the Delta columns).
-* There is no history: a read at a ``revision`` other than the current one fails as etcd's does
-  below its compaction point (``ErrCompacted``: every older revision counts as compacted), a
-  later one with ``ErrFutureRev``; a watch may start at any revision the log still holds.
+* Past revisions come from a bounded in-memory history (``kraft_spark.store.history``): a
+  read below what it holds fails as etcd's does below its compaction point (``ErrCompacted``),
+  a later one than the current with ``ErrFutureRev``; a watch may start at any revision at or
+  above the compaction point that the log still holds.
 
 ``member_id`` / ``cluster_id`` are etcd's uint64 ids, derived stably from kraft-spark's ids.
 """

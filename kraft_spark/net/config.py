@@ -35,6 +35,9 @@ names are ignored):
   (``api.etcd``, docs/etcd-api.md); needs ``kraft.http.listener`` (it shares that API's store
   and credentials). ``kraft.etcd.urls``: ``id@host:port,...``, every node's etcd address, for
   MemberList. Absent: no etcd API;
+* ``kraft.etcd.history.revisions``: how many revisions (offsets) of writes the in-memory MVCC
+  history keeps for etcd's reads at a past revision and watches' ``prev_kv``
+  (``kraft_spark.store.history``; default 100,000); the same on every node;
 * ``kraft.http.token``: with ``kraft.http.listener``, every HTTP call except ``/healthz``
   needs ``Authorization: Bearer <token>`` (ignored without a listener);
 * ``kraft.http.max.connections``: HTTP connections the embedded API holds at most; one more is
@@ -71,6 +74,7 @@ from kraft_spark.properties import parse_endpoint, parse_voters
 from kraft_spark.protocol.sasl_plain import PlainCredentials, SaslServerConfig
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.state.policy import SnapshotConfig
+from kraft_spark.store.history import DEFAULT_RETENTION as DEFAULT_HISTORY_REVISIONS
 from kraft_spark.tls_config import TlsConfig
 
 # The background scrub's pace (net.scrub): a 64 MiB segment re-verified in about a minute.
@@ -127,6 +131,8 @@ class NodeConfig:
     # etcd's API (kraft.etcd.listener, kraft.etcd.urls: node id -> host:port).
     etcd_listener: tuple[str, int] | None = None
     etcd_urls: dict[int, str] = field(default_factory=dict)
+    # kraft.etcd.history.revisions: the MVCC history's retention (kraft_spark.store.history).
+    etcd_history_revisions: int = DEFAULT_HISTORY_REVISIONS
 
     @property
     def is_voter(self) -> bool:
@@ -196,6 +202,8 @@ class NodeConfig:
             raise ConfigError("kraft.etcd.listener needs kraft.http.listener (etcd's API "
                               "shares the HTTP API's store and credentials)")
         etcd_urls = _etcd_urls(props.get("kraft.etcd.urls", ""))
+        history_revisions = _positive_int(props, "kraft.etcd.history.revisions",
+                                          DEFAULT_HISTORY_REVISIONS)
         http_max_connections = _positive_int(
             props, "kraft.http.max.connections", DEFAULT_HTTP_MAX_CONNECTIONS
         )
@@ -245,6 +253,7 @@ class NodeConfig:
             http_listener=http_listener,
             etcd_listener=etcd_listener,
             etcd_urls=etcd_urls,
+            etcd_history_revisions=history_revisions,
             bootstrap_servers=bootstrap,
             http_credentials=http_credentials,
             inline_flush_max_ms=inline_flush_max_ms,

@@ -34,6 +34,12 @@ header              ``TRUSTED``             ``PRINCIPAL``            ``HTTP_CALL
   where a header slipped in by hand would be answered 200 whatever the state machine made of
   it.
 
+``kraft.etcd.compact`` (etcd's Compact, ``store.history_feed``: every replica's MVCC history
+compacts where it lands) is ``TRUSTED`` only, keyless and valueless with a decimal revision:
+it changes no key, but whoever writes it takes every node's past revisions away, so it comes
+from etcd's KV.Compact (a caller with write scope, through the node's own code) or from a
+principal the node trusts; refused to a ``PRINCIPAL`` and to an ``HTTP_CALLER``.
+
 Two more names are refused to everyone, ``kraft.txn.outcome`` and ``kraft.lease.deleted``:
 the Delta materializer adds them to ``records`` rows (a failed conditional write, the keys a
 lease's end deleted), and the ``snapshot`` table as of an offset reads them back to skip rows
@@ -56,6 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from kraft_spark.store.history_feed import COMPACT_HEADER
 from kraft_spark.store.leases import (
     LEASE_DELETED_HEADER,
     LEASE_HEADER,
@@ -67,7 +74,8 @@ from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER, decode_header
 
 # Written by the Delta materializer into rows, never into the log (see the module's text).
 DERIVED: Final = frozenset((OUTCOME_HEADER, LEASE_DELETED_HEADER))
-RESERVED: Final = frozenset((TXN_HEADER, LEASE_HEADER, LEASE_OP_HEADER)) | DERIVED
+RESERVED: Final = frozenset((TXN_HEADER, LEASE_HEADER, LEASE_OP_HEADER, COMPACT_HEADER)
+                            ) | DERIVED
 
 # What an HTTP caller uses instead of writing each header by hand.
 HTTP_FIELDS: Final = {
@@ -76,6 +84,7 @@ HTTP_FIELDS: Final = {
                 "409 when one fails)",
     LEASE_HEADER: 'give "lease_id" beside "records" (answered 404 when the lease does not '
                   "exist)",
+    COMPACT_HEADER: "compact with etcd's KV.Compact (etcdctl compaction)",
 }
 
 
@@ -145,6 +154,11 @@ def record_refusal(index: int, record: RecordLike, remaining: int, standing: Sta
                 "trusted to name who acts on a lease (only super.users and the quorum's own "
                 "nodes are); grant, keep alive and revoke leases through the HTTP API's "
                 "/v1/leases, which names the caller from its credential"))
+        if name == COMPACT_HEADER and standing is Standing.PRINCIPAL:
+            return Refusal(index, name, (
+                f"is reserved for etcd's KV.Compact: {who or 'this principal'} is not trusted "
+                "to compact every node's history (only super.users and the quorum's own nodes "
+                "are); compact with etcd's KV.Compact (etcdctl compaction)"))
         if name in seen:
             return Refusal(index, name, "appears twice: the state machine would read only "
                                         "the first; send it once")
@@ -168,6 +182,13 @@ def _malformed(name: str, raw: bytes | None, record: RecordLike, remaining: int)
                         f"({remaining} records from here): send the whole group in one batch")
         elif name == LEASE_HEADER:
             lease_of(raw)
+        elif name == COMPACT_HEADER:
+            text = (raw or b"").decode("ascii", errors="replace")
+            if not text.isdigit() or len(text) > 19:
+                return f"is malformed (a revision in decimal, got {text[:20]!r}): fix the header"
+            if record.key is not None or record.value is not None:
+                return ("is on a record with a key or a value: a compaction is a keyless "
+                        "record without a value")
         else:
             decode_op(raw)
             if record.key is not None or record.value is not None:

@@ -37,6 +37,7 @@ from kraft_spark.net.local_requests import LocalSubmitter, local_answer
 from kraft_spark.net.state_keeper import StateKeeper
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
 from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
+from kraft_spark.store.history import DEFAULT_RETENTION, History
 from kraft_spark.store.leases import Lease
 from kraft_spark.store.read_batch import ReadIndexBatcher
 from kraft_spark.store.watch import WatchHub, WatchItem
@@ -124,7 +125,8 @@ class NodeStore:
     ``forwarder``: the client that reaches the leader (read indexes of followers/observers).
     Leases are expired by the voters' ``lease_expiry.LeaseExpirer``, not here."""
 
-    def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient]) -> None:
+    def __init__(self, node: StoreNode, forwarder: Callable[[], AsyncQuorumClient], *,
+                 history_revisions: int = DEFAULT_RETENTION) -> None:
         self._node = node
         self._forwarder = forwarder
         self._batcher = ReadIndexBatcher(self._read_index)
@@ -132,7 +134,8 @@ class NodeStore:
         self._keeper = keeper
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
-        self._feed = WatchFeed(lambda: keeper.state, node.log, keeper.latest_snapshot_label)
+        self._feed = WatchFeed(lambda: keeper.state, node.log, keeper.latest_snapshot_label,
+                               history_revisions=history_revisions)
         self._hub = self._feed.hub
         keeper.apply_listeners.append(self._feed.on_batch)
         keeper.load_listeners.append(self._feed.on_snapshot_loaded)
@@ -224,6 +227,11 @@ class NodeStore:
 
     def watch_hub(self) -> WatchHub | None:
         return self._hub
+
+    @property
+    def history(self) -> History:
+        """This node's MVCC history (etcd's past revisions), as applied now."""
+        return self._feed.history
 
     def applied_state(self) -> KeyValueState:
         """This node's state machine as applied now (``applied_offset``): read it without

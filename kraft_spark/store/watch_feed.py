@@ -12,6 +12,10 @@ The owner calls, in this order, as its state machine moves:
 * :meth:`WatchFeed.on_snapshot_loaded` when a snapshot replaced the state: the writes it
   skipped will never be published, so the watches that needed them end (``skip_to``).
 
+The same writes feed ``history`` (``kraft_spark.store.history``: past revisions for etcd's
+Range, a watch's ``prev_kv``), always (not only while someone watches), at ``on_batch``; it
+starts from the state as it is when the feed is made, and again at each snapshot load.
+
 Invariant: the hub's applied offset never passes the state's, and every write the state
 applied below the hub's applied offset was published once, in (offset, index) order, unless a
 snapshot load skipped it (and then every watch that needed it ended).
@@ -27,6 +31,8 @@ from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import Batch
 from kraft_spark.state.machine import KeyValueState
 from kraft_spark.state.snapshot_file import label
+from kraft_spark.store.history import DEFAULT_RETENTION, History
+from kraft_spark.store.history_feed import feed_batch
 from kraft_spark.store.watch import WatchEvent, WatchHub, batch_events, log_reader
 from kraft_spark.store.watch_log import CommittedLog
 
@@ -40,12 +46,14 @@ class WatchFeed:
     ``KeyValueState``; called each time, so a replaced state object is followed). Catch-up reads
     come from ``the_log`` (``snapshot()``: the newest snapshot's label, for ``BelowLogStart``).
     ``hub_class`` and ``hub_options``: the hub to make (the simulator's settings and its
-    injected bugs)."""
+    injected bugs). ``history_revisions``: the history's retention."""
 
     def __init__(self, state: Callable[[], KeyValueState], the_log: CommittedLog,
                  snapshot: Callable[[], str | None], *, hub_class: type[WatchHub] = WatchHub,
-                 **hub_options: Any) -> None:
+                 history_revisions: int = DEFAULT_RETENTION, **hub_options: Any) -> None:
         self._state = state
+        self.history = History(history_revisions)
+        self.history.reset(state().items(), state().applied_offset)
         self._pending: list[WatchEvent] = []
         self.hub = hub_class(
             log_reader(the_log, end=lambda: state().applied_offset, snapshot=snapshot,
@@ -65,11 +73,14 @@ class WatchFeed:
 
     def on_batch(self, batch: Batch) -> None:
         """The state has just applied ``batch`` (judged against the state as it is now)."""
+        feed_batch(self.history, batch, self.failed_size, self.deleted_by)
         if self.hub.watchers:
             batch_events(batch, self.failed_size, out=self._pending, deleted_by=self.deleted_by)
 
     def on_snapshot_loaded(self, snapshot_id: OffsetAndEpoch) -> None:
         self._pending.clear()
+        state = self._state()
+        self.history.reset(state.items(), state.applied_offset)
         self.hub.skip_to(snapshot_id.offset, label(snapshot_id))
 
     def on_commit(self) -> int:

@@ -226,9 +226,46 @@ def test_revisions_agree_with_the_http_api(kraft: Etcdctl, quorum: KvQuorum) -> 
                          .replace("\\x", "")) == b'"v"'  # the HTTP API stores JSON
 
 
-def test_unimplemented_is_said(kraft: Etcdctl) -> None:
-    out = kraft("compaction", "1", check=False)
-    assert "Unimplemented" in out and "not implemented yet" in out
+def _errors(text: str) -> str:
+    """What etcdctl says, without clientv3's JSON retry logs."""
+    return "".join(line + "\n" for line in text.splitlines() if not line.startswith("{"))
+
+
+def _history_session(ctl: Etcdctl) -> list[str]:
+    def put(value: str) -> int:
+        return int(json.loads(ctl("put", "hh/k", value, "-w", "json"))["header"]["revision"])
+
+    first, second = put("v1"), put("v2")
+    ctl("del", "hh/k")
+    put("v3")
+    outputs = [ctl("get", "hh/k", f"--rev={first}"), ctl("get", "hh/k", f"--rev={second}"),
+               ctl("get", "hh/", "--prefix", f"--rev={second}", "--keys-only")]
+    # From a past revision with each event's previous value (none before v1, none after
+    # the delete), then compaction: below it reads and watches are refused, at it not.
+    outputs.append("\n".join(_read_lines(ctl.watch("hh/k", f"--rev={first}", "--prev-kv"),
+                                         16)))
+    outputs.append(ctl("compaction", str(second)).replace(str(second), "<second>"))
+    outputs.append(_errors(ctl("get", "hh/k", f"--rev={first}", check=False)))
+    done = subprocess.run([*ctl.base, "watch", "hh/k", f"--rev={first}"], capture_output=True,
+                          text=True, env=ENV, timeout=30, check=False)
+    outputs.append(_errors(done.stdout + done.stderr) + f"exit {done.returncode}\n")
+    outputs.append(ctl("get", "hh/k", f"--rev={second}"))
+    outputs.append(_errors(ctl("compaction", str(second), check=False)))
+    return outputs
+
+
+def test_past_revisions_prev_kv_and_compaction(kraft: Etcdctl, etcd: Etcdctl | None) -> None:
+    ours = _history_session(kraft)
+    assert ours[:3] == ["hh/k\nv1\n", "hh/k\nv2\n", "hh/k\n\n"]
+    assert ours[3].split("\n") == ["PUT", "hh/k", "v1", "PUT", "hh/k", "v1", "hh/k", "v2",
+                                   "DELETE", "hh/k", "v2", "hh/k", "", "PUT", "hh/k", "v3"]
+    assert ours[4] == "compacted revision <second>\n"
+    compacted = "etcdserver: mvcc: required revision has been compacted"
+    assert ours[5] == f"Error: {compacted}\n"
+    assert ours[6].startswith(f"watch was canceled ({compacted})\n")
+    assert ours[7] == "hh/k\nv2\n" and ours[8] == f"Error: {compacted}\n"
+    if etcd is not None:
+        assert _history_session(etcd) == ours
 
 
 def test_lock_is_exclusive_and_passes_on(kraft: Etcdctl) -> None:

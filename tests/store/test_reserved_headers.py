@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kraft_spark.raft.records import Record
+from kraft_spark.store.history_feed import COMPACT_HEADER, compact_header
 from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, encode_op
 from kraft_spark.store.reserved_headers import Standing, refusal
 from kraft_spark.store.txn import TXN_HEADER, Condition, encode_header
@@ -88,3 +89,16 @@ def test_headers_only_the_delta_tables_carry_are_refused_to_everyone(name: str) 
         refused = refusal([rec(b"k", b"v", (name, b'["victim"]'))], standing)
         assert refused is not None and refused.header == name, standing
         assert "never written to the log" in str(refused)
+
+
+def test_only_a_trusted_caller_compacts_every_nodes_history() -> None:
+    compact = rec(None, None, compact_header(7))
+    assert refusal([compact], Standing.TRUSTED) is None
+    for standing in (Standing.PRINCIPAL, Standing.HTTP_CALLER):
+        refused = refusal([rec(), compact], standing, "User:guest")
+        assert refused is not None and (refused.index, refused.header) == (1, COMPACT_HEADER)
+        assert "KV.Compact" in str(refused)
+    for bad, why in ((rec(None, None, (COMPACT_HEADER, b"x7")), "a revision in decimal"),
+                     (rec(b"k", None, compact_header(7)), "keyless record")):
+        refused = refusal([bad], Standing.TRUSTED)
+        assert refused is not None and why in str(refused)
