@@ -33,12 +33,18 @@ class KvServicer:
 
     async def Put(self, request: rpc_pb2.PutRequest, _context: Any,
                   _identity: object) -> rpc_pb2.PutResponse:
+        if request.ignore_value or request.ignore_lease:  # may fail on what it reads
+            await self._ctx.read_view(serializable=False)
         response, revision = await self._ctx.write(lambda plan: plan.put(request))
         response.header.CopyFrom(self._ctx.header(revision))
         return response
 
     async def DeleteRange(self, request: rpc_pb2.DeleteRangeRequest, _context: Any,
                           _identity: object) -> rpc_pb2.DeleteRangeResponse:
+        # A delete that finds nothing appends nothing and answers from this node's view: only
+        # after the read index is that view linearizable (a lagging node, one just restarted
+        # say, may not have applied a put the client already saw acknowledged).
+        await self._ctx.read_view(serializable=False)
         response, revision = await self._ctx.write(lambda plan: plan.delete_range(request))
         response.header.CopyFrom(self._ctx.header(revision))
         return response

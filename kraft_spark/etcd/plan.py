@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.kv import View, compare_holds, key_value, range_response
 from kraft_spark.etcd.pb import rpc_pb2
+from kraft_spark.etcd.revision import header_revision
 from kraft_spark.state.machine import Entry
 from kraft_spark.store.txn import MAX_CONDITIONS, Condition
 
@@ -126,6 +127,8 @@ class Plan:
             if kind == "response_txn":
                 self.settle(op.response_txn, base_offset)
             elif kind == "response_range":
+                if op.response_range.header.revision >= floor:
+                    op.response_range.header.revision += shift
                 for kv in op.response_range.kvs:
                     if kv.mod_revision >= floor:
                         kv.mod_revision += shift
@@ -167,7 +170,13 @@ class Plan:
 
     def range(self, req: rpc_pb2.RangeRequest) -> rpc_pb2.RangeResponse:
         self.read(req.key, req.range_end)  # the guard
-        return range_response(self.current if self._overlay else self.view, req)
+        response = range_response(self.current if self._overlay else self.view, req)
+        # etcd gives a Range inside a Txn a header with the revision it read at (clientv3's
+        # STM takes its snapshot revision from it): the view's, or after this plan's own
+        # writes the last of them (provisional until settle).
+        revision = header_revision(self.view.applied + len(self.writes))
+        response.header.CopyFrom(rpc_pb2.ResponseHeader(revision=revision))
+        return response
 
     def txn(self, req: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:
         succeeded = True

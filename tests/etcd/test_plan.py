@@ -134,3 +134,20 @@ def test_a_txn_reads_its_own_writes_settled_where_they_land() -> None:
         b"l/me", 9, 9, 1)
     assert [(c.key, c.exists) for c in plan.conditions] == [(b"l/me", False),
                                                             (b"l/", None)]
+
+
+def test_a_range_inside_a_txn_has_a_header_with_its_revision() -> None:
+    """clientv3's STM reads through a Txn and takes the nested RangeResponse's
+    ``header.revision`` as its snapshot (a missing header crashed it with a nil pointer)."""
+    get = rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=b"a"))
+    plan = Plan(_view(_state()))  # applied offset 5: revision 4
+    response = plan.txn(rpc_pb2.TxnRequest(success=[get]))
+    assert response.responses[0].response_range.HasField("header")
+    assert response.responses[0].response_range.header.revision == 4
+    # After the Txn's own write: that write's revision, once settled where the group landed.
+    plan = Plan(_view(_state()))
+    put = rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"z", value=b"1"))
+    response = plan.txn(rpc_pb2.TxnRequest(success=[get, put, get]))
+    plan.settle(response, 9)
+    assert response.responses[0].response_range.header.revision == 4
+    assert response.responses[2].response_range.header.revision == 9
