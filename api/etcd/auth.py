@@ -6,8 +6,9 @@ clients do; a bearer ``authorization`` metadata with a token works too. Without 
 (a loopback node started insecure) everything is allowed; with them, every call but
 Authenticate needs a token, as the HTTP API refuses calls without one.
 
-Scopes: reads (Range, Watch, TimeToLive, Leases, Status, MemberList) need ``read``, writes
-(Put, DeleteRange, Txn, Grant, Revoke, KeepAlive) ``write``. The token etcd's client gets from
+Scopes: reads (Range, Watch, TimeToLive, Leases, Status, MemberList, Election's Leader and
+Observe) need ``read``, writes (Put, DeleteRange, Txn, Grant, Revoke, KeepAlive, Lock, Unlock,
+Campaign, Proclaim, Resign) ``write``. The token etcd's client gets from
 Authenticate is the credential's token itself (phase 1: no separate session tokens, so none
 expires; etcd's simple tokens are random and short-lived).
 """
@@ -23,7 +24,8 @@ from kraft_spark.http_auth import Credentials, Identity, Scope, bearer_token
 READ_METHODS: Final = frozenset({
     "etcdserverpb.KV/Range", "etcdserverpb.Watch/Watch", "etcdserverpb.Lease/LeaseTimeToLive",
     "etcdserverpb.Lease/LeaseLeases", "etcdserverpb.Maintenance/Status",
-    "etcdserverpb.Cluster/MemberList"})
+    "etcdserverpb.Cluster/MemberList", "v3electionpb.Election/Leader",
+    "v3electionpb.Election/Observe"})
 OPEN_METHODS: Final = frozenset({"etcdserverpb.Auth/Authenticate"})
 
 

@@ -1,8 +1,8 @@
 """etcd's v3 gRPC API of one node (``kraft.etcd.listener``): a ``grpc.aio`` server on the
 node's own event loop, over the ``NodeStore`` and ``NodeBackend`` of its HTTP API (started and
-stopped with it by ``api.node_http``). Lock and Election are registered so that etcdctl's
-``lock`` / ``elect`` get a clear UNIMPLEMENTED (phase 2), as do the methods of the other
-services that phase 1 lacks (``api.etcd.handlers``)."""
+stopped with it by ``api.node_http``). Lock and Election run clientv3's recipes
+over the node's own servicers (``api.etcd.lock``, ``api.etcd.election``); the methods of the
+other services that are not there yet answer UNIMPLEMENTED (``api.etcd.handlers``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ import grpc
 from api.etcd.auth import Authorizer
 from api.etcd.cluster import ClusterServicer
 from api.etcd.context import EtcdContext, EtcdNode
+from api.etcd.election import ElectionServicer
 from api.etcd.handlers import service_handler
 from api.etcd.kv import KvServicer
 from api.etcd.lease import LeaseServicer
+from api.etcd.local import LocalClient
+from api.etcd.lock import LockServicer
 from api.etcd.watch import WatchServicer
 from api.node_backend import NodeBackend
 from kraft_spark.etcd.pb import rpc_pb2, v3election_pb2, v3lock_pb2
@@ -61,18 +64,21 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
     authorize = Authorizer(credentials)
     leases = LeaseServicer(ctx)
     cluster = ClusterServicer(ctx)
+    kv, watch = KvServicer(ctx), WatchServicer(ctx)
+    local = LocalClient(kv, leases, watch)
     services = rpc_pb2.DESCRIPTOR.services_by_name
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     server.add_generic_rpc_handlers((
-        service_handler(services["KV"], KvServicer(ctx), authorize),
-        service_handler(services["Watch"], WatchServicer(ctx), authorize),
+        service_handler(services["KV"], kv, authorize),
+        service_handler(services["Watch"], watch, authorize),
         service_handler(services["Lease"], leases, authorize),
         service_handler(services["Cluster"], cluster, authorize),
         service_handler(services["Maintenance"], cluster, authorize),
         service_handler(services["Auth"], authorize, authorize),
-        service_handler(v3lock_pb2.DESCRIPTOR.services_by_name["Lock"], object(), authorize),
-        service_handler(v3election_pb2.DESCRIPTOR.services_by_name["Election"], object(),
+        service_handler(v3lock_pb2.DESCRIPTOR.services_by_name["Lock"], LockServicer(local),
                         authorize),
+        service_handler(v3election_pb2.DESCRIPTOR.services_by_name["Election"],
+                        ElectionServicer(local), authorize),
     ))
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
