@@ -25,7 +25,6 @@ without effect is left out (a read that failed, a write refused before it was at
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import itertools
 import json
@@ -39,6 +38,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kraft_spark.lincheck.go_build import build_program
 
 SOURCE_DIR = Path(__file__).resolve().parent / "porcupine"
 SOURCES = ("go.mod", "go.sum", "main.go")
@@ -54,33 +55,12 @@ class CheckResult:
     verdict: str = ""  # "ok", "illegal" or "unknown" (the check timed out)
 
 
-def _go() -> str | None:
-    found = shutil.which("go")
-    if found:
-        return found
-    default = Path("/usr/local/go/bin/go")
-    return str(default) if default.is_file() else None
-
-
 def _cache_dir() -> Path:
     digest = hashlib.sha256()
     for name in SOURCES:
         digest.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "kraft-spark" / f"porcupine-{digest.hexdigest()[:16]}"
-
-
-def _go_env(cache: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    flags = env.get("GOFLAGS", "").split()
-    flags = [f for f in flags if not f.startswith("-mod=")]
-    env["GOFLAGS"] = " ".join([*flags, "-mod=mod", "-buildvcs=false"])
-    env.setdefault("GOTOOLCHAIN", "local")  # go.mod asks for an older Go: never download one
-    if not env.get("HOME") and not env.get("GOPATH"):
-        env["GOPATH"] = str(cache / "gopath")
-    if not env.get("HOME") and not env.get("GOCACHE"):
-        env["GOCACHE"] = str(cache / "gocache")
-    return env
 
 
 _build_lock = threading.Lock()
@@ -95,49 +75,14 @@ def _build() -> tuple[Path | None, str | None]:
 
 
 def _build_once() -> tuple[Path | None, str | None]:
-    go = _go()
-    if go is None:
-        return None, "no Go toolchain (`go` is not on PATH nor in /usr/local/go/bin)"
     try:
         cache = _cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return None, f"cannot create the checker's cache directory: {exc}"
-    binary = cache / "lincheck"
-    if binary.is_file():
-        return binary, None
-    with open(cache / ".lock", "w") as lock:  # another process may be building it
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.is_file():
-            return binary, None
-        src = Path(tempfile.mkdtemp(prefix="src-", dir=cache))
-        try:
-            for name in SOURCES:  # built from a copy: `go` never rewrites the tracked files
-                shutil.copy(SOURCE_DIR / name, src / name)
-            env = _go_env(cache)
-            # The download first: its failure (no network, no proxy) is a reason to skip, a
-            # failed build afterwards is a bug in main.go.
-            try:
-                fetched = subprocess.run([go, "mod", "download"], cwd=src, env=env,
-                                         capture_output=True, text=True,
-                                         timeout=BUILD_TIMEOUT_S, check=False)
-            except subprocess.TimeoutExpired:
-                return None, (f"downloading github.com/anishathalye/porcupine took over "
-                              f"{BUILD_TIMEOUT_S:.0f} s (is the Go module proxy reachable?)")
-            if fetched.returncode != 0:
-                detail = (fetched.stderr or fetched.stdout).strip().splitlines()[-3:]
-                return None, ("cannot download the Go module github.com/anishathalye/porcupine "
-                              "for the linearizability checker: " + " | ".join(detail))
-            tmp = cache / f"lincheck.{os.getpid()}.tmp"
-            proc = subprocess.run([go, "build", "-o", str(tmp), "."], cwd=src, env=env,
-                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-                                  check=False)
-            if proc.returncode != 0:
-                raise RuntimeError(f"building {SOURCE_DIR} failed:\n{proc.stderr}{proc.stdout}")
-            tmp.replace(binary)
-        finally:
-            shutil.rmtree(src, ignore_errors=True)
-    return binary, None
+    return build_program(SOURCE_DIR, [SOURCE_DIR / name for name in SOURCES], cache / "lincheck",
+                         modules="github.com/anishathalye/porcupine (the linearizability "
+                         "checker)", timeout_s=BUILD_TIMEOUT_S)
 
 
 def go_available() -> str | None:
