@@ -32,7 +32,6 @@ from tests.lincheck.nemesis import (
     Nemesis,
     NodeConnection,
     NotSent,
-    leader_of,
     log_tails,
     read_log,
     wait_ready,
@@ -53,30 +52,14 @@ class LeaderNemesis(Nemesis):
         super().__init__(quorum, seed, calm_s=1.0, pause_s=(1.5, 2.5))
         self.windows: list[tuple[str, int, int]] = []
 
-    def run(self) -> None:
-        try:
-            self.stop.wait(self.calm_s)
-            while not self.stop.is_set():
-                leader = leader_of(self.quorum)
-                if leader is None:
-                    self.stop.wait(0.2)
-                    continue
-                self.leader_faults += 1
-                start = time.monotonic_ns()
-                kind = "kill" if (self.kills + self.pauses) % 2 == 0 else "pause"
-                if kind == "kill":
-                    self.kill_and_restart(leader, "the leader")
-                else:
-                    self.freeze(leader, "the leader")
-                self.windows.append((kind, start, time.monotonic_ns()))
-                wait_ready(self.quorum, timeout_s=30.0)
-                self.say("every node ready")
-                self.stop.wait(self.calm_s)
-        except BaseException as exc:
-            self.error = exc
-            self.say(f"failed: {exc!r}")
-        finally:
-            self.heal()
+    def pick(self, leader: int | None) -> tuple[int, str] | None:
+        return None if leader is None else (leader, "the leader")
+
+    def strike(self, target: int, role: str) -> None:
+        kind = "kill" if (self.kills + self.pauses) % 2 == 0 else "pause"
+        start = time.monotonic_ns()
+        super().strike(target, role)
+        self.windows.append((kind, start, time.monotonic_ns()))
 
 
 @dataclass

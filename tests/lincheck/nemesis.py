@@ -358,18 +358,14 @@ class Nemesis(threading.Thread):
         try:
             self.stop.wait(self.calm_s)
             while not self.stop.is_set():
-                leader = leader_of(self.quorum)
-                if leader is not None and self.rng.random() < 0.5:
-                    target, role = leader, "the leader"
-                else:
-                    target = self.rng.randrange(len(self.quorum.http_urls))
-                    role = "the leader" if target == leader else "a follower"
+                picked = self.pick(leader_of(self.quorum))
+                if picked is None:
+                    self.stop.wait(0.2)
+                    continue
+                target, role = picked
                 if role == "the leader":
                     self.leader_faults += 1
-                if (self.kills + self.pauses) % 2 == 0:
-                    self.kill_and_restart(target, role)
-                else:
-                    self.freeze(target, role)
+                self.strike(target, role)
                 wait_ready(self.quorum, timeout_s=30.0)
                 self.say("every node ready")
                 self.stop.wait(self.calm_s)
@@ -378,6 +374,21 @@ class Nemesis(threading.Thread):
             self.say(f"failed: {exc!r}")
         finally:
             self.heal()
+
+    def pick(self, leader: int | None) -> tuple[int, str] | None:
+        """The next fault's target and its role (None: none now, ask again shortly): the
+        leader about half the time, else any node."""
+        if leader is not None and self.rng.random() < 0.5:
+            return leader, "the leader"
+        target = self.rng.randrange(len(self.quorum.http_urls))
+        return target, "the leader" if target == leader else "a follower"
+
+    def strike(self, target: int, role: str) -> None:
+        """A kill -9 and restart, then a freeze, in turn."""
+        if (self.kills + self.pauses) % 2 == 0:
+            self.kill_and_restart(target, role)
+        else:
+            self.freeze(target, role)
 
     def kill_and_restart(self, node: int, role: str) -> None:
         self.say(f"kill -9 node {node} ({role}, pid {self.quorum.pid(node)})")
