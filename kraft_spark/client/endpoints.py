@@ -82,5 +82,22 @@ class Endpoints:
         if self.urls[self._current] == url:
             self._current = (self._current + 1) % len(self.urls)
 
+    def after_error(self, url: str, exc: httpx.TransportError, *, last: bool,
+                    retry: bool) -> bool:
+        """The request to ``url`` failed with ``exc``: the next address becomes current. True
+        when the request goes on to it: ``url`` was not the ``last`` to try, and repeating
+        the request is harmless (``retry``) or it was never sent; else the caller raises."""
+        self.failed(url)
+        return not last and (retry or not_sent(exc))
+
+    def after_answer(self, url: str, status: int, *, last: bool, retry: bool) -> bool:
+        """``url`` answered ``status``: on 502/503/504 the next address becomes current. True
+        when the request goes on to it (harmless to repeat, and ``url`` not the ``last``);
+        else that answer is the caller's."""
+        if not failover_status(status):
+            return False
+        self.failed(url)
+        return retry and not last
+
     def __str__(self) -> str:
         return ",".join(self.urls)

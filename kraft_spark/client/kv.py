@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import httpx
 
-from kraft_spark.client.endpoints import Endpoints, failover_status, key_path, not_sent
+from kraft_spark.client.endpoints import Endpoints, failover_status, key_path
 from kraft_spark.client.kv_types import (
     ConditionFailedError,
     KeyValue,
@@ -182,14 +182,11 @@ class KvClient:
             try:
                 response = self._http.request(method, url + path, **kwargs)
             except httpx.TransportError as exc:
-                self.endpoints.failed(url)
-                if last or not (retry or not_sent(exc)):
-                    raise
-                continue
-            if failover_status(response.status_code):
-                self.endpoints.failed(url)
-                if retry and not last:
+                if self.endpoints.after_error(url, exc, last=last, retry=retry):
                     continue
+                raise
+            if self.endpoints.after_answer(url, response.status_code, last=last, retry=retry):
+                continue
             return response
         raise AssertionError("unreachable: the last endpoint returns or raises")
 
@@ -279,10 +276,9 @@ class KvClient:
             try:
                 response = self._http.send(request, stream=True)
             except httpx.TransportError as exc:
-                self.endpoints.failed(url)
-                if i == len(urls) - 1 or not not_sent(exc):
-                    raise
-                continue
+                if self.endpoints.after_error(url, exc, last=i == len(urls) - 1, retry=False):
+                    continue
+                raise
             try:
                 if failover_status(response.status_code) and i < len(urls) - 1:
                     self.endpoints.failed(url)
@@ -325,14 +321,11 @@ class AsyncKvClient:
             try:
                 response = await self._http.request(method, url + path, **kwargs)
             except httpx.TransportError as exc:
-                self.endpoints.failed(url)
-                if last or not (retry or not_sent(exc)):
-                    raise
-                continue
-            if failover_status(response.status_code):
-                self.endpoints.failed(url)
-                if retry and not last:
+                if self.endpoints.after_error(url, exc, last=last, retry=retry):
                     continue
+                raise
+            if self.endpoints.after_answer(url, response.status_code, last=last, retry=retry):
+                continue
             return response
         raise AssertionError("unreachable: the last endpoint returns or raises")
 
@@ -448,10 +441,9 @@ class AsyncKvClient:
             try:
                 response = await self._http.send(request, stream=True)
             except httpx.TransportError as exc:
-                self.endpoints.failed(url)
-                if i == len(urls) - 1 or not not_sent(exc):
-                    raise
-                continue
+                if self.endpoints.after_error(url, exc, last=i == len(urls) - 1, retry=False):
+                    continue
+                raise
             if failover_status(response.status_code) and i < len(urls) - 1:
                 self.endpoints.failed(url)
                 await response.aclose()
