@@ -24,7 +24,6 @@ import asyncio
 import bisect
 import heapq
 import itertools
-import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -42,8 +41,6 @@ from kraft_spark.store.leases import Lease
 from kraft_spark.store.read_batch import ReadIndexBatcher
 from kraft_spark.store.watch import WatchHub, WatchItem
 from kraft_spark.store.watch_feed import WatchFeed
-
-log = logging.getLogger(__name__)
 
 # At most this many keys per range page.
 MAX_RANGE_LIMIT = 10_000
