@@ -159,15 +159,15 @@ class Cluster:
         first event on, reading the cluster only (it adds no event: trajectories and event
         counts are as without it); checked inline, since a call per event cost a sim run 20 %."""
         queue = self._queue
-        next_sample = -1 if sample is not None else end_us + 1
+        next_sample = -1
         while queue and queue[0][0] <= end_us:
             when, _, fn, args = heapq.heappop(queue)
             self.now = when
             self.events += 1
             fn(*args)
-            if when >= next_sample:
+            if sample is not None and when >= next_sample:
                 next_sample = when + sample_every_us
-                sample()  # type: ignore[misc]  # not None whenever next_sample can be reached
+                sample()
             if stop is not None and stop():
                 return
         self.now = max(self.now, end_us)
