@@ -32,6 +32,7 @@ Snapshot, Defragment and MoveLeader.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -68,12 +69,17 @@ def state_hash(view: View) -> int:
 
 def snapshot_bytes(state: KeyValueState) -> Iterator[bytes]:
     """``state`` as a snapshot file's bytes, batch by batch (what the node's snapshot writer
-    would write now; read without yielding to the loop: the caller materializes it)."""
+    would write now). What it holds is taken when the first batch (the header) is asked for:
+    do that on the loop (the entries are immutable, their dict is copied); the rest may be
+    encoded on any thread."""
     outcomes_from, failed, leases = state.outcomes_to_store()
-    return encode_snapshot(
+    batches = encode_snapshot(
         OffsetAndEpoch(state.applied_offset, state.applied_epoch), state.copy_entries().items(),
         state.producers.export(), int(time.time() * 1000), state.voters,
         failed_txns=failed, leases=leases, outcomes_from=outcomes_from)
+    for batch in batches:
+        yield batch
+        time.sleep(0)  # let the loop's thread have the GIL between batches (as the writer)
 
 
 class MaintenanceServicer:
@@ -125,7 +131,9 @@ class MaintenanceServicer:
         ctx = self._ctx
         state = ctx.store.applied_state()
         revision = ctx.header().revision
-        data = b"".join(snapshot_bytes(state))  # one view: built before the first await
+        batches = snapshot_bytes(state)  # one view, taken before the first await
+        header_batch = next(batches)
+        data = header_batch + await asyncio.to_thread(b"".join, batches)
         data += bytes(-len(data) % SNAPSHOT_ALIGN)
         header = ctx.header(revision)
         total = len(data)
