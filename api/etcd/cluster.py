@@ -42,12 +42,13 @@ class ClusterServicer:
         # controller.quorum.voters.
         listed = [e.partition("://")[2] for e in endpoints.get(node_id, ())]
         voter = ctx.node.config.voters.get(node_id)
+        # With the node's certificate every listener, the quorum's and etcd's, is TLS.
+        scheme = "https" if ctx.node.config.tls is not None else "http"
         if listed:
-            member.peerURLs.append(f"http://{listed[0]}")
+            member.peerURLs.append(f"{scheme}://{listed[0]}")
         elif voter is not None:
-            member.peerURLs.append(f"http://{url_host(voter[0])}:{voter[1]}")
+            member.peerURLs.append(f"{scheme}://{url_host(voter[0])}:{voter[1]}")
         if node_id in ctx.urls:
-            scheme = "https" if ctx.node.config.tls is not None else "http"
             member.clientURLs.append(f"{scheme}://{ctx.urls[node_id]}")
         return member
 

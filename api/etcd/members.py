@@ -78,7 +78,7 @@ def _parse_peer_url(url: str) -> tuple[str, int]:
     if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
         raise errors.EtcdError("INVALID_ARGUMENT",
                                f"etcdserver: given member URLs are invalid ({url!r}: expected "
-                               "http://host:port, the node's quorum listener)")
+                               "http[s]://host:port, the node's quorum listener)")
     return parts.hostname, port
 
 

@@ -119,6 +119,8 @@ def test_tls_with_client_certificates(quorum: KvQuorum, certs: dict[str, Path]) 
     assert ctl("get", "tls/k") == "tls/k\nv\n"
     lines = ctl("member", "list").splitlines()
     assert [line.split(", ")[4] for line in lines] == [f"https://{e}" for e in _endpoints(quorum)]
+    assert [line.split(", ")[3] for line in lines] == [f"https://{n['endpoint']}"
+                                                       for n in quorum.nodes]  # TLS too
     deadline = time.monotonic() + 10
     while len(hashes := {line.split(", ")[1] for line in
                          ctl("endpoint", "hashkv").splitlines()}) != 1:
