@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-import etcd3  # type: ignore[import-not-found,unused-ignore]
+import etcd3  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
 
 def session(host: str, port: int, tls: list[str], user: str, password: str) -> dict[str, Any]:
