@@ -8,7 +8,8 @@ Authenticate needs a token, as the HTTP API refuses calls without one.
 
 Scopes: reads (Range, Watch, TimeToLive, Leases, Status, MemberList, Election's Leader and
 Observe) need ``read``, writes (Put, DeleteRange, Txn, Grant, Revoke, KeepAlive, Lock, Unlock,
-Campaign, Proclaim, Resign) ``write``. The token etcd's client gets from
+Campaign, Proclaim, Resign) ``write``, membership changes and Snapshot, Hash, HashKV,
+Defragment and MoveLeader ``admin`` (Alarm: ``read``). The token etcd's client gets from
 Authenticate is the credential's token itself (phase 1: no separate session tokens, so none
 expires; etcd's simple tokens are random and short-lived).
 """
@@ -25,7 +26,13 @@ READ_METHODS: Final = frozenset({
     "etcdserverpb.KV/Range", "etcdserverpb.Watch/Watch", "etcdserverpb.Lease/LeaseTimeToLive",
     "etcdserverpb.Lease/LeaseLeases", "etcdserverpb.Maintenance/Status",
     "etcdserverpb.Cluster/MemberList", "v3electionpb.Election/Leader",
-    "v3electionpb.Election/Observe"})
+    "v3electionpb.Election/Observe", "etcdserverpb.Maintenance/Alarm"})
+# etcd's root-only methods (its authMaintenanceServer and membership checks); the HTTP API's
+# voter changes need ``admin`` too.
+ADMIN_METHODS: Final = frozenset({
+    *(f"etcdserverpb.Cluster/Member{m}" for m in ("Add", "Remove", "Update", "Promote")),
+    *(f"etcdserverpb.Maintenance/{m}" for m in ("Snapshot", "Hash", "HashKV", "Defragment",
+                                                "MoveLeader"))})
 OPEN_METHODS: Final = frozenset({"etcdserverpb.Auth/Authenticate"})
 
 
@@ -52,7 +59,8 @@ class Authorizer:
         identity = credentials.identify(token)
         if identity is None:
             raise errors.invalid_token()
-        needed = Scope.READ if method in READ_METHODS else Scope.WRITE
+        needed = (Scope.READ if method in READ_METHODS else
+                  Scope.ADMIN if method in ADMIN_METHODS else Scope.WRITE)
         if identity.scope < needed:
             raise errors.permission_denied()
         return identity

@@ -33,15 +33,23 @@ class ClusterServicer:
     def __init__(self, ctx: EtcdContext) -> None:
         self._ctx = ctx
 
-    def _member(self, node_id: int, *, learner: bool) -> rpc_pb2.Member:
+    def _member(self, node_id: int, *, learner: bool,
+                endpoints: dict[int, tuple[str, ...]]) -> rpc_pb2.Member:
         ctx = self._ctx
         member = rpc_pb2.Member(ID=member_number(ctx.node.cluster_id, node_id),
                                 name=f"node-{node_id}", isLearner=learner)
+        # The voter endpoints the leader reports (a voter added later too), else this node's
+        # controller.quorum.voters.
+        listed = [e.partition("://")[2] for e in endpoints.get(node_id, ())]
         voter = ctx.node.config.voters.get(node_id)
-        if voter is not None:
-            member.peerURLs.append(f"http://{url_host(voter[0])}:{voter[1]}")
+        # With the node's certificate every listener, the quorum's and etcd's, is TLS.
+        scheme = "https" if ctx.node.config.tls is not None else "http"
+        if listed:
+            member.peerURLs.append(f"{scheme}://{listed[0]}")
+        elif voter is not None:
+            member.peerURLs.append(f"{scheme}://{url_host(voter[0])}:{voter[1]}")
         if node_id in ctx.urls:
-            member.clientURLs.append(f"http://{ctx.urls[node_id]}")
+            member.clientURLs.append(f"{scheme}://{ctx.urls[node_id]}")
         return member
 
     async def MemberList(self, _request: rpc_pb2.MemberListRequest, _context: Any,
@@ -51,11 +59,12 @@ class ClusterServicer:
             quorum = await ctx.backend.describe_quorum()
             voters = [v.replica_id for v in quorum.voters]
             observers = [o.replica_id for o in quorum.observers]
+            endpoints = quorum.endpoints
         except Exception:
             # No leader to ask: the voters this node was configured with (static quorums).
-            voters, observers = sorted(ctx.node.config.voters), []
-        members = [self._member(i, learner=False) for i in sorted(voters)]
-        members += [self._member(i, learner=True) for i in sorted(observers)
+            voters, observers, endpoints = sorted(ctx.node.config.voters), [], {}
+        members = [self._member(i, learner=False, endpoints=endpoints) for i in sorted(voters)]
+        members += [self._member(i, learner=True, endpoints=endpoints) for i in sorted(observers)
                     if i not in voters]
         return rpc_pb2.MemberListResponse(header=ctx.header(), members=members)
 

@@ -12,7 +12,6 @@ from typing import Final
 import grpc
 
 from api.etcd.auth import Authorizer
-from api.etcd.cluster import ClusterServicer
 from api.etcd.context import EtcdContext, EtcdNode
 from api.etcd.election import ElectionServicer
 from api.etcd.handlers import service_handler
@@ -20,6 +19,9 @@ from api.etcd.kv import KvServicer
 from api.etcd.lease import LeaseServicer
 from api.etcd.local import LocalClient
 from api.etcd.lock import LockServicer
+from api.etcd.maintenance import MaintenanceServicer
+from api.etcd.members import MembershipServicer
+from api.etcd.tls import server_credentials
 from api.etcd.watch import WatchServicer
 from api.node_backend import NodeBackend
 from kraft_spark.etcd.pb import rpc_pb2, v3election_pb2, v3lock_pb2
@@ -63,7 +65,7 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
     ctx = EtcdContext(node, store, backend, credentials, dict(urls))
     authorize = Authorizer(credentials)
     leases = LeaseServicer(ctx)
-    cluster = ClusterServicer(ctx)
+    cluster = MembershipServicer(ctx)
     kv, watch = KvServicer(ctx), WatchServicer(ctx)
     local = LocalClient(kv, leases, watch)
     services = rpc_pb2.DESCRIPTOR.services_by_name
@@ -73,7 +75,7 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
         service_handler(services["Watch"], watch, authorize),
         service_handler(services["Lease"], leases, authorize),
         service_handler(services["Cluster"], cluster, authorize),
-        service_handler(services["Maintenance"], cluster, authorize),
+        service_handler(services["Maintenance"], MaintenanceServicer(ctx, cluster), authorize),
         service_handler(services["Auth"], authorize, authorize),
         service_handler(v3lock_pb2.DESCRIPTOR.services_by_name["Lock"], LockServicer(local),
                         authorize),
@@ -82,7 +84,9 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
     ))
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        bound = server.add_insecure_port(target)
+        tls = node.config.tls  # the node's certificate, client certificates required
+        bound = (server.add_insecure_port(target) if tls is None
+                 else server.add_secure_port(target, server_credentials(tls)))
     except RuntimeError as exc:
         raise OSError(f"kraft.etcd.listener: cannot listen on {target} ({exc}): choose "
                       "another port") from exc

@@ -585,6 +585,7 @@ class RaftNode:
             "flushed_offset": the_log.flushed_offset(), "log_start_offset": the_log.start_offset(),
             "latest_snapshot": self.keeper.latest_snapshot_label(),
             "applied_offset": self.keeper.state.applied_offset,
+            "storage_failure": None if self._failed is None else storage_failure_text(self._failed),
         }
 
 

@@ -9,6 +9,7 @@ kraft-spark (Auth.Authenticate), nothing against the etcd started here (no auth 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -17,11 +18,16 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
+from kraft_spark.log.codec import decode_batch
+from kraft_spark.raft.log_api import OffsetAndEpoch
+from kraft_spark.raft.records import control_key
+from kraft_spark.state.snapshot_file import CONTROL_TYPE_SNAPSHOT_FOOTER, decode_snapshot
 from tests.integration.harness import running
 from tests.lincheck.nemesis import KvQuorum
 from tests.net.helpers import free_ports
@@ -289,3 +295,57 @@ def test_lock_is_exclusive_and_passes_on(kraft: Etcdctl) -> None:
         second.send_signal(signal.SIGINT)
         second.wait(10)
     assert taken.startswith("ll/") and taken != held
+
+
+def _hashes(ctl: Etcdctl, *args: str) -> dict[str, int]:
+    """``endpoint hashkv``'s lines ``<endpoint>, <hash>`` by endpoint."""
+    return {ep: int(h) for ep, h in (line.split(", ") for line in
+                                     ctl("endpoint", "hashkv", *args).splitlines())}
+
+
+def test_maintenance_hashkv_snapshot_alarm_defrag(kraft: Etcdctl, quorum: KvQuorum,
+                                                   tmp_path: Path) -> None:
+    """HashKV agrees on every node, at the current and at a past revision (from the MVCC
+    history), refuses compacted and future ones; snapshot save writes the node's own snapshot
+    of the state (its sha256 appended, as etcd's); no alarms; defrag is a no-op; MoveLeader is
+    refused, saying why."""
+    kraft("put", "mm/a", "1")
+    kraft("put", "mm/b", "2")
+    kraft("del", "mm/a")
+    before = kraft.revision()
+    kraft("put", "mm/c", "3")
+    deadline = time.monotonic() + 10
+    while len(set((now := _hashes(kraft)).values())) != 1:  # until every node applied mm/c
+        assert time.monotonic() < deadline, now
+        time.sleep(0.1)
+    assert len(now) == 3
+    past = _hashes(kraft, f"--rev={before}")
+    assert len(set(past.values())) == 1 and past != now  # mm/c is not in the past state
+    kraft("put", "mm/d", "4")
+    assert _hashes(kraft, f"--rev={before}") == past  # a past state does not move
+    kraft("compaction", str(before))
+    assert "required revision has been compacted" in _errors(
+        kraft("endpoint", "hashkv", f"--rev={before - 1}", check=False))
+    assert "required revision is a future revision" in _errors(
+        kraft("endpoint", "hashkv", f"--rev={10**12}", check=False))
+
+    one = Etcdctl(str(quorum.nodes[1]["etcd"]), kraft.base[-1].removeprefix("--user="))
+    path = tmp_path / "snap.db"
+    assert one("snapshot", "save", str(path)) == f"Snapshot saved at {path}\n"
+    data = path.read_bytes()
+    assert len(data) % 512 == 32 and hashlib.sha256(data[:-32]).digest() == data[-32:]
+    pos, batches = 0, []
+    while not batches or batches[-1].records[0].key != control_key(CONTROL_TYPE_SNAPSHOT_FOOTER):
+        batch, pos = decode_batch(data, pos)
+        batches.append(batch)
+    assert not data[pos:-32].strip(b"\0")  # zeros up to the sha256
+    content = decode_snapshot(data[:pos], OffsetAndEpoch(2**62, batches[0].epoch), str(path))
+    state = {k: e.value for k, e in content.entries}
+    assert state[b"mm/b"] == b"2" and state[b"mm/d"] == b"4" and b"mm/a" not in state
+    assert "invalid database" in _errors(one("snapshot", "status", str(path), check=False))
+
+    assert kraft("alarm", "list") == ""
+    assert kraft("alarm", "disarm") == ""
+    assert kraft("defrag").count("Finished defragmenting etcd member") == 3
+    refused = _errors(kraft("move-leader", "1", check=False))  # etcdctl finds the leader
+    assert "Unimplemented" in refused and "MoveLeader is not supported" in refused
