@@ -66,8 +66,8 @@ bench: $(STAMP)
 	# throughput under contention (installs etcd-client for etcdctl if missing).
 	$(VENV)/bin/kraft-spark bench leases
 	# etcd's own load generator (etcd's tools/benchmark, built with go from bench/etcd_benchmark
-	# into .cache/etcd-benchmark the first time) against kraft-spark's etcd API and etcd: put
-	# and linearizable range at 1, 16 and 256 clients (writes bench/results/etcd-load-*).
+	# into ~/.cache/kraft-spark/etcd-benchmark the first time) against kraft-spark's etcd API
+	# and etcd: put and linearizable range at 1, 16 and 256 clients (bench/results/etcd-load-*).
 	$(VENV)/bin/kraft-spark bench etcd-load
 
 # The materializer against versitygw (S3) and Azurite (Azure) on loopback, credentials as a Spark
