@@ -259,6 +259,13 @@ def report(results: dict[str, Any]) -> str:
                  if kraft and etcd and etcd["requests_per_s"] else "—")
         cols = [*(_side(kraft) if kraft else ["—"] * 3), *(_side(etcd) if etcd else ["—"] * 3)]
         lines.append(f"| {label} | {cell['conns']} | " + " | ".join(cols) + f" | {ratio} |")
+    ratios = [c["systems"]["kraft-spark"]["requests_per_s"] / c["systems"]["etcd"]["requests_per_s"]
+              for c in results["cells"] if {"kraft-spark", "etcd"} <= set(c["systems"])
+              and c["systems"]["etcd"]["requests_per_s"]]
+    if ratios:
+        lines += ["", f"Goal (issue 64): at least 1.0x etcd's requests/s through the same client "
+                  f"at 1, 16 and 256 clients: met in {sum(r >= 1.0 for r in ratios)} of "
+                  f"{len(ratios)} cells (ratios {min(ratios):.2f}x to {max(ratios):.2f}x)."]
     busy = [p["machine_busy_pct"] for c in results["cells"] for p in c["systems"].values()
             if p.get("machine_busy_pct") is not None]
     others = [p["others_cpu_s"] for c in results["cells"] for p in c["systems"].values()

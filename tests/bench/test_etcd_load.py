@@ -99,6 +99,7 @@ def test_medians_over_rounds_and_the_report() -> None:
     assert ("| range, 16 clients (linearizable) | 16 | 1,000 (1 errors) | 1.75 / 7.00 | "
             "0.900 (0.450) | 500 | 1.00 / 4.00 | 0.400 (0.200) | 2.00x |") in text
     assert "etcd (3 members) req/s" in text and "10,000 requests per cell, 3 round(s)" in text
+    assert "met in 1 of 1 cells (ratios 2.00x to 2.00x)" in text
 
 
 # --------------------------------------------------------------------------- the real tool
