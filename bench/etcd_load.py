@@ -266,20 +266,22 @@ def report(results: dict[str, Any]) -> str:
         lines += ["", f"Goal (issue 64): at least 1.0x etcd's requests/s through the same client "
                   f"at 1, 16 and 256 clients: met in {sum(r >= 1.0 for r in ratios)} of "
                   f"{len(ratios)} cells (ratios {min(ratios):.2f}x to {max(ratios):.2f}x)."]
-    busy = [p["machine_busy_pct"] for c in results["cells"] for p in c["systems"].values()
-            if p.get("machine_busy_pct") is not None]
-    others = [p["others_cpu_s"] for c in results["cells"] for p in c["systems"].values()
-              if p.get("others_cpu_s") is not None]
     lines += ["", f"etcd's `benchmark` ({results.get('tool', '?')}), {results['total']:,} "
               f"requests per cell, {results['rounds']} round(s), medians; 8-byte keys, "
               "256-byte values, load at the leader. CPU: the server's processes (every member) "
               "per answered request, from /proc; the leader's share in brackets. kraft-spark's "
               "requests authenticate as admin (a token check per request); etcd runs without "
               "authentication, as packaged."]
-    if busy:
-        lines.append(f"Machine busy during the cells: {min(busy):.0f}-{max(busy):.0f} % "
-                     f"({os.cpu_count()} CPUs); other processes' CPU per cell: median "
-                     f"{statistics.median(others):.1f} s, most {max(others):.1f} s.")
+    # The machine's other load, as a share of its cores: the systems' and the tool's own CPU
+    # fill the machine during a cell, so its busy share says little; what else ran says more.
+    others = [r["others_cpu_s"] / r["window_s"] for c in results["cells"]
+              for p in c["systems"].values() for r in p.get("rounds", [])
+              if r.get("window_s")]
+    if others:
+        lines.append(f"Other processes (all but the measured members and the tool) took "
+                     f"{min(others):.2f}-{max(others):.2f} of the machine's "
+                     f"{results.get('machine') or os.cpu_count()} cores during the cells "
+                     f"(mean {statistics.mean(others):.2f}).")
     return "\n".join(lines)
 
 
@@ -288,7 +290,7 @@ def report(results: dict[str, Any]) -> str:
 
 def ensure_binary(log: Log) -> Path:
     """etcd's benchmark tool, built now if its go.mod/go.sum changed (says so)."""
-    if not any(etcd_tool.CACHE.glob("benchmark-*")):
+    if not etcd_tool.binary_path().is_file():
         log(f"building etcd's benchmark tool ({etcd_tool.PACKAGE} "
             f"{etcd_tool.module_version()}) with go into {etcd_tool.CACHE} (once) ...")
     binary, why_not = etcd_tool.build()

@@ -42,14 +42,21 @@ def module_version() -> str:
     return found.group(1) if found else "?"
 
 
+_FILES = (SOURCE_DIR / "go.mod", SOURCE_DIR / "go.sum")
+
+
+def binary_path(cache: Path = CACHE) -> Path:
+    """Where the build of the current go.mod and go.sum is (or will be): named by their hash."""
+    digest = hashlib.sha256()
+    for path in _FILES:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return cache / f"benchmark-{digest.hexdigest()[:16]}"
+
+
 def build(cache: Path = CACHE) -> tuple[Path | None, str | None]:
     """(the tool's binary, None), built if its go.mod or go.sum changed since the last build,
     or (None, why it cannot be built here: no Go, or no Go module proxy)."""
-    files = [SOURCE_DIR / "go.mod", SOURCE_DIR / "go.sum"]
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return build_program(SOURCE_DIR, files, cache / f"benchmark-{digest.hexdigest()[:16]}",
+    return build_program(SOURCE_DIR, list(_FILES), binary_path(cache),
                          modules=f"{PACKAGE} {module_version()}", timeout_s=BUILD_TIMEOUT_S,
                          package=PACKAGE)
 

@@ -81,7 +81,7 @@ def _row(rps: float, p99: float, cpu: float, errors: dict[str, int] | None = Non
          ) -> dict[str, Any]:
     return {"requests_per_s": rps, "p50_ms": p99 / 4, "p99_ms": p99, "cpu_ms_per_request": cpu,
             "leader_cpu_ms_per_request": cpu / 2, "tool_cpu_s": 1.0, "machine_busy_pct": 90.0,
-            "others_cpu_s": 0.5, "errors": errors or {}}
+            "others_cpu_s": 0.5, "window_s": 2.0, "errors": errors or {}}
 
 
 def test_medians_over_rounds_and_the_report() -> None:
@@ -90,7 +90,7 @@ def test_medians_over_rounds_and_the_report() -> None:
     median = median_row(kraft)
     assert median["requests_per_s"] == 1000 and median["p99_ms"] == 7.0
     assert median["cpu_ms_per_request"] == 0.9 and median["errors"] == 1
-    results = {"etcd_members": 3, "tool": "go.etcd.io/etcd/v3/tools/benchmark v3.6.8",
+    results = {"machine": 2, "etcd_members": 3, "tool": "go.etcd.io/etcd/v3/tools/benchmark v3.6.8",
                "total": 10_000, "rounds": 3,
                "cells": [{"op": "range", "clients": 16, "conns": 16, "total": 10_000,
                           "systems": {"kraft-spark": {**median, "rounds": kraft},
@@ -100,6 +100,7 @@ def test_medians_over_rounds_and_the_report() -> None:
             "0.900 (0.450) | 500 | 1.00 / 4.00 | 0.400 (0.200) | 2.00x |") in text
     assert "etcd (3 members) req/s" in text and "10,000 requests per cell, 3 round(s)" in text
     assert "met in 1 of 1 cells (ratios 2.00x to 2.00x)" in text
+    assert "took 0.25-0.25 of the machine's" in text  # 0.5 s of 2 s, every round
 
 
 # --------------------------------------------------------------------------- the real tool
