@@ -15,7 +15,8 @@ command line for both (issue 64: the goal is at least 1.0x etcd through the same
 Cells, in the op-guide's shape (8-byte keys, 256-byte values): ``put`` (sequential keys, a new
 key per request) and ``range`` of one seeded key (linearizable), each at 1 client over 1 gRPC
 connection, 16 clients over 16 and 256 clients over 16; ``--total`` requests per cell, all sent
-to the leader (``--target-leader``). The systems take turns cell by cell, the first of them
+to the leader (``--target-leader``). Both systems stay up for the whole run (the idle one's
+heartbeats count among the other processes) and take turns cell by cell, the first of them
 alternating, ``--rounds`` times; each figure is the median over the rounds (every round is in
 the JSON). Per cell and system: requests/s, p50 and p99 (the tool's), and the CPU seconds the
 server's processes spent per answered request (``/proc``, all members, and the leader's share),
@@ -99,6 +100,8 @@ class KraftEtcd:
         return [str(n["etcd"]) for n in sorted(self.nodes.nodes, key=lambda n: n["node_id"])]
 
     def user(self) -> str | None:
+        # On the tool's command line (it reads no environment variable for it): the token of a
+        # throwaway data directory, gone with the bench; the logs show it redacted.
         return f"admin:{self.nodes.tokens.admin}"
 
     def leader_pid(self) -> int:
@@ -192,7 +195,7 @@ def measure(binary: Path, system: System, cell: Cell, log: Log) -> dict[str, Any
            "top_others": [{"name": n, "cpu_s": s} for n, s in window.top_others]}
     log(f"  {system.name:<11} {cell.label:<18} {row['requests_per_s']:>10,.1f} req/s  p50 "
         f"{row['p50_ms']} ms  p99 {row['p99_ms']} ms  server CPU {row['cpu_ms_per_request']} "
-        f"ms/req  machine {row['machine_busy_pct']} % busy"
+        f"ms/req  other processes {window.others_s / (window.seconds or 1):.2f} cores"
         + (f"  ERRORS {figures['errors']}" if figures["errors"] else ""))
     return row
 
@@ -296,6 +299,7 @@ def ensure_binary(log: Log) -> Path:
     binary, why_not = etcd_tool.build()
     if binary is None:
         raise RuntimeError(f"cannot build etcd's benchmark tool: {why_not}")
+    log(f"etcd's benchmark tool ({etcd_tool.module_version()}): {binary}")
     return binary
 
 
