@@ -55,8 +55,8 @@ test-fast: $(STAMP)
 		--ignore=tests/net --ignore=tests/api --ignore=tests/bench
 
 # kraft-spark against etcd and PySyncObj (installs etcd-server and wrk with apt-get if missing);
-# writes bench/results/compare-*.{md,json,png} and bench/results/latest.md, then store-* and
-# leases-*.{md,json}.
+# writes bench/results/compare-*.{md,json,png} and bench/results/latest.md, then store-*,
+# leases-* and etcd-load-*.{md,json} (the last needs Go and the Go module proxy).
 bench: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e '.[dev,bench]'
 	$(VENV)/bin/kraft-spark bench compare
@@ -65,6 +65,10 @@ bench: $(STAMP)
 	# Leases and locks against etcd's: 10,000 leases kept alive by 1,000 clients, and lock
 	# throughput under contention (installs etcd-client for etcdctl if missing).
 	$(VENV)/bin/kraft-spark bench leases
+	# etcd's own load generator (etcd's tools/benchmark, built with go from bench/etcd_benchmark
+	# into ~/.cache/kraft-spark/etcd-benchmark the first time) against kraft-spark's etcd API
+	# and etcd: put and linearizable range at 1, 16 and 256 clients (bench/results/etcd-load-*).
+	$(VENV)/bin/kraft-spark bench etcd-load
 
 # The materializer against versitygw (S3) and Azurite (Azure) on loopback, credentials as a Spark
 # user writes them; builds versitygw with go and installs Azurite with npm into

@@ -117,6 +117,46 @@ def register(subparsers: Any) -> None:
     leases.add_argument("--out", default="bench/results", help="results directory")
     leases.set_defaults(func=_bench_leases)
 
+    etcd_load = bench_subparsers(subparsers).add_parser(
+        "etcd-load", help="etcd's own load generator (etcd's tools/benchmark, built with go) "
+        "against kraft-spark's etcd API and etcd: put and linearizable range at 1, 16 and 256 "
+        "clients; requests/s, p50/p99, server CPU per request (installs etcd if missing)",
+    )
+    etcd_load.add_argument("--total", type=int, default=10_000,
+                           help="requests per cell and system (default 10,000)")
+    etcd_load.add_argument("--rounds", type=int, default=3,
+                           help="every cell this many times, the systems taking turns; each "
+                                "figure is the median (default 3)")
+    etcd_load.add_argument("--etcd-members", type=int, choices=(1, 3), default=3,
+                           help="etcd's members (default 3, like kraft-spark's voters)")
+    etcd_load.add_argument("--systems", default="kraft-spark,etcd",
+                           help="comma-separated subset of kraft-spark,etcd")
+    etcd_load.add_argument("--base-port", type=int, default=20300,
+                           help="ports base-port .. base-port+40 are used (default 20300)")
+    etcd_load.add_argument("--out", default="bench/results", help="results directory")
+    etcd_load.set_defaults(func=_bench_etcd_load)
+
+
+def _bench_etcd_load(args: argparse.Namespace) -> int:
+    from bench.etcd_load import SYSTEMS, main
+
+    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown or not systems:
+        raise CommandError(f"unknown system(s) {', '.join(unknown) or '(none)'}; choose from "
+                           f"{', '.join(SYSTEMS)}")
+    if args.total < 1 or args.rounds < 1:
+        raise CommandError("--total and --rounds must be at least 1")
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        return main(total=args.total, rounds=args.rounds, etcd_members=args.etcd_members,
+                    base_port=args.base_port, out_dir=args.out, log=say, systems=systems)
+    except RuntimeError as exc:  # no Go / module proxy, a system that did not start
+        raise CommandError(str(exc)) from None
+
 
 def _bench_leases(args: argparse.Namespace) -> int:
     from bench.leases import main

@@ -181,16 +181,17 @@ def _threads_of(pid: int) -> list[int]:
 
 
 class EtcdCluster:
-    """Three etcd 3.4 members (Debian's etcd-server), default heartbeat/election timeouts."""
+    """Three etcd 3.4 members (Debian's etcd-server; ``members`` others), default
+    heartbeat/election timeouts."""
 
     name = "etcd"
 
-    def __init__(self, data_dir: str, base_port: int) -> None:
-        self.client_urls = [f"http://127.0.0.1:{base_port + 2 * i}" for i in range(3)]
-        peer_urls = [f"http://127.0.0.1:{base_port + 2 * i + 1}" for i in range(3)]
+    def __init__(self, data_dir: str, base_port: int, members: int = 3) -> None:
+        self.client_urls = [f"http://127.0.0.1:{base_port + 2 * i}" for i in range(members)]
+        peer_urls = [f"http://127.0.0.1:{base_port + 2 * i + 1}" for i in range(members)]
         cluster = ",".join(f"m{i}={u}" for i, u in enumerate(peer_urls))
         self.procs: list[subprocess.Popen[Any]] = []
-        for i in range(3):
+        for i in range(members):
             log = open(os.path.join(data_dir, f"etcd-m{i}.log"), "w")  # noqa: SIM115
             try:
                 self.procs.append(subprocess.Popen(

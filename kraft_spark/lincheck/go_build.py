@@ -1,6 +1,7 @@
 """Building a small Go program of the repository once per version of its sources: the
-linearizability checker (``porcupine/``, :mod:`kraft_spark.lincheck.checker`) and the test
-suite's etcd client program (``tests/etcd/goclient``).
+linearizability checker (``porcupine/``, :mod:`kraft_spark.lincheck.checker`), the test
+suite's etcd client program (``tests/etcd/goclient``) and etcd's own benchmark tool, a ``tool``
+of the module in ``bench/etcd_benchmark`` (:mod:`bench.etcd_tool`).
 
 A program is built from a copy of its files (``go`` never rewrites tracked files), under a file
 lock (several processes may ask at once: the first builds, the others find the binary), into a
@@ -49,11 +50,13 @@ def go_env(cache: Path) -> dict[str, str]:
 
 
 def build_program(source_dir: Path, files: Sequence[Path], binary: Path, *, modules: str,
-                  timeout_s: float) -> tuple[Path | None, str | None]:
+                  timeout_s: float, package: str = ".") -> tuple[Path | None, str | None]:
     """``(binary, None)`` once the Go program made of ``files`` (of ``source_dir``) is built at
     ``binary`` (at once if it is there already), or ``(None, why not)`` when there is no Go or
-    its modules (``modules``, named in the reason) cannot be fetched. Raises RuntimeError when
-    the build itself fails."""
+    its modules (``modules``, named in the reason) cannot be fetched. ``package`` is what
+    ``go build`` builds: the files' own main package, or a main package of a module they
+    require (a ``tool`` line of their go.mod). Raises RuntimeError when the build itself
+    fails."""
     go = go_binary()
     if go is None:
         return None, NO_GO
@@ -82,7 +85,7 @@ def build_program(source_dir: Path, files: Sequence[Path], binary: Path, *, modu
                 return None, (f"cannot download {modules} (is the Go module proxy "
                               "reachable?): " + " | ".join(detail))
             tmp = cache / f"{binary.name}.{os.getpid()}.tmp"
-            done = subprocess.run([go, "build", "-o", str(tmp), "."], cwd=src, env=env,
+            done = subprocess.run([go, "build", "-o", str(tmp), package], cwd=src, env=env,
                                   capture_output=True, text=True, timeout=timeout_s,
                                   check=False)
             if done.returncode != 0:
