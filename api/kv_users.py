@@ -70,8 +70,9 @@ def refusal(caller: Caller, method: str, path: str, query: bytes) -> str | None:
         if path.startswith(KEY_PREFIX) or path == RANGE_PATH:
             if caller.allows(key, end, write=False):
                 return None
-            shown = key.decode(errors="replace") + ("*" if end else "")
-            return (f"the user {caller.name!r} (etcd's Auth API) may not read {shown!r}: etcd "
+            shown = (repr(key.decode(errors="replace") + ("*" if end else "")) if key
+                     else "every key")
+            return (f"the user {caller.name!r} (etcd's Auth API) may not read {shown}: etcd "
                     "permission denied (grant one of its roles READ on it: etcdctl role "
                     "grant-permission)")
     return (f"the user {caller.name!r} was added over etcd's Auth API: over HTTP it may only "

@@ -60,6 +60,12 @@ class AuthServicer:
     def _table(self) -> AuthTable:
         return self._ctx.store.applied_state().auth
 
+    async def _fresh_table(self) -> AuthTable:
+        """The auth table after the read index: every change acknowledged before this call
+        began is in it (etcd answers these through raft), on a lagging node too."""
+        await self._ctx.read_view(serializable=False)
+        return self._table()
+
     def _builtin(self) -> dict[str, Any]:
         return self._users.builtin_names() if self._users is not None else {}
 
@@ -87,9 +93,10 @@ class AuthServicer:
 
     async def AuthStatus(self, _request: Any, _context: Any, _caller: object
                          ) -> rpc_pb2.AuthStatusResponse:
+        table = await self._fresh_table()
         return rpc_pb2.AuthStatusResponse(header=self._header(),
                                           enabled=self._users is not None,
-                                          authRevision=self._table().revision)
+                                          authRevision=table.revision)
 
     async def Authenticate(self, request: rpc_pb2.AuthenticateRequest, _context: Any,
                            _caller: object) -> rpc_pb2.AuthenticateResponse:
@@ -98,6 +105,8 @@ class AuthServicer:
         users = self._users
         if users is None:  # nothing to check against: every call is allowed anyway
             return rpc_pb2.AuthenticateResponse(header=self._header(), token=request.password)
+        if users.builtin_scope(request.name) is None:
+            await self._fresh_table()  # a user added through another node just now
         found = await users.authenticate(request.name, request.password.encode())
         if found is None:
             raise errors.auth_failed()
@@ -109,7 +118,7 @@ class AuthServicer:
                       _caller: object) -> rpc_pb2.AuthUserAddResponse:
         if not request.name:
             raise errors.user_empty()
-        if request.name in self._builtin() or request.name in self._table().users:
+        if request.name in self._builtin() or request.name in (await self._fresh_table()).users:
             raise reason_error(USER_EXISTS)
         if request.hashedPassword:
             raise errors.EtcdError("INVALID_ARGUMENT", "etcdserver: kraft-spark stores scrypt "
@@ -129,14 +138,14 @@ class AuthServicer:
         if scope is not None:
             return rpc_pb2.AuthUserGetResponse(header=self._header(),
                                                roles=[BUILTIN_ROLE_OF[scope]])
-        user = self._table().users.get(request.name)
+        user = (await self._fresh_table()).users.get(request.name)
         if user is None:
             raise reason_error(USER_NOT_FOUND)
         return rpc_pb2.AuthUserGetResponse(header=self._header(), roles=list(user.roles))
 
     async def UserList(self, _request: Any, _context: Any, _caller: object
                        ) -> rpc_pb2.AuthUserListResponse:
-        names = set(self._builtin()) | set(self._table().users)
+        names = set(self._builtin()) | set((await self._fresh_table()).users)
         return rpc_pb2.AuthUserListResponse(header=self._header(), users=sorted(names))
 
     async def UserDelete(self, request: rpc_pb2.AuthUserDeleteRequest, _context: Any,
@@ -152,7 +161,7 @@ class AuthServicer:
         if request.hashedPassword:
             raise errors.EtcdError("INVALID_ARGUMENT", "etcdserver: kraft-spark cannot take a "
                                    "bcrypt hashedPassword: send the password")
-        if request.name not in self._table().users:
+        if request.name not in (await self._fresh_table()).users:
             raise reason_error(USER_NOT_FOUND)
         password = await asyncio.to_thread(hash_password, request.password.encode())
         await self._apply("user_password", request.name, password=password.to_json())
@@ -188,7 +197,7 @@ class AuthServicer:
     async def RoleGet(self, request: rpc_pb2.AuthRoleGetRequest, _context: Any,
                       caller: object) -> rpc_pb2.AuthRoleGetResponse:
         _admin_or(caller, isinstance(caller, Caller) and request.role in caller.roles)
-        perms = self._table().role(request.role)
+        perms = (await self._fresh_table()).role(request.role)
         if perms is None:
             raise reason_error(ROLE_NOT_FOUND)
         return rpc_pb2.AuthRoleGetResponse(header=self._header(), perm=[
@@ -197,7 +206,7 @@ class AuthServicer:
 
     async def RoleList(self, _request: Any, _context: Any, _caller: object
                        ) -> rpc_pb2.AuthRoleListResponse:
-        names = set(BUILTIN_ROLES) | set(self._table().roles)
+        names = set(BUILTIN_ROLES) | set((await self._fresh_table()).roles)
         return rpc_pb2.AuthRoleListResponse(header=self._header(), roles=sorted(names))
 
     async def RoleDelete(self, request: rpc_pb2.AuthRoleDeleteRequest, _context: Any,

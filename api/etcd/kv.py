@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.etcd.context import EtcdContext
-from api.etcd.permissions import check_delete, check_put, check_read, check_txn
+from api.etcd.permissions import check_delete, check_put, check_read, check_txn, current
 from kraft_spark.client.types import NewRecord
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.kv import range_response
@@ -28,6 +28,8 @@ class KvServicer:
 
     async def Range(self, request: rpc_pb2.RangeRequest, _context: Any,
                     identity: object) -> rpc_pb2.RangeResponse:
+        if not request.serializable:  # a serializable read judges on this node's state
+            identity = await current(identity, self._ctx)
         check_read(identity, request.key, request.range_end)
         view = await self._ctx.read_view(serializable=request.serializable)
         response = range_response(view, request)  # synchronous: one state
@@ -36,7 +38,7 @@ class KvServicer:
 
     async def Put(self, request: rpc_pb2.PutRequest, _context: Any,
                   identity: object) -> rpc_pb2.PutResponse:
-        check_put(identity, request, self._ctx.lease_keys)
+        check_put(await current(identity, self._ctx), request, self._ctx.lease_keys)
         if request.ignore_value or request.ignore_lease:  # may fail on what it reads
             await self._ctx.read_view(serializable=False)
         response, revision = await self._ctx.write(lambda plan: plan.put(request))
@@ -45,7 +47,7 @@ class KvServicer:
 
     async def DeleteRange(self, request: rpc_pb2.DeleteRangeRequest, _context: Any,
                           identity: object) -> rpc_pb2.DeleteRangeResponse:
-        check_delete(identity, request)
+        check_delete(await current(identity, self._ctx), request)
         # A delete that finds nothing appends nothing and answers from this node's view: only
         # after the read index is that view linearizable (a lagging node, one just restarted
         # say, may not have applied a put the client already saw acknowledged).
@@ -56,7 +58,7 @@ class KvServicer:
 
     async def Txn(self, request: rpc_pb2.TxnRequest, _context: Any,
                   identity: object) -> rpc_pb2.TxnResponse:
-        check_txn(identity, request, self._ctx.lease_keys)
+        check_txn(await current(identity, self._ctx), request, self._ctx.lease_keys)
         # A Txn that only reads answers from one view after the read index (linearizable);
         # one that writes is judged where its guarded group lands (the read index is then
         # unnecessary but harmless: it only makes the first plan's view fresher).

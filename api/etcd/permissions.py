@@ -6,18 +6,37 @@ it with ``prev_kv``); a Txn needs every compare's key or range read and every op
 both branches, nested transactions included (``checkTxnAuth``); LeaseRevoke writes every key
 on the lease. Lock and Election run on the node's own KV and Watch with the caller's identity,
 so their keys are checked there. A refusal is etcd's ``permission denied``; a caller of None
-(a node without credentials) may do everything."""
+(a node without credentials) may do everything.
+
+An added user's roles are replicated state: before its keys are judged, ``current`` takes the
+read index and looks the user up again, so a role granted or revoked through another node
+before the call began is in force (etcd judges at apply, after raft); the keys on a lease
+likewise. A credential's permissions are its scope's, so its calls pay no read index."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from kraft_spark.auth_users import Caller
+from api.etcd.context import EtcdContext
+from kraft_spark.auth_users import Caller, added_caller
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.pb import rpc_pb2
 
 # The keys on a lease (empty when it does not exist): the node's applied state.
 LeaseKeys = Callable[[int], Iterable[bytes]]
+
+
+async def current(caller: object, ctx: EtcdContext) -> object:
+    """``caller`` as of every change acknowledged before now (an added user: after the read
+    index; deleted since: permission denied)."""
+    if not isinstance(caller, Caller) or caller.builtin:
+        return caller
+    await ctx.read_view(serializable=False)
+    table = ctx.store.applied_state().auth
+    user = table.users.get(caller.name)
+    if user is None:
+        raise errors.permission_denied()
+    return added_caller(user, table)
 
 
 def check_read(caller: object, key: bytes, range_end: bytes = b"") -> None:

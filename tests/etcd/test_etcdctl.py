@@ -22,12 +22,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
 import pytest
 
-from kraft_spark.etcd.pb import rpc_pb2
+from kraft_spark.etcd.pb import rpc_pb2, v3lock_pb2
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
 from kraft_spark.log.codec import decode_batch
 from kraft_spark.raft.log_api import OffsetAndEpoch
@@ -442,3 +443,67 @@ def test_the_http_api_agrees_with_an_etcd_users_roles(kraft: Etcdctl, quorum: Kv
         assert stale.status_code == 401  # a new password voids the old session tokens
     assert "permission denied" in Etcdctl(str(quorum.nodes[2]["etcd"]), "hana:hana-pw-2")(
         "get", "secret", check=False)
+
+
+def test_grpc_checks_every_key_a_call_touches(kraft: Etcdctl, quorum: KvQuorum) -> None:
+    """Txn (compares, both branches, nested), Watch, Put and LeaseRevoke with a lease's keys,
+    Lock, Compact: each judged on its keys as etcd's authApplierV3; users and roles changed
+    through any node."""
+    admin = kraft.base[-1].split("=", 1)[1]
+    for node in quorum.nodes:  # every node appends auth operations, followers too
+        Etcdctl(str(node["etcd"]), admin)("role", "add", f"r{node['node_id']}")
+    kraft("user", "add", "kai:kai-pw")
+    kraft("role", "grant-permission", "--prefix=true", f"r{quorum.nodes[0]['node_id']}",
+          "readwrite", "k/")
+    kraft("user", "grant-role", "kai", f"r{quorum.nodes[0]['node_id']}")
+    node = str(quorum.nodes[2]["etcd"])
+    token = _session_token(node, "kai", "kai-pw")
+    meta = (("token", token),)
+    with grpc.insecure_channel(node) as channel:
+        services = rpc_pb2.DESCRIPTOR.services_by_name
+        kv, watch, lease, maintenance = (Stub(channel, services[name]) for name in (
+            "KV", "Watch", "Lease", "Maintenance"))
+        lock = Stub(channel, v3lock_pb2.DESCRIPTOR.services_by_name["Lock"])
+
+        def refused(call: Any, request: Any) -> str:
+            with pytest.raises(grpc.RpcError) as caught:
+                call(request, metadata=meta, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            return str(caught.value.details())
+
+        put_k = rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"k/1", value=b"v"))
+        put_x = rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"x", value=b"v"))
+        inside = rpc_pb2.TxnRequest(success=[put_k])
+        assert kv.Txn(inside, metadata=meta, timeout=10).succeeded
+        nested = rpc_pb2.TxnRequest(success=[put_k], failure=[rpc_pb2.RequestOp(
+            request_txn=rpc_pb2.TxnRequest(success=[put_x]))])
+        assert refused(kv.Txn, nested) == "etcdserver: permission denied"
+        compare = rpc_pb2.Compare(key=b"x", target=rpc_pb2.Compare.VERSION,
+                                  result=rpc_pb2.Compare.EQUAL, version=0)
+        refused(kv.Txn, rpc_pb2.TxnRequest(compare=[compare], success=[put_k]))
+        refused(kv.Compact, rpc_pb2.CompactionRequest(revision=1))
+        assert maintenance.Status(rpc_pb2.StatusRequest(), metadata=meta, timeout=10).version
+
+        def first_watch_answer(key: bytes, range_end: bytes = b"") -> Any:
+            create = rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
+                key=key, range_end=range_end))
+            stream = watch.Watch(iter([create]), metadata=meta, timeout=10)
+            answer = next(stream)
+            stream.cancel()
+            return answer
+
+        denied = first_watch_answer(b"x")
+        assert denied.created and denied.canceled and denied.watch_id == -1
+        assert denied.cancel_reason.endswith("desc = etcdserver: permission denied")
+        allowed = first_watch_answer(b"k/", b"k0")
+        assert allowed.created and not allowed.canceled
+
+        granted = lease.LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=60), metadata=meta,
+                                   timeout=10).ID
+        kraft("put", "x", "on-kai's-lease", f"--lease={granted:x}")
+        refused(lease.LeaseRevoke, rpc_pb2.LeaseRevokeRequest(ID=granted))
+        refused(kv.Put, rpc_pb2.PutRequest(key=b"k/2", value=b"v", lease=granted))
+        refused(lock.Lock, v3lock_pb2.LockRequest(name=b"x/lock"))
+        held = lock.Lock(v3lock_pb2.LockRequest(name=b"k/lock"), metadata=meta, timeout=10)
+        assert held.key.startswith(b"k/lock/")
+        lock.Unlock(v3lock_pb2.UnlockRequest(key=held.key), metadata=meta, timeout=10)
