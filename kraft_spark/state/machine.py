@@ -17,6 +17,9 @@ and the Delta materializer can tell the outcome. Outcomes are answered from a ho
 replica computes alike and unknown (``OutcomeUnknown``) below it, never "applied"; see
 ``kraft_spark.state.outcomes``.
 
+etcd's users and roles (``kraft_spark.store.auth``): a keyless ``kraft.auth.op`` record changes
+``auth``, or fails like a lease operation (its reason in ``failed_txns``) and changes nothing.
+
 Invariant: ``applied_offset`` is the next offset to apply; every committed record below it has
 been applied exactly once, in order, and none at or above it.
 

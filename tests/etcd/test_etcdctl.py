@@ -483,6 +483,9 @@ def test_grpc_checks_every_key_a_call_touches(kraft: Etcdctl, quorum: KvQuorum) 
         refused(kv.Txn, rpc_pb2.TxnRequest(compare=[compare], success=[put_k]))
         refused(kv.Compact, rpc_pb2.CompactionRequest(revision=1))
         assert maintenance.Status(rpc_pb2.StatusRequest(), metadata=meta, timeout=10).version
+        status = Stub(channel, services["Auth"]).AuthStatus(rpc_pb2.AuthStatusRequest(),
+                                                            metadata=meta, timeout=10)
+        assert status.enabled and status.authRevision >= 6  # every change so far, applied
 
         def first_watch_answer(key: bytes, range_end: bytes = b"") -> Any:
             create = rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
