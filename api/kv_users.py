@@ -7,7 +7,8 @@ credential's bearer token, ``BearerAuthMiddleware`` takes
 
 A credential passes on to the usual scope check. An added user may call the key reads only,
 ``GET /v1/kv/{key}`` and ``GET /v1/kv?prefix=``, each judged as etcd's Range on the same key or
-prefix by the user's roles; anything else is refused (403) naming what it may do."""
+prefix by the user's roles as of the read index (as etcd's API judges them); anything else is
+refused (403) naming what it may do."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from collections.abc import Callable
 from typing import Final
 from urllib.parse import parse_qs
 
-from kraft_spark.auth_users import Caller, Users
+from api.kv import READ_TIMEOUT_S
+from kraft_spark.auth_users import Caller, Users, added_caller
+from kraft_spark.client.errors import ClientError
 from kraft_spark.http_auth import Credentials
 from kraft_spark.store.auth import AuthTable
 from kraft_spark.store.key_range import FROM_KEY, prefix_end
-from kraft_spark.store.service import KvStore, NodeStore
+from kraft_spark.store.service import KvStore, NodeStore, ReadTimeoutError
 
 KEY_PREFIX: Final = "/v1/kv/"
 RANGE_PATH: Final = "/v1/kv"
@@ -35,6 +38,7 @@ class HttpUsers:
             store = store_of()
             return store.applied_state().auth if isinstance(store, NodeStore) else None
 
+        self._store = store_of
         self._users = Users(credentials, table)
 
     async def caller(self, header: bytes) -> Caller | None:
@@ -54,6 +58,23 @@ class HttpUsers:
             return None
         found = await self._users.authenticate(text, password)
         return found[1] if found is not None else None
+
+
+    async def current(self, caller: Caller, query: bytes) -> Caller | None:
+        """An added user as of every change acknowledged before now (after the read index, as
+        etcd's API judges it: a role revoked through another node is in force), None if it was
+        deleted since; a serializable read is judged on this node's state as it stands."""
+        store = self._store()
+        serializable = parse_qs(query.decode("latin-1")).get("consistency") == ["serializable"]
+        if not isinstance(store, NodeStore) or serializable:
+            return caller
+        try:
+            await store.read_offset(linearizable=True, timeout_s=READ_TIMEOUT_S)
+        except (ClientError, ReadTimeoutError, TimeoutError):
+            return caller  # the read itself answers the timeout or the missing leader
+        table = store.applied_state().auth
+        user = table.users.get(caller.name)
+        return added_caller(user, table) if user is not None else None
 
 
 def refusal(caller: Caller, method: str, path: str, query: bytes) -> str | None:

@@ -100,14 +100,17 @@ class BearerAuthMiddleware:
         if identity is None and self.users is not None:
             caller = await self.users.caller(header.encode("latin-1"))
             if caller is not None and not caller.builtin:
-                problem = refusal(caller, str(scope.get("method", "GET")), route_path(scope),
-                                  scope.get("query_string", b""))
-                if problem is not None:
-                    await error_response(403, problem)(scope, receive, send)
+                query = scope.get("query_string", b"")
+                caller = await self.users.current(caller, query)
+                if caller is not None:
+                    problem = refusal(caller, str(scope.get("method", "GET")), route_path(scope),
+                                      query)
+                    if problem is not None:
+                        await error_response(403, problem)(scope, receive, send)
+                        return
+                    scope[IDENTITY_KEY] = caller
+                    await self.app(scope, receive, send)
                     return
-                scope[IDENTITY_KEY] = caller
-                await self.app(scope, receive, send)
-                return
             identity = caller
         if identity is None:
             response = error_response(

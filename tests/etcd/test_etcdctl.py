@@ -441,6 +441,10 @@ def test_the_http_api_agrees_with_an_etcd_users_roles(kraft: Etcdctl, quorum: Kv
         kraft("user", "passwd", "hana", "--interactive=false", stdin="hana-pw-2\n")
         stale = http.get(f"{url}/v1/kv/ops/a", headers={"Authorization": f"Bearer {token}"})
         assert stale.status_code == 401  # a new password voids the old session tokens
+        renewed = {"Authorization": "Basic " + base64.b64encode(b"hana:hana-pw-2").decode()}
+        assert http.get(f"{url}/v1/kv/ops/a", headers=renewed).status_code == 200
+        kraft("user", "revoke-role", "hana", "ops")  # in force at once: after the read index
+        assert http.get(f"{url}/v1/kv/ops/a", headers=renewed).status_code == 403
     assert "permission denied" in Etcdctl(str(quorum.nodes[2]["etcd"]), "hana:hana-pw-2")(
         "get", "secret", check=False)
 
