@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import parse_qs
 
 from api.kv import READ_TIMEOUT_S
-from kraft_spark.auth_users import Caller, Users, added_caller
+from kraft_spark.auth_users import TOKEN_PREFIX, Caller, Users
 from kraft_spark.client.errors import ClientError
 from kraft_spark.http_auth import Credentials
 from kraft_spark.store.auth import AuthTable
@@ -41,40 +42,39 @@ class HttpUsers:
         self._store = store_of
         self._users = Users(credentials, table)
 
-    async def caller(self, header: bytes) -> Caller | None:
-        """Who the header's session token or Basic name:password is; None if nobody."""
+    async def caller(self, header: bytes, query: bytes) -> Caller | None:
+        """Who the header's session token or Basic name:password is; None if nobody. An added
+        user is looked up after the read index (as etcd's API judges it: added, deleted,
+        given a new password or a role through another node before the request began is in
+        force); a credential, or a ``consistency=serializable`` read, on this node's state."""
         scheme, _, rest = header.strip().partition(b" ")
-        scheme = scheme.lower()
+        scheme, rest = scheme.lower(), rest.strip()
         if scheme == b"bearer":
-            return self._users.from_token(rest.strip())
+            if rest.startswith(TOKEN_PREFIX):
+                await self._read_index(query)
+            return self._users.from_token(rest)
         if scheme != b"basic":
             return None
         try:
-            name, sep, password = base64.b64decode(rest.strip(), validate=True).partition(b":")
+            name, sep, password = base64.b64decode(rest, validate=True).partition(b":")
             text = name.decode()
         except (binascii.Error, ValueError):
             return None
         if not sep:
             return None
+        if self._users.builtin_scope(text) is None:
+            await self._read_index(query)
         found = await self._users.authenticate(text, password)
         return found[1] if found is not None else None
 
-
-    async def current(self, caller: Caller, query: bytes) -> Caller | None:
-        """An added user as of every change acknowledged before now (after the read index, as
-        etcd's API judges it: a role revoked through another node is in force), None if it was
-        deleted since; a serializable read is judged on this node's state as it stands."""
+    async def _read_index(self, query: bytes) -> None:
         store = self._store()
         serializable = parse_qs(query.decode("latin-1")).get("consistency") == ["serializable"]
         if not isinstance(store, NodeStore) or serializable:
-            return caller
-        try:
+            return
+        # On failure: judged on this node's state; the read itself answers the timeout.
+        with contextlib.suppress(ClientError, ReadTimeoutError, TimeoutError):
             await store.read_offset(linearizable=True, timeout_s=READ_TIMEOUT_S)
-        except (ClientError, ReadTimeoutError, TimeoutError):
-            return caller  # the read itself answers the timeout or the missing leader
-        table = store.applied_state().auth
-        user = table.users.get(caller.name)
-        return added_caller(user, table) if user is not None else None
 
 
 def refusal(caller: Caller, method: str, path: str, query: bytes) -> str | None:

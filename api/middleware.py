@@ -98,19 +98,17 @@ class BearerAuthMiddleware:
         identity: Identity | None = (self.credentials.identify(token) if token is not None
                                      else None)
         if identity is None and self.users is not None:
-            caller = await self.users.caller(header.encode("latin-1"))
+            query = scope.get("query_string", b"")
+            caller = await self.users.caller(header.encode("latin-1"), query)
             if caller is not None and not caller.builtin:
-                query = scope.get("query_string", b"")
-                caller = await self.users.current(caller, query)
-                if caller is not None:
-                    problem = refusal(caller, str(scope.get("method", "GET")), route_path(scope),
-                                      query)
-                    if problem is not None:
-                        await error_response(403, problem)(scope, receive, send)
-                        return
-                    scope[IDENTITY_KEY] = caller
-                    await self.app(scope, receive, send)
+                problem = refusal(caller, str(scope.get("method", "GET")), route_path(scope),
+                                  query)
+                if problem is not None:
+                    await error_response(403, problem)(scope, receive, send)
                     return
+                scope[IDENTITY_KEY] = caller
+                await self.app(scope, receive, send)
+                return
             identity = caller
         if identity is None:
             response = error_response(

@@ -55,6 +55,9 @@ class Caller(Identity):
     builtin: bool = True
     roles: tuple[str, ...] = ()
     permissions: Permissions = field(default=ALL_PERMISSIONS, compare=False, repr=False)
+    # An added user's password hash its token or password was checked against: a later look
+    # at a fresher table that finds another one (changed since) must refuse the call.
+    password_digest: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def is_root(self) -> bool:
@@ -70,7 +73,17 @@ class Caller(Identity):
 def added_caller(user: User, table: AuthTable) -> Caller:
     root = ROOT_ROLE in user.roles
     return Caller(user.name, Scope.ADMIN if root else Scope.WRITE, builtin=False,
-                  roles=user.roles, permissions=table.permissions(user.name))
+                  roles=user.roles, permissions=table.permissions(user.name),
+                  password_digest=user.password.digest if user.password is not None else b"")
+
+
+def still_valid(caller: Caller, table: AuthTable) -> Caller | None:
+    """An added user as ``table`` has it now, if its password is still the one its token or
+    password was checked against; None otherwise (deleted, or a new password since)."""
+    user = table.users.get(caller.name)
+    if user is None or user.password is None or user.password.digest != caller.password_digest:
+        return None
+    return added_caller(user, table)
 
 
 class Users:
@@ -151,4 +164,4 @@ class Users:
         return hmac.new(self._key, message, hashlib.sha256).digest()
 
 
-__all__ = ["BUILTIN_ROLE_OF", "Caller", "Users", "added_caller"]
+__all__ = ["BUILTIN_ROLE_OF", "TOKEN_PREFIX", "Caller", "Users", "added_caller", "still_valid"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from api.etcd.context import EtcdContext
-from kraft_spark.auth_users import Caller, added_caller
+from kraft_spark.auth_users import Caller, still_valid
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.pb import rpc_pb2
 
@@ -28,15 +28,15 @@ LeaseKeys = Callable[[int], Iterable[bytes]]
 
 async def current(caller: object, ctx: EtcdContext) -> object:
     """``caller`` as of every change acknowledged before now (an added user: after the read
-    index; deleted since: permission denied)."""
+    index; deleted or given a new password since: etcd's invalid auth token, on which
+    clientv3 authenticates again)."""
     if not isinstance(caller, Caller) or caller.builtin:
         return caller
     await ctx.read_view(serializable=False)
-    table = ctx.store.applied_state().auth
-    user = table.users.get(caller.name)
-    if user is None:
-        raise errors.permission_denied()
-    return added_caller(user, table)
+    fresh = still_valid(caller, ctx.store.applied_state().auth)
+    if fresh is None:
+        raise errors.invalid_token()
+    return fresh
 
 
 def check_read(caller: object, key: bytes, range_end: bytes = b"") -> None:

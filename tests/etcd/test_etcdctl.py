@@ -514,3 +514,8 @@ def test_grpc_checks_every_key_a_call_touches(kraft: Etcdctl, quorum: KvQuorum) 
         held = lock.Lock(v3lock_pb2.LockRequest(name=b"k/lock"), metadata=meta, timeout=10)
         assert held.key.startswith(b"k/lock/")
         lock.Unlock(v3lock_pb2.UnlockRequest(key=held.key), metadata=meta, timeout=10)
+        kraft("user", "passwd", "kai", "--interactive=false", stdin="kai-pw-2\n")
+        with pytest.raises(grpc.RpcError) as caught:  # clientv3 authenticates again on it
+            kv.Range(rpc_pb2.RangeRequest(key=b"k/1"), metadata=meta, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert caught.value.details() == "etcdserver: invalid auth token"
