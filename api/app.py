@@ -288,7 +288,7 @@ def create_app(
     # ---- middleware: metrics (outermost) → auth → routes
     # (add_middleware puts each new one outside the ones added before it)
     if credentials is not None:
-        app.add_middleware(BearerAuthMiddleware, credentials=credentials)
+        app.add_middleware(BearerAuthMiddleware, credentials=credentials, store=store_of)
     app.add_middleware(HttpMetricsMiddleware, metrics=http_metrics)
     # ---- the front door for appends: the same metrics → auth, then the fast path
     if fast_append:
@@ -298,7 +298,7 @@ def create_app(
         )
         front: ASGIApp = FastAppendMiddleware(app, endpoint=endpoint, route=append_route)
         if credentials is not None:
-            front = BearerAuthMiddleware(front, credentials)
+            front = BearerAuthMiddleware(front, credentials, store_of)
         app.front = HttpMetricsMiddleware(front, metrics=http_metrics)
 
     # ---- the other routes
@@ -369,7 +369,7 @@ def create_app(
 
         reads: ASGIApp = FastKvRead(routed, store_of, read_route)
         if credentials is not None:
-            reads = BearerAuthMiddleware(reads, credentials)
+            reads = BearerAuthMiddleware(reads, credentials, store_of)
         app.front_reads = HttpMetricsMiddleware(reads, metrics=http_metrics)
     app.include_router(leases_router(current_backend, store_of, _ERRORS, commit_timeout_s))
 

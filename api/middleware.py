@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.kv_users import HttpUsers, refusal
 from kraft_spark.http_auth import Credentials, Identity, bearer_token, required_scope
 from kraft_spark.metrics import HttpMetrics
+from kraft_spark.store.service import KvStore
 
 log = logging.getLogger("api.app")
 
@@ -63,11 +66,14 @@ class BearerAuthMiddleware:
     """Requires ``Authorization: Bearer <token>`` of a credential whose scope covers the call
     (``kraft_spark.http_auth.required_scope``) on every path but the open ones: 401 without a
     known token, 403 with a token of too small a scope. Answers name what to send, never a
-    token."""
+    token. With the node's ``store`` (``api.kv_users``), etcd's users are taken too: session
+    tokens and HTTP Basic; an added user may only read the keys its roles allow."""
 
-    def __init__(self, app: ASGIApp, credentials: Credentials) -> None:
+    def __init__(self, app: ASGIApp, credentials: Credentials,
+                 store: Callable[[], KvStore | None] | None = None) -> None:
         self.app = app
         self.credentials = credentials
+        self.users = HttpUsers(credentials, store) if store is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -89,7 +95,21 @@ class BearerAuthMiddleware:
             await response(scope, receive, send)
             return
         token = bearer_token(header.encode("latin-1"))
-        identity = self.credentials.identify(token) if token is not None else None
+        identity: Identity | None = (self.credentials.identify(token) if token is not None
+                                     else None)
+        if identity is None and self.users is not None:
+            query = scope.get("query_string", b"")
+            caller = await self.users.caller(header.encode("latin-1"), query)
+            if caller is not None and not caller.builtin:
+                problem = refusal(caller, str(scope.get("method", "GET")), route_path(scope),
+                                  query)
+                if problem is not None:
+                    await error_response(403, problem)(scope, receive, send)
+                    return
+                scope[IDENTITY_KEY] = caller
+                await self.app(scope, receive, send)
+                return
+            identity = caller
         if identity is None:
             response = error_response(
                 401,

@@ -1,49 +1,62 @@
-"""Who may call etcd's API: the node's HTTP credentials (``kraft_spark.http_auth``), so the two
-APIs agree. A credential is an etcd user whose name is the credential's name (its scope when
-unnamed) and whose password is its token: ``etcdctl --user admin:<admin token>`` calls
+"""Who may call etcd's API (``kraft_spark.auth_users``): the node's HTTP credentials, each a
+built-in user named as the credential (its scope when unnamed) whose password is its token,
+and the users added over etcd's Auth service (``api.etcd.auth_admin``), whose roles grant
+READ, WRITE or READWRITE on keys, ranges and prefixes. ``etcdctl --user name:password`` calls
 ``Auth.Authenticate`` and then sends the token it got in the ``token`` metadata, as etcd's
 clients do; a bearer ``authorization`` metadata with a token works too. Without credentials
 (a loopback node started insecure) everything is allowed; with them, every call but
 Authenticate needs a token, as the HTTP API refuses calls without one.
 
-Scopes: reads (Range, Watch, TimeToLive, Leases, Status, MemberList, Election's Leader and
-Observe) need ``read``, writes (Put, DeleteRange, Txn, Grant, Revoke, KeepAlive, Lock, Unlock,
-Campaign, Proclaim, Resign) ``write``, membership changes and Snapshot, Hash, HashKV,
-Defragment and MoveLeader ``admin`` (Alarm: ``read``). The token etcd's client gets from
-Authenticate is the credential's token itself (phase 1: no separate session tokens, so none
-expires; etcd's simple tokens are random and short-lived).
+This checks the method; the keys a call touches are checked by its servicer
+(``api.etcd.permissions``), as etcd's ``authApplierV3`` does:
+
+* built-in users: reads (Range, Watch, TimeToLive, Leases, Status, Alarm, MemberList,
+  Election's Leader and Observe, AuthStatus, UserGet, RoleGet) need scope ``read``; user and
+  role management, membership changes and Snapshot, Hash, HashKV, Defragment, MoveLeader
+  ``admin`` (etcd's root role; the HTTP API's voter changes need it too); everything else
+  ``write``;
+* added users: user and role management, membership changes, those maintenance calls and
+  Compact need the root role (etcd lets any user compact; here it takes every node's
+  history, so root only); everything else is judged on its keys.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+from kraft_spark.auth_users import Caller, Users
 from kraft_spark.etcd import errors
-from kraft_spark.etcd.pb import rpc_pb2
-from kraft_spark.http_auth import Credentials, Identity, Scope, bearer_token
+from kraft_spark.http_auth import Scope, bearer_token
 
 READ_METHODS: Final = frozenset({
     "etcdserverpb.KV/Range", "etcdserverpb.Watch/Watch", "etcdserverpb.Lease/LeaseTimeToLive",
     "etcdserverpb.Lease/LeaseLeases", "etcdserverpb.Maintenance/Status",
     "etcdserverpb.Cluster/MemberList", "v3electionpb.Election/Leader",
-    "v3electionpb.Election/Observe", "etcdserverpb.Maintenance/Alarm"})
-# etcd's root-only methods (its authMaintenanceServer and membership checks); the HTTP API's
-# voter changes need ``admin`` too.
-ADMIN_METHODS: Final = frozenset({
-    *(f"etcdserverpb.Cluster/Member{m}" for m in ("Add", "Remove", "Update", "Promote")),
-    *(f"etcdserverpb.Maintenance/{m}" for m in ("Snapshot", "Hash", "HashKV", "Defragment",
-                                                "MoveLeader"))})
+    "v3electionpb.Election/Observe", "etcdserverpb.Maintenance/Alarm",
+    "etcdserverpb.Auth/AuthStatus",
+    "etcdserverpb.Auth/UserGet", "etcdserverpb.Auth/RoleGet"})
 OPEN_METHODS: Final = frozenset({"etcdserverpb.Auth/Authenticate"})
+# etcd's needAdminPermission, its maintenance server's isPermitted and member changes.
+ADMIN_METHODS: Final = frozenset(
+    {f"etcdserverpb.Auth/{m}" for m in (
+        "AuthEnable", "AuthDisable", "UserAdd", "UserList", "UserDelete", "UserChangePassword",
+        "UserGrantRole", "UserRevokeRole", "RoleAdd", "RoleList", "RoleDelete",
+        "RoleGrantPermission", "RoleRevokePermission")}
+    | {f"etcdserverpb.Maintenance/{m}" for m in (
+        "Defragment", "Hash", "HashKV", "Snapshot", "MoveLeader", "Downgrade")}
+    | {f"etcdserverpb.Cluster/{m}" for m in (
+        "MemberAdd", "MemberRemove", "MemberUpdate", "MemberPromote")})
+COMPACT: Final = "etcdserverpb.KV/Compact"
 
 
 class Authorizer:
-    def __init__(self, credentials: Credentials | None) -> None:
-        self._credentials = credentials
+    def __init__(self, users: Users | None) -> None:
+        self._users = users
 
-    def __call__(self, method: str, metadata: Any) -> Identity | None:
-        """The caller's identity (None without credentials); EtcdError if refused."""
-        credentials = self._credentials
-        if credentials is None or method in OPEN_METHODS:
+    def __call__(self, method: str, metadata: Any) -> Caller | None:
+        """The caller (None without credentials); EtcdError if refused."""
+        users = self._users
+        if users is None or method in OPEN_METHODS:
             return None
         token: bytes | None = None
         for key, value in metadata or ():
@@ -55,23 +68,18 @@ class Authorizer:
         if not token:
             raise errors.EtcdError("UNAUTHENTICATED", "etcdserver: user name is empty "
                                    "(kraft-spark needs credentials: etcdctl --user "
-                                   "<name>:<token of DATA_DIR/http-credentials>)")
-        identity = credentials.identify(token)
-        if identity is None:
+                                   "<name>:<token of DATA_DIR/http-credentials> or "
+                                   "<user>:<password> of a user added with etcdctl user add)")
+        caller = users.from_token(token)
+        if caller is None:
             raise errors.invalid_token()
-        needed = (Scope.READ if method in READ_METHODS else
-                  Scope.ADMIN if method in ADMIN_METHODS else Scope.WRITE)
-        if identity.scope < needed:
+        if caller.builtin:
+            if method in ADMIN_METHODS:
+                needed = Scope.ADMIN
+            else:
+                needed = Scope.READ if method in READ_METHODS else Scope.WRITE
+            if caller.scope < needed:
+                raise errors.permission_denied()
+        elif (method in ADMIN_METHODS or method == COMPACT) and not caller.is_root:
             raise errors.permission_denied()
-        return identity
-
-    async def Authenticate(self, request: rpc_pb2.AuthenticateRequest, _context: Any,
-                           _identity: object) -> rpc_pb2.AuthenticateResponse:
-        if not request.name:
-            raise errors.user_empty()
-        credentials = self._credentials
-        identity = (credentials.identify(request.password.encode())
-                    if credentials is not None and request.password else None)
-        if credentials is not None and (identity is None or identity.name != request.name):
-            raise errors.auth_failed()
-        return rpc_pb2.AuthenticateResponse(token=request.password)
+        return caller

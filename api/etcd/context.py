@@ -69,6 +69,11 @@ class EtcdContext:
             cluster_id=cluster_number(self.node.cluster_id), member_id=self.member_id,
             revision=revision, raft_term=int(self.node.describe()["epoch"]))
 
+    def lease_keys(self, lease_id: int) -> frozenset[bytes]:
+        """The keys on lease ``lease_id`` in this node's applied state (none if it is gone)."""
+        lease = self.store.applied_state().leases.leases.get(lease_id)
+        return frozenset(lease.keys) if lease is not None else frozenset()
+
     def view(self) -> View:
         state = self.store.applied_state()
         return View(state.get, state.items, state.applied_offset, self.store.history)

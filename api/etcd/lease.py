@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from api.etcd.context import EtcdContext
+from api.etcd.permissions import check_lease_keys, current
 from api.lease_writes import MAX_LEASE_ID
 from kraft_spark.client.types import NewRecord
 from kraft_spark.etcd import errors
@@ -87,6 +88,8 @@ class LeaseServicer:
 
     async def LeaseRevoke(self, request: rpc_pb2.LeaseRevokeRequest, _context: Any,
                           identity: object) -> rpc_pb2.LeaseRevokeResponse:
+        # etcd's checkLeasePuts, on the keys on it as of now
+        check_lease_keys(await current(identity, self._ctx), request.ID, self._ctx.lease_keys)
         await self._operate("revoke", request.ID, identity)
         return rpc_pb2.LeaseRevokeResponse(header=self._ctx.header())
 

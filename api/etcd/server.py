@@ -1,6 +1,8 @@
 """etcd's v3 gRPC API of one node (``kraft.etcd.listener``): a ``grpc.aio`` server on the
 node's own event loop, over the ``NodeStore`` and ``NodeBackend`` of its HTTP API (started and
-stopped with it by ``api.node_http``). Lock and Election run clientv3's recipes
+stopped with it by ``api.node_http``). Auth is etcd's RBAC over the node's credentials and the
+replicated users and roles (``api.etcd.auth``, ``api.etcd.auth_admin``). Lock and Election run
+clientv3's recipes
 over the node's own servicers (``api.etcd.lock``, ``api.etcd.election``); the methods of the
 other services that are not there yet answer UNIMPLEMENTED (``api.etcd.handlers``)."""
 
@@ -12,6 +14,7 @@ from typing import Final
 import grpc
 
 from api.etcd.auth import Authorizer
+from api.etcd.auth_admin import AuthServicer
 from api.etcd.context import EtcdContext, EtcdNode
 from api.etcd.election import ElectionServicer
 from api.etcd.handlers import service_handler
@@ -24,6 +27,7 @@ from api.etcd.members import MembershipServicer
 from api.etcd.tls import server_credentials
 from api.etcd.watch import WatchServicer
 from api.node_backend import NodeBackend
+from kraft_spark.auth_users import Users
 from kraft_spark.etcd.pb import rpc_pb2, v3election_pb2, v3lock_pb2
 from kraft_spark.http_auth import Credentials
 from kraft_spark.store.service import NodeStore
@@ -63,7 +67,9 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
     """Serve etcd's API for ``node`` on ``host:port`` (0: any free port) on the running
     loop. Raises OSError naming the setting when the port cannot be bound."""
     ctx = EtcdContext(node, store, backend, credentials, dict(urls))
-    authorize = Authorizer(credentials)
+    users = (Users(credentials, lambda: store.applied_state().auth)
+             if credentials is not None else None)
+    authorize = Authorizer(users)
     leases = LeaseServicer(ctx)
     cluster = MembershipServicer(ctx)
     kv, watch = KvServicer(ctx), WatchServicer(ctx)
@@ -76,7 +82,7 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
         service_handler(services["Lease"], leases, authorize),
         service_handler(services["Cluster"], cluster, authorize),
         service_handler(services["Maintenance"], MaintenanceServicer(ctx, cluster), authorize),
-        service_handler(services["Auth"], authorize, authorize),
+        service_handler(services["Auth"], AuthServicer(ctx, users), authorize),
         service_handler(v3lock_pb2.DESCRIPTOR.services_by_name["Lock"], LockServicer(local),
                         authorize),
         service_handler(v3election_pb2.DESCRIPTOR.services_by_name["Election"],

@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from api.etcd.context import EtcdContext
+from api.etcd.permissions import check_read
+from kraft_spark.etcd import errors
 from kraft_spark.etcd.pb import kv_pb2, rpc_pb2
 from kraft_spark.etcd.revision import header_revision
 from kraft_spark.store.key_range import in_range, watch_prefix
@@ -47,8 +49,8 @@ class WatchServicer:
         self._ctx = ctx
 
     async def Watch(self, requests: AsyncIterator[rpc_pb2.WatchRequest], _context: Any,
-                    _identity: object) -> AsyncIterator[rpc_pb2.WatchResponse]:
-        stream = _Stream(self._ctx)
+                    identity: object) -> AsyncIterator[rpc_pb2.WatchResponse]:
+        stream = _Stream(self._ctx, identity)
         reader = asyncio.get_running_loop().create_task(stream.read(requests))
         try:
             while True:
@@ -64,8 +66,9 @@ class WatchServicer:
 class _Stream:
     """The watches of one stream; responses go to ``out`` (None: the stream ends)."""
 
-    def __init__(self, ctx: EtcdContext) -> None:
+    def __init__(self, ctx: EtcdContext, caller: object) -> None:
         self._ctx = ctx
+        self._caller = caller
         self.out: asyncio.Queue[rpc_pb2.WatchResponse | None] = asyncio.Queue()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._ids = itertools.count()
@@ -85,8 +88,15 @@ class _Stream:
             self.out.put_nowait(None)
 
     def _create(self, create: rpc_pb2.WatchCreateRequest) -> None:
-        watch_id = create.watch_id if create.watch_id > 0 else next(self._ids)
         header = self._ctx.header()
+        try:
+            check_read(self._caller, create.key, create.range_end)
+        except errors.EtcdError as exc:  # etcd's isWatchPermitted: created, cancelled, id -1
+            self.out.put_nowait(rpc_pb2.WatchResponse(
+                header=header, watch_id=-1, created=True, canceled=True,
+                cancel_reason=f"rpc error: code = PermissionDenied desc = {exc.message}"))
+            return
+        watch_id = create.watch_id if create.watch_id > 0 else next(self._ids)
         compacted = self._ctx.store.history.compacted
         if 0 < create.start_revision < compacted:
             # etcd's contract: created, then cancelled with the compaction point.

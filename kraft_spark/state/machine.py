@@ -17,6 +17,9 @@ and the Delta materializer can tell the outcome. Outcomes are answered from a ho
 replica computes alike and unknown (``OutcomeUnknown``) below it, never "applied"; see
 ``kraft_spark.state.outcomes``.
 
+etcd's users and roles (``kraft_spark.store.auth``): a keyless ``kraft.auth.op`` record changes
+``auth``, or fails like a lease operation (its reason in ``failed_txns``) and changes nothing.
+
 Invariant: ``applied_offset`` is the next offset to apply; every committed record below it has
 been applied exactly once, in order, and none at or above it.
 
@@ -39,6 +42,7 @@ from kraft_spark.state.outcomes import (
     OutcomeUnknown,
     legacy_outcomes_from,
 )
+from kraft_spark.store.auth import AUTH_OP_HEADER, AuthTable
 from kraft_spark.store.leases import (
     LEASE_HEADER,
     LEASE_OP_HEADER,
@@ -68,7 +72,7 @@ class KeyValueState:
     """The latest value per key. Not thread-safe: one owner applies, others read copies."""
 
     __slots__ = ("_entries", "_next_prune", "_outcomes_from", "applied_epoch", "applied_offset",
-                 "failed_txns", "leases", "outcome_hold", "outcome_window", "producers",
+                 "auth", "failed_txns", "leases", "outcome_hold", "outcome_window", "producers",
                  "voters")
 
     def __init__(self, applied_offset: int = 0, applied_epoch: int = 0, *,
@@ -92,6 +96,8 @@ class KeyValueState:
         # order): every one at or after _outcomes_from, maybe some before (pruned lazily).
         self.failed_txns: dict[int, FailedTxn] = {}
         self.leases = LeaseTable()
+        # etcd's users and roles (kraft_spark.store.auth): kraft.auth.op records.
+        self.auth = AuthTable()
         self.outcome_window = outcome_window
         # Invariant: every failure and lease deletion at offsets >= _outcomes_from (and below
         # applied_offset) is in failed_txns / leases.deleted. A state that starts at an offset
@@ -173,9 +179,14 @@ class KeyValueState:
                     self.leases.attach(key, lease, old.lease if old is not None else 0)
 
     def _lease_step(self, record: Record, offset: int) -> int:
-        """A lease operation is applied here (-1); a write attached to a lease gives its id,
-        or -1 (failed) when the lease does not exist; 0 for any other record."""
+        """A lease or auth operation is applied here (-1); a write attached to a lease gives
+        its id, or -1 (failed) when the lease does not exist; 0 for any other record."""
         for name, raw in record.headers:
+            if name == AUTH_OP_HEADER:
+                reason = self.auth.apply(raw)
+                if reason:
+                    self._failed(offset, FailedTxn(1, (), reason))
+                return -1
             if name == LEASE_OP_HEADER:
                 try:
                     reason, doomed = self.leases.apply(decode_op(raw), offset)
@@ -324,10 +335,15 @@ class KeyValueState:
 
     def outcomes_to_store(self) -> tuple[int, dict[int, FailedTxn], dict[str, Any]]:
         """What a snapshot taken now stores: the offset its outcomes start at
-        (``kraft.outcomes.from``), the failures and the leases with the deletions from it."""
+        (``kraft.outcomes.from``), the failures and the leases with the deletions from it;
+        the users and roles ride along under the leases' ``auth`` key (``AuthTable.export``:
+        one JSON header of the snapshot for both, absent when none were ever added)."""
         since = self.retained_from
-        return (since, {o: f for o, f in self.failed_txns.items() if o >= since},
-                self.leases.export(since=since))
+        leases = self.leases.export(since=since)
+        auth = self.auth.export()
+        if auth:
+            leases["auth"] = auth
+        return (since, {o: f for o, f in self.failed_txns.items() if o >= since}, leases)
 
     def apply_all(self, batches: Iterable[Batch]) -> None:
         for batch in batches:
@@ -359,6 +375,11 @@ class KeyValueState:
             self.leases.load(leases or {}, attached)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"malformed leases in the snapshot: {exc}") from None
+        auth = (leases or {}).get("auth") or {}
+        if not isinstance(auth, dict):
+            raise ValueError("malformed auth table in the snapshot: not an object")
+        self.auth = AuthTable()
+        self.auth.load(auth)
         self.applied_offset = offset
         self.applied_epoch = epoch
         self._outcomes_from = outcomes_from

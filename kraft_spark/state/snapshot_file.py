@@ -10,7 +10,8 @@ uncompressed v2 record batches, all in the snapshot's epoch, with offsets counti
    batches whose log has been deleted, and ``kraft.txn.failed`` (when not empty) the failed
    conditional writes it keeps as JSON
    ``[[first offset, size, [[key hex, mod_offset, version], ...], reason], ...]``,
-   ``kraft.leases`` the leases in force and the keys leases deleted (``LeaseTable.export``;
+   ``kraft.leases`` the leases in force and the keys leases deleted (``LeaseTable.export``,
+   with etcd's users and roles under ``auth`` when any were added: ``AuthTable.export``;
    each key's lease is its record's ``kraft.lease`` header, int64), and ``kraft.outcomes.from``
    (int64) the offset from which those two hold *every* outcome (``state.outcomes``; a file
    without it held the ``TXN_OUTCOME_WINDOW`` offsets before its end);

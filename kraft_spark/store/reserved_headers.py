@@ -40,6 +40,11 @@ it changes no key, but whoever writes it takes every node's past revisions away,
 from etcd's KV.Compact (a caller with write scope, through the node's own code) or from a
 principal the node trusts; refused to a ``PRINCIPAL`` and to an ``HTTP_CALLER``.
 
+``kraft.auth.op`` (etcd's users and roles, ``store.auth``) is ``TRUSTED`` only the same way,
+keyless and valueless with a JSON object naming its operation: whoever writes it adds users,
+grants roles and sets passwords, so it comes from etcd's Auth service (a caller with etcd's
+root role, through the node's own code) or from a principal the node trusts.
+
 Two more names are refused to everyone, ``kraft.txn.outcome`` and ``kraft.lease.deleted``:
 the Delta materializer adds them to ``records`` rows (a failed conditional write, the keys a
 lease's end deleted), and the ``snapshot`` table as of an offset reads them back to skip rows
@@ -58,10 +63,12 @@ visits only the records with headers (the HTTP API, while it encodes them).
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from kraft_spark.store.auth import AUTH_OP_HEADER
 from kraft_spark.store.history_feed import COMPACT_HEADER
 from kraft_spark.store.leases import (
     LEASE_DELETED_HEADER,
@@ -74,8 +81,8 @@ from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER, decode_header
 
 # Written by the Delta materializer into rows, never into the log (see the module's text).
 DERIVED: Final = frozenset((OUTCOME_HEADER, LEASE_DELETED_HEADER))
-RESERVED: Final = frozenset((TXN_HEADER, LEASE_HEADER, LEASE_OP_HEADER, COMPACT_HEADER)
-                            ) | DERIVED
+RESERVED: Final = frozenset((TXN_HEADER, LEASE_HEADER, LEASE_OP_HEADER, COMPACT_HEADER,
+                            AUTH_OP_HEADER)) | DERIVED
 
 # What an HTTP caller uses instead of writing each header by hand.
 HTTP_FIELDS: Final = {
@@ -85,6 +92,8 @@ HTTP_FIELDS: Final = {
     LEASE_HEADER: 'give "lease_id" beside "records" (answered 404 when the lease does not '
                   "exist)",
     COMPACT_HEADER: "compact with etcd's KV.Compact (etcdctl compaction)",
+    AUTH_OP_HEADER: "manage users and roles with etcd's Auth service (etcdctl user, etcdctl "
+                    "role) as a user with the root role",
 }
 
 
@@ -159,6 +168,11 @@ def record_refusal(index: int, record: RecordLike, remaining: int, standing: Sta
                 f"is reserved for etcd's KV.Compact: {who or 'this principal'} is not trusted "
                 "to compact every node's history (only super.users and the quorum's own nodes "
                 "are); compact with etcd's KV.Compact (etcdctl compaction)"))
+        if name == AUTH_OP_HEADER and standing is Standing.PRINCIPAL:
+            return Refusal(index, name, (
+                f"is reserved for etcd's Auth service: {who or 'this principal'} is not "
+                "trusted to change users and roles (only super.users and the quorum's own "
+                "nodes are); use etcdctl user / etcdctl role as a user with the root role"))
         if name in seen:
             return Refusal(index, name, "appears twice: the state machine would read only "
                                         "the first; send it once")
@@ -182,6 +196,16 @@ def _malformed(name: str, raw: bytes | None, record: RecordLike, remaining: int)
                         f"({remaining} records from here): send the whole group in one batch")
         elif name == LEASE_HEADER:
             lease_of(raw)
+        elif name == AUTH_OP_HEADER:
+            try:
+                op = json.loads(raw or b"")
+            except RecursionError:
+                return "is malformed (JSON nested too deeply): fix the header"
+            if not isinstance(op, dict) or not isinstance(op.get("op"), str):
+                return "is malformed (a JSON object naming its op): fix the header"
+            if record.key is not None or record.value is not None:
+                return ("is on a record with a key or a value: an auth operation is a keyless "
+                        "record without a value")
         elif name == COMPACT_HEADER:
             text = (raw or b"").decode("ascii", errors="replace")
             if not text.isdigit() or len(text) > 19:

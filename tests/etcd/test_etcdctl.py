@@ -5,10 +5,13 @@ aside; member list and endpoint status are checked for their shape. A key writte
 API reads over HTTP with ``mod_offset == mod_revision``, and the reverse.
 
 etcdctl authenticates as etcd's clients do: ``--user <credential name>:<token>`` against
-kraft-spark (Auth.Authenticate), nothing against the etcd started here (no auth enabled)."""
+kraft-spark (Auth.Authenticate), nothing against the etcd started here (no auth enabled but
+for the RBAC session, ``tests/etcd/rbac_session.py``: users, roles and permissions side by
+side, and the HTTP API agreeing with a user's roles)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -19,15 +22,20 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import httpx
 import pytest
 
+from kraft_spark.etcd.pb import rpc_pb2, v3lock_pb2
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
 from kraft_spark.log.codec import decode_batch
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import control_key
 from kraft_spark.state.snapshot_file import CONTROL_TYPE_SNAPSHOT_FOOTER, decode_snapshot
+from tests.etcd import rbac_session
+from tests.etcd.conftest import Stub
 from tests.integration.harness import running
 from tests.lincheck.nemesis import KvQuorum
 from tests.net.helpers import free_ports
@@ -349,3 +357,165 @@ def test_maintenance_hashkv_snapshot_alarm_defrag(kraft: Etcdctl, quorum: KvQuor
     assert kraft("defrag").count("Finished defragmenting etcd member") == 3
     refused = _errors(kraft("move-leader", "1", check=False))  # etcdctl finds the leader
     assert "Unimplemented" in refused and "MoveLeader is not supported" in refused
+# ---- etcd's RBAC (tests/etcd/rbac_session.py); last: the etcd beside it gets auth enabled
+# for the session and disabled again after it.
+
+
+def test_rbac_session_prints_what_etcd_prints(kraft: Etcdctl, quorum: KvQuorum,
+                                              etcd: Etcdctl | None) -> None:
+    endpoints = kraft.base[1].split("=", 1)[1]
+    assert kraft("auth", "enable") == "Authentication Enabled\n"  # always on: OK
+    ours = rbac_session.run_session(kraft, Etcdctl(endpoints, rbac_session.ALICE))
+    assert ours[0] == "User alice created\n"
+    assert ours[8] == ("Role app\nKV Read:\n\t[rb/app/, rb/app0) (prefix rb/app/)\n"
+                       "\trb/shared\nKV Write:\n\t[rb/app/, rb/app0) (prefix rb/app/)\n"
+                       "\t[rb/logs/, rb/logs0) (prefix rb/logs/)\n")
+    assert ours[17] == "OK\n" and ours[18] == "Error: etcdserver: permission denied\n"
+    assert ours[19] == "rb/app/x\n1\n" and ours[26] == "OK\nrb/app/x\n1\n"
+    assert ours[27] == "Error: etcdserver: permission denied\n"
+    assert ours[10] == "Error: etcdserver: user name already exists\n"
+    assert ours[-1] == ""  # alice deleted: only the built-in users are left
+    if etcd is None:
+        pytest.skip("etcd (Debian's etcd-server) is not installed: outputs checked alone")
+    endpoint = etcd.base[1].split("=", 1)[1]
+    etcd("user", "add", "root:root-pw")
+    etcd("auth", "enable")  # etcdctl adds the root role and grants it to root
+    root = Etcdctl(endpoint, "root:root-pw")
+    try:
+        theirs = rbac_session.run_session(root, Etcdctl(endpoint, rbac_session.ALICE))
+    finally:
+        root("auth", "disable")
+        etcd("user", "delete", "root")
+        etcd("role", "delete", "root")
+    for (who, args, _), mine, other in zip(rbac_session.SESSION, ours, theirs, strict=True):
+        assert mine == other, f"as {who}: etcdctl {' '.join(args)}"
+
+
+def test_the_credentials_users_are_not_managed_over_grpc(kraft: Etcdctl) -> None:
+    for args in (("user", "delete", "admin"),
+                 ("user", "passwd", "reader", "--interactive=false")):
+        out = kraft(*args, stdin="new\n", check=False)
+        assert "credentials file" in out and "invalid auth management" in out, out
+    assert "cannot be disabled" in kraft("auth", "disable", check=False)
+    assert "role name already exists" in kraft("role", "add", "writer", check=False)
+    assert kraft("user", "get", "reader") == "User: reader\nRoles: reader\n"
+    assert kraft("role", "get", "root") == ("Role root\nKV Read:\n\t[, <open ended> (prefix )\n"
+                                            "KV Write:\n\t[, <open ended> (prefix )\n")
+
+
+def _session_token(node: str, name: str, password: str) -> str:
+    with grpc.insecure_channel(node) as channel:
+        auth = Stub(channel, rpc_pb2.DESCRIPTOR.services_by_name["Auth"])
+        return str(auth.Authenticate(rpc_pb2.AuthenticateRequest(name=name, password=password),
+                                     timeout=10).token)
+
+
+def test_the_http_api_agrees_with_an_etcd_users_roles(kraft: Etcdctl, quorum: KvQuorum) -> None:
+    kraft("user", "add", "hana:hana-pw")
+    kraft("role", "add", "ops")
+    kraft("role", "grant-permission", "--prefix=true", "ops", "read", "ops/")
+    kraft("user", "grant-role", "hana", "ops")
+    kraft("put", "ops/a", "1")
+    kraft("put", "secret", "2")
+    token = _session_token(str(quorum.nodes[0]["etcd"]), "hana", "hana-pw")
+    assert token.startswith("kst1.")
+    basic = "Basic " + base64.b64encode(b"hana:hana-pw").decode()
+    url = quorum.http_urls[1]  # another node than the one that issued the token
+    with httpx.Client(timeout=10) as http:
+        for auth in (f"Bearer {token}", basic):
+            headers = {"Authorization": auth}
+            ok = http.get(f"{url}/v1/kv/ops/a", headers=headers)
+            assert ok.status_code == 200 and ok.json()["value"] == 1, ok.text
+            listed = http.get(f"{url}/v1/kv", params={"prefix": "ops/"}, headers=headers)
+            assert [kv["key"] for kv in listed.json()["kvs"]] == ["ops/a"]
+            for refused in (http.get(f"{url}/v1/kv/secret", headers=headers),
+                            http.get(f"{url}/v1/kv", params={"prefix": ""}, headers=headers),
+                            http.post(f"{url}/v1/records", headers=headers,
+                                      json={"records": [{"key": "ops/b", "value": 1}]})):
+                assert refused.status_code == 403, refused.text
+            assert "may not read 'secret'" in http.get(f"{url}/v1/kv/secret",
+                                                       headers=headers).json()["error"]
+        wrong = http.get(f"{url}/v1/kv/ops/a", headers={
+            "Authorization": "Basic " + base64.b64encode(b"hana:nope").decode()})
+        assert wrong.status_code == 401
+        kraft("user", "passwd", "hana", "--interactive=false", stdin="hana-pw-2\n")
+        stale = http.get(f"{url}/v1/kv/ops/a", headers={"Authorization": f"Bearer {token}"})
+        assert stale.status_code == 401  # a new password voids the old session tokens
+        renewed = {"Authorization": "Basic " + base64.b64encode(b"hana:hana-pw-2").decode()}
+        assert http.get(f"{url}/v1/kv/ops/a", headers=renewed).status_code == 200
+        kraft("user", "revoke-role", "hana", "ops")  # in force at once: after the read index
+        assert http.get(f"{url}/v1/kv/ops/a", headers=renewed).status_code == 403
+    assert "permission denied" in Etcdctl(str(quorum.nodes[2]["etcd"]), "hana:hana-pw-2")(
+        "get", "secret", check=False)
+
+
+def test_grpc_checks_every_key_a_call_touches(kraft: Etcdctl, quorum: KvQuorum) -> None:
+    """Txn (compares, both branches, nested), Watch, Put and LeaseRevoke with a lease's keys,
+    Lock, Compact: each judged on its keys as etcd's authApplierV3; users and roles changed
+    through any node."""
+    admin = kraft.base[-1].split("=", 1)[1]
+    for node in quorum.nodes:  # every node appends auth operations, followers too
+        Etcdctl(str(node["etcd"]), admin)("role", "add", f"r{node['node_id']}")
+    kraft("user", "add", "kai:kai-pw")
+    kraft("role", "grant-permission", "--prefix=true", f"r{quorum.nodes[0]['node_id']}",
+          "readwrite", "k/")
+    kraft("user", "grant-role", "kai", f"r{quorum.nodes[0]['node_id']}")
+    node = str(quorum.nodes[2]["etcd"])
+    token = _session_token(node, "kai", "kai-pw")
+    meta = (("token", token),)
+    with grpc.insecure_channel(node) as channel:
+        services = rpc_pb2.DESCRIPTOR.services_by_name
+        kv, watch, lease, maintenance = (Stub(channel, services[name]) for name in (
+            "KV", "Watch", "Lease", "Maintenance"))
+        lock = Stub(channel, v3lock_pb2.DESCRIPTOR.services_by_name["Lock"])
+
+        def refused(call: Any, request: Any) -> str:
+            with pytest.raises(grpc.RpcError) as caught:
+                call(request, metadata=meta, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            return str(caught.value.details())
+
+        put_k = rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"k/1", value=b"v"))
+        put_x = rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"x", value=b"v"))
+        inside = rpc_pb2.TxnRequest(success=[put_k])
+        assert kv.Txn(inside, metadata=meta, timeout=10).succeeded
+        nested = rpc_pb2.TxnRequest(success=[put_k], failure=[rpc_pb2.RequestOp(
+            request_txn=rpc_pb2.TxnRequest(success=[put_x]))])
+        assert refused(kv.Txn, nested) == "etcdserver: permission denied"
+        compare = rpc_pb2.Compare(key=b"x", target=rpc_pb2.Compare.VERSION,
+                                  result=rpc_pb2.Compare.EQUAL, version=0)
+        refused(kv.Txn, rpc_pb2.TxnRequest(compare=[compare], success=[put_k]))
+        refused(kv.Compact, rpc_pb2.CompactionRequest(revision=1))
+        assert maintenance.Status(rpc_pb2.StatusRequest(), metadata=meta, timeout=10).version
+        status = Stub(channel, services["Auth"]).AuthStatus(rpc_pb2.AuthStatusRequest(),
+                                                            metadata=meta, timeout=10)
+        assert status.enabled and status.authRevision >= 6  # every change so far, applied
+
+        def first_watch_answer(key: bytes, range_end: bytes = b"") -> Any:
+            create = rpc_pb2.WatchRequest(create_request=rpc_pb2.WatchCreateRequest(
+                key=key, range_end=range_end))
+            stream = watch.Watch(iter([create]), metadata=meta, timeout=10)
+            answer = next(stream)
+            stream.cancel()
+            return answer
+
+        denied = first_watch_answer(b"x")
+        assert denied.created and denied.canceled and denied.watch_id == -1
+        assert denied.cancel_reason.endswith("desc = etcdserver: permission denied")
+        allowed = first_watch_answer(b"k/", b"k0")
+        assert allowed.created and not allowed.canceled
+
+        granted = lease.LeaseGrant(rpc_pb2.LeaseGrantRequest(TTL=60), metadata=meta,
+                                   timeout=10).ID
+        kraft("put", "x", "on-kai's-lease", f"--lease={granted:x}")
+        refused(lease.LeaseRevoke, rpc_pb2.LeaseRevokeRequest(ID=granted))
+        refused(kv.Put, rpc_pb2.PutRequest(key=b"k/2", value=b"v", lease=granted))
+        refused(lock.Lock, v3lock_pb2.LockRequest(name=b"x/lock"))
+        held = lock.Lock(v3lock_pb2.LockRequest(name=b"k/lock"), metadata=meta, timeout=10)
+        assert held.key.startswith(b"k/lock/")
+        lock.Unlock(v3lock_pb2.UnlockRequest(key=held.key), metadata=meta, timeout=10)
+        kraft("user", "passwd", "kai", "--interactive=false", stdin="kai-pw-2\n")
+        with pytest.raises(grpc.RpcError) as caught:  # clientv3 authenticates again on it
+            kv.Range(rpc_pb2.RangeRequest(key=b"k/1"), metadata=meta, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert caught.value.details() == "etcdserver: invalid auth token"

@@ -28,6 +28,9 @@ class FakeContext:
     def view(self) -> View:
         return View(lambda _key: None, lambda: iter(()), 5)
 
+    def lease_keys(self, _lease_id: int) -> frozenset[bytes]:
+        return frozenset()
+
     async def write(self, build: Callable[[Plan], Any]) -> tuple[Any, int]:
         self.calls.append("plan")
         plan = Plan(self.view())
