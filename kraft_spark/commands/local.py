@@ -74,7 +74,8 @@ def register(subparsers: Any) -> None:
         help=f"node i listens on base-port + i (default {DEFAULT_BASE_PORT})",
     )
     parser.add_argument("--http-port", type=int, default=None,
-                        help="also serve the HTTP API on this port (0: any free port)")
+                        help="also serve the HTTP API on this port (0: any free port), in "
+                        "front of all the nodes, and etcd's API beside it (--etcd-port)")
     parser.add_argument("--http-credentials", default=None, metavar="FILE",
                         help="the HTTP API's scoped tokens (lines '<scope> <token> [<name>]', "
                         "mode 0600; default <data-dir>/http-credentials, created with an admin, "
