@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Final
 
 import grpc
 
 from kraft_spark.etcd_front.upstreams import Upstream, Upstreams
-
-log = logging.getLogger(__name__)
 
 CONNECT_S: Final = 1.0
 # What clientv3's retry interceptor repeats on any UNAVAILABLE (``isSafeRetryImmutableRPC``):

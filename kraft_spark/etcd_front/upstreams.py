@@ -10,12 +10,15 @@ a list that changes keeps the channels of the nodes still in it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 import grpc
+
+log = logging.getLogger(__name__)
 
 REST_S: Final = 1.0
 # The front decodes nothing: message sizes are the node's to limit (etcd's server takes
@@ -73,8 +76,12 @@ class Upstreams:
                 + [n for n in nodes if n.resting_until > now])
 
     def failed(self, node: Upstream) -> None:
+        now = self._clock()
+        if node.resting_until <= now:  # said once per rest, not once per call
+            log.warning("etcd front: %s cannot be reached; calls go to the next node for "
+                        "%.0f s", node.address, REST_S)
         node.failures += 1
-        node.resting_until = self._clock() + REST_S
+        node.resting_until = now + REST_S
 
     def reached(self, node: Upstream) -> None:
         node.resting_until = 0.0
