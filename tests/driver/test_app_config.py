@@ -23,6 +23,7 @@ def test_the_shipped_file_parses_to_the_documented_defaults() -> None:
     assert cfg.compact_min_files == 100
     assert cfg.http_token is None  # empty value: unset
     assert cfg.log_preallocate is True
+    assert (cfg.voter_etcd_base_port, cfg.etcd_port) == (0, 0)  # etcd's API, on free ports
     assert QuorumConfig.from_properties(cfg.quorum_properties).fetch_max_wait_ms == 500
 
 
@@ -62,6 +63,7 @@ def test_milliseconds_become_seconds() -> None:
         ({"kraft.delta.compact.min.files": "-1"}, "kraft.delta.compact.min.files must be ≥ 0"),
         ({"kraft.http.max.connections": "0"}, "kraft.http.max.connections must be ≥ 1"),
         ({"kraft.http.header.timeout.ms": "0"}, "kraft.http.header.timeout.ms must be ≥ 1"),
+        ({"kraft.etcd.port": "-2"}, "kraft.etcd.port must be ≥ -1"),
         ({"kraft.log.preallocate": "yes"}, "kraft.log.preallocate must be true or false"),
         ({"controller.quorum.fetch.max.wait.ms": "x"}, "controller.quorum.fetch.max.wait.ms"),
         ({"controller.quorum.fetch.timeout": "1"}, "unknown quorum setting"),
