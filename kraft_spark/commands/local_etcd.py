@@ -79,6 +79,14 @@ def node_http_ports(args: argparse.Namespace, quorum_ports: Sequence[int]) -> li
 def etcd_ports(args: argparse.Namespace, http_ports: list[int | None],
                taken: Sequence[int] = ()) -> list[int | None]:
     """Each node's etcd port (None: no etcd API)."""
+    if args.etcd_port is not None:
+        if args.http_port is None:
+            raise CommandError("--etcd-port serves etcd's API beside --http-port's address: "
+                               "add --http-port (each node's own etcd address is printed "
+                               "without it)")
+        if not 0 <= args.etcd_port <= 65535:
+            raise CommandError(f"--etcd-port must be from 0 (any free port) to 65535, got "
+                               f"{args.etcd_port}")
     serves_http = any(p is not None for p in http_ports)
     if args.no_etcd:
         return [None] * len(http_ports)
