@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from driver.config import AppConfig
+from driver.console import progress
 
 
 class Application(Protocol):
@@ -38,10 +39,16 @@ def leader_first(app: Application) -> list[str]:
 
 
 def start_etcd_front(app: Application) -> Any:
-    """The front, listening (None with ``kraft.etcd.port=-1`` or no voter etcd API). Raises
+    """The front, listening (None with ``kraft.etcd.port=-1`` or no voter etcd API, and when
+    the voters have a certificate: their etcd listeners then take TLS with client
+    certificates, which the front, plaintext, would have to end and stand in for). Raises
     EtcdFrontError naming ``kraft.etcd.port`` when its port cannot be bound."""
     cfg = app.config
     if cfg.etcd_port < 0 or cfg.voter_etcd_base_port < 0 or cfg.voter_http_base_port < 0:
+        return None
+    if cfg.tls is not None:
+        progress("the voters serve etcd's API over TLS (ssl.*): no etcd address beside the "
+                 "HTTP one; etcd's clients take the voters' own (voter_etcd)")
         return None
     from kraft_spark.etcd_front.front import EtcdFront
 

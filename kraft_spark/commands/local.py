@@ -315,7 +315,7 @@ def _run_local(args: argparse.Namespace) -> int:
             from kraft_spark.commands.local_front import start_front
             from kraft_spark.commands.sidecar import start_sidecar
 
-            etcd_front = start_etcd_front(args, quorum_host, etcd)
+            etcd_front = start_etcd_front(args, quorum_host, etcd, tls=tls, say=say)
             urls = {i: http_url(args.host, p)
                     for i, p in enumerate(http_ports) if p is not None}
             bootstrap = [f"{quorum_host}:{p}" for p in ports]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kraft_spark.errors import CommandError
@@ -110,12 +110,21 @@ def etcd_properties(host: str, ports: list[int | None], node_id: int) -> list[st
     return [f"kraft.etcd.listener={host}:{port}", f"kraft.etcd.urls={urls}"]
 
 
-def start_etcd_front(args: argparse.Namespace, quorum_host: str,
-                     ports: list[int | None]) -> Any:
+def start_etcd_front(args: argparse.Namespace, quorum_host: str, ports: list[int | None], *,
+                     tls: bool, say: Callable[[str], None]) -> Any:
     """With ``--http-port`` and the nodes' etcd APIs: the etcd front beside the HTTP address,
     forwarding to the nodes in order (``kraft_spark.etcd_front``), its process started (not
-    yet listening: ``etcd_front_address``); None without them."""
+    yet listening: ``etcd_front_address``); None without them, and with ``tls`` (the nodes'
+    etcd listeners then take TLS with client certificates, which the front, plaintext, would
+    have to end and stand in for)."""
     nodes = [f"{quorum_host}:{p}" for p in ports if p is not None]
+    if nodes and tls:
+        if args.etcd_port is not None:
+            raise CommandError("--etcd-port: the nodes serve etcd's API over TLS (ssl.*), and "
+                               "the etcd front does not: use the nodes' etcd addresses")
+        say("the nodes serve etcd's API over TLS (ssl.*): no etcd address beside --http-port's; "
+            "etcd's clients take the nodes' own")
+        return None
     if not nodes:
         if args.etcd_port is not None:
             raise CommandError("--etcd-port needs the nodes' etcd API (drop --no-etcd and "
