@@ -236,4 +236,21 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
         parser.error(str(exc))
     if not 1 <= cfg.voters <= 9:
         parser.error(f"--voters must be between 1 and 9, got {cfg.voters}")
+    if (clash := voter_port_clash(cfg)) is not None:
+        parser.error(clash)
     return cfg
+
+
+def voter_port_clash(cfg: AppConfig) -> str | None:
+    """Two of the voters' fixed port ranges (base + 0 .. base + voters - 1) that overlap: a
+    voter could not bind the second (0 and -1 pick no fixed port)."""
+    bases = {"kraft.voter.base.port": cfg.voter_base_port,
+             "kraft.voter.http.base.port": cfg.voter_http_base_port,
+             "kraft.voter.etcd.base.port": cfg.voter_etcd_base_port}
+    fixed = [(key, base) for key, base in bases.items() if base > 0]
+    for i, (key, base) in enumerate(fixed):
+        for other, other_base in fixed[i + 1:]:
+            if abs(base - other_base) < cfg.voters:
+                return (f"{key}={base} and {other}={other_base}: {cfg.voters} voters' ports "
+                        "overlap; choose bases at least --voters apart")
+    return None

@@ -241,7 +241,9 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
             me["http"] = f"http://{url_host}:{http_port}"
             if settings.etcd_base_port >= 0:
                 etcd_port = _port(host, settings.etcd_base_port, voter_id)
-                while etcd_port == http_port:  # two free ports asked for: the OS may repeat one
+                # Two free ports asked for: the OS may hand the first out again (fixed bases
+                # that overlap are refused by the driver's configuration).
+                while settings.etcd_base_port == 0 and etcd_port == http_port:
                     etcd_port = _port(host, settings.etcd_base_port, voter_id)
                 me["etcd"] = f"{url_host}:{etcd_port}"
         everyone = [json.loads(item) for item in ctx.allGather(json.dumps(me))]

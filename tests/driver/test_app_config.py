@@ -98,6 +98,19 @@ def test_command_line_flags_win_over_the_file(tmp_path: Path) -> None:
     assert (cfg.voters, cfg.http_port, cfg.data_dir) == (3, 9000, str(tmp_path))
 
 
+def test_overlapping_voter_port_ranges_are_refused(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "app.properties"
+    conf.write_text("kraft.voter.http.base.port=8081\nkraft.voter.etcd.base.port=8083\n",
+                    encoding="utf-8")
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(conf)])
+    assert ("kraft.voter.http.base.port=8081 and kraft.voter.etcd.base.port=8083: 3 voters' "
+            "ports overlap") in capsys.readouterr().err
+    cfg = parse_args(["--config", str(conf), "--voters", "2", "--data-dir", str(tmp_path)])
+    assert (cfg.voter_http_base_port, cfg.voter_etcd_base_port) == (8081, 8083)
+
+
 def test_the_application_reads_exactly_its_registered_keys() -> None:
     assert set(_APP_KEYS) == APP_KEYS
 
