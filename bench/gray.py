@@ -188,7 +188,8 @@ def _listening_pid(port: int) -> int:
 
 
 class LocalSystem:
-    """``kraft-spark local --voters 3 --http-port 0`` with Kafka's default timings."""
+    """``kraft-spark local --voters 3 --http-port 0 --no-node-http`` (the sidecar alone at
+    the HTTP address) with Kafka's default timings."""
 
     name = "local"
 
@@ -196,7 +197,8 @@ class LocalSystem:
         self.data_dir = data_dir
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kraft_spark", "local", "--voters", "3", "--data-dir",
-             str(data_dir), "--base-port", str(base_port), "--http-port", "0"],
+             str(data_dir), "--base-port", str(base_port), "--http-port", "0",
+             "--no-node-http"],
             stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         self.nodes = [json.loads(self.proc.stdout.readline()) for _ in range(3)]

@@ -28,9 +28,14 @@ from kraft_spark.http_auth import Scope, token_in
 def run(tree: str, seconds: float, base_port: int) -> tuple[float, float, float]:
     """One 8 s point against a fresh 3-voter quorum of ``tree``: (appends/s, p50 ms, p99 ms)."""
     env = dict(os.environ, PYTHONPATH=tree)
+    # The sidecar alone: a tree whose nodes serve HTTP by default puts the append router in
+    # front of them at --http-port unless told --no-node-http.
+    alone = (["--no-node-http"] if os.path.isdir(os.path.join(tree, "kraft_spark", "etcd_front"))
+             else [])
     with tempfile.TemporaryDirectory() as tmp:
         p = subprocess.Popen([sys.executable, "-m", "kraft_spark", "local", "--voters", "3",
-                              "--data-dir", tmp, "--base-port", str(base_port), "--http-port", "0"],
+                              "--data-dir", tmp, "--base-port", str(base_port), "--http-port", "0",
+                              *alone],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                              cwd=tree, start_new_session=True)
         assert p.stdout is not None

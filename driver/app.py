@@ -50,6 +50,7 @@ from driver.config import AppConfig, parse_args, voter_affinity
 from driver.console import failure_of, progress
 from driver.control import ControlChannel
 from driver.cpu_priority import lower_process_threads, lower_this_thread
+from driver.etcd_endpoint import start_etcd_front
 from driver.membership import VoterMembershipMixin
 from driver.observer_bootstrap import bootstrap_if_needed, hold_observer_log
 from driver.observer_store import ObserverStore, read_committed
@@ -117,6 +118,7 @@ class Application(VoterMembershipMixin):
         self._hw_event = threading.Event()
         self._sidecar: Any = None
         self._front: Any = None  # the user's HTTP address (kraft_spark/proxy/front.py)
+        self._etcd_front: Any = None  # and etcd's beside it (driver/etcd_endpoint.py)
         self._job_done = threading.Event()
         self._supervisor: threading.Thread | None = None  # stop() waits for it once started
         self._delta: Any = None  # the DeltaMaterializer, shared by the two materializer threads
@@ -233,6 +235,7 @@ class Application(VoterMembershipMixin):
                                 max_connections=cfg.http_max_connections,
                                 header_timeout_s=cfg.http_header_timeout_s,
                                 leader_url=self._leader_http_url)
+        self._etcd_front = start_etcd_front(self)
         if cfg.delta_warm_up_wait_s > 0 and not self._delta_ready.wait(cfg.delta_warm_up_wait_s):
             progress(f"Delta is not warm after {cfg.delta_warm_up_wait_s:.0f} s; serving anyway")
 
@@ -258,6 +261,7 @@ class Application(VoterMembershipMixin):
                 known_directory_ids=self._known_directory_ids(),
                 static_voters=self._static_voters(),
                 http_base_port=cfg.voter_http_base_port, http_credentials=self.http_credentials,
+                etcd_base_port=cfg.voter_etcd_base_port,
                 http_max_connections=cfg.http_max_connections,
                 http_header_timeout_ms=int(cfg.http_header_timeout_s * 1000),
                 cpu_affinity=voter_affinity(cfg, local_master=is_local_master(self.spark)),
@@ -557,8 +561,8 @@ class Application(VoterMembershipMixin):
             for t in threading.enumerate()
         ):
             time.sleep(0.2)
-        if self._front is not None:
-            self._front.stop()
+        for front in (f for f in (self._etcd_front, self._front) if f is not None):
+            front.stop()
         if self._sidecar is not None:
             self._sidecar.stop()
         if self._observer is not None:
@@ -612,8 +616,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kraft_spark.spark_submit import forward_jvm_signals
 
     forward_jvm_signals()  # under spark-submit: its JVM's SIGINT/SIGTERM come here
-    http_url = announce(app)
-    progress(f"running: HTTP API at {http_url}, Delta tables under {cfg.warehouse}; "
+    http_url, etcd = announce(app)
+    progress(f"running: HTTP API at {http_url}{etcd}, Delta tables under {cfg.warehouse}; "
              "Ctrl-C to stop")
     while not stop.wait(1.0) and app.fatal is None:
         pass

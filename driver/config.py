@@ -55,6 +55,12 @@ class AppConfig:
     # Voter i serves the HTTP API itself on this + i (0: any free port, -1: not at all); the
     # leader's is the fastest path for appends, and GET /v1/quorum names it (leaderHttpUrl)
     voter_http_base_port: int = 8081
+    # Voter i serves etcd's v3 gRPC API beside its HTTP API on this + i (0: any free port, -1:
+    # not at all; none either without the voter's HTTP API), and the application's own etcd
+    # address, a front that forwards every call to a voter (kraft_spark/etcd_front), listens
+    # on kraft.http.host:etcd_port (0: any free port, -1: none).
+    voter_etcd_base_port: int = 0
+    etcd_port: int = 0
     # kraft.cpu.affinity of the voters (none or role, as for `kraft-spark node`); unset: role
     # when Spark's master is local (every voter on this machine), none on a cluster. With the
     # driver's JVM quiet (delta-rs commits), role measured 1,207-1,321 appends/s at one
@@ -121,6 +127,8 @@ _APP_KEYS: dict[str, tuple[str, type, float | None]] = {
     "kraft.http.header.timeout.ms": ("http_header_timeout_s", float, 1),
     "kraft.voter.base.port": ("voter_base_port", int, 0),
     "kraft.voter.http.base.port": ("voter_http_base_port", int, -1),
+    "kraft.voter.etcd.base.port": ("voter_etcd_base_port", int, -1),
+    "kraft.etcd.port": ("etcd_port", int, -1),
     "kraft.cpu.affinity": ("cpu_affinity", str, None),
     "kraft.materialize.interval.ms": ("materialize_interval_s", float, 0),
     "kraft.materialize.snapshot.interval.ms": ("materialize_full_interval_s", float, 0),
@@ -228,4 +236,21 @@ def parse_args(argv: Sequence[str] | None = None) -> AppConfig:
         parser.error(str(exc))
     if not 1 <= cfg.voters <= 9:
         parser.error(f"--voters must be between 1 and 9, got {cfg.voters}")
+    if (clash := voter_port_clash(cfg)) is not None:
+        parser.error(clash)
     return cfg
+
+
+def voter_port_clash(cfg: AppConfig) -> str | None:
+    """Two of the voters' fixed port ranges (base + 0 .. base + voters - 1) that overlap: a
+    voter could not bind the second (0 and -1 pick no fixed port)."""
+    bases = {"kraft.voter.base.port": cfg.voter_base_port,
+             "kraft.voter.http.base.port": cfg.voter_http_base_port,
+             "kraft.voter.etcd.base.port": cfg.voter_etcd_base_port}
+    fixed = [(key, base) for key, base in bases.items() if base > 0]
+    for i, (key, base) in enumerate(fixed):
+        for other, other_base in fixed[i + 1:]:
+            if abs(base - other_base) < cfg.voters:
+                return (f"{key}={base} and {other}={other_base}: {cfg.voters} voters' ports "
+                        "overlap; choose bases at least --voters apart")
+    return None

@@ -65,6 +65,10 @@ class VoterSettings:
     # The HTTP API each voter serves itself (kraft.voter.http.base.port): voter i on
     # http_base_port + i, 0: any free port, -1: none. The leader's takes appends with no hop.
     http_base_port: int = -1
+    # etcd's v3 API each voter serves beside its HTTP API, sharing its store and credentials
+    # (kraft.voter.etcd.base.port): voter i on etcd_base_port + i, 0: any free port, -1: none
+    # (none either without the voter's HTTP API).
+    etcd_base_port: int = -1
     http_credentials: Credentials | None = None
     http_max_connections: int = 1000
     http_header_timeout_ms: int = 10_000
@@ -233,7 +237,15 @@ def voter_task(settings: VoterSettings) -> Callable[[Iterator[Any]], Iterator[st
         me = {"voter_id": voter_id, "host": host, "port": port, "directory_id": directory_id}
         if settings.http_base_port >= 0:
             url_host = f"[{host}]" if ":" in host else host
-            me["http"] = f"http://{url_host}:{_port(host, settings.http_base_port, voter_id)}"
+            http_port = _port(host, settings.http_base_port, voter_id)
+            me["http"] = f"http://{url_host}:{http_port}"
+            if settings.etcd_base_port >= 0:
+                etcd_port = _port(host, settings.etcd_base_port, voter_id)
+                # Two free ports asked for: the OS may hand the first out again (fixed bases
+                # that overlap are refused by the driver's configuration).
+                while settings.etcd_base_port == 0 and etcd_port == http_port:
+                    etcd_port = _port(host, settings.etcd_base_port, voter_id)
+                me["etcd"] = f"{url_host}:{etcd_port}"
         everyone = [json.loads(item) for item in ctx.allGather(json.dumps(me))]
         everywhere = {int(v["voter_id"]): (str(v["host"]), int(v["port"])) for v in everyone}
         static = settings.static_voters or len(everywhere)
@@ -278,11 +290,18 @@ def _install_tls(settings: VoterSettings) -> TlsConfig | None:
 
 def _http_settings(settings: VoterSettings, me: dict[str, Any],
                    everyone: list[dict[str, Any]]) -> dict[str, Any]:
-    """The NodeConfig fields of the voter's own HTTP API (none without a URL)."""
+    """The NodeConfig fields of the voter's own HTTP API (none without a URL) and of etcd's
+    beside it (``me["etcd"]``; every voter's, for MemberList)."""
     if "http" not in me:
         return {}
     port = int(str(me["http"]).rsplit(":", 1)[1])
+    etcd: dict[str, Any] = {}
+    if "etcd" in me:  # etcd's API shares the HTTP API's store and credentials
+        etcd = {"etcd_listener": (str(me["host"]), int(str(me["etcd"]).rsplit(":", 1)[1])),
+                "etcd_urls": {int(v["voter_id"]): str(v["etcd"]) for v in everyone
+                              if "etcd" in v}}
     return {
+        **etcd,
         "http_listener": (str(me["host"]), port),
         "http_credentials": settings.http_credentials,
         "http_max_connections": settings.http_max_connections,

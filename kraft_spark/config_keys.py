@@ -52,6 +52,8 @@ APP_KEYS = frozenset({
     "kraft.sql.port",
     "kraft.voter.base.port",
     "kraft.voter.http.base.port",
+    "kraft.voter.etcd.base.port",
+    "kraft.etcd.port",
     "kraft.cpu.affinity",
     "kraft.materialize.interval.ms",
     "kraft.materialize.snapshot.interval.ms",

@@ -10,11 +10,16 @@ The listeners take SASL/PLAIN (``kraft_spark.quorum_auth``): ``DATA_DIR/quorum-u
 on a first start, and ``DATA_DIR/admin.properties`` holds the administrator's client settings for
 ``--command-config`` (``--quorum-insecure``: no authentication, said loudly).
 
-Two ways to serve the HTTP API: ``--http-port`` runs the sidecar in this process, in front of
-the quorum (it reaches the leader over TCP); ``--node-http-base-port B`` makes node i serve it
-itself on ``B + i`` (``kraft.http.listener``: an append to the leader goes straight into its
-core, other nodes forward to the leader), and each node's JSON line gains ``"http"``; they then
-serve etcd's v3 gRPC API too (``commands.local_etcd``), and the line gains ``"etcd"``.
+Every node serves the HTTP API itself (``kraft.http.listener``: an append to the leader goes
+straight into its core, other nodes forward to the leader) and etcd's v3 gRPC API, on free ports
+or from ``--node-http-base-port``/``--etcd-base-port`` (``commands.local_etcd``; ``--no-etcd``,
+``--no-node-http``), and each node's JSON line gains ``"http"`` and ``"etcd"``. ``--http-port``
+adds one address in front of them all: the append router with the sidecar behind it (the
+sidecar alone with ``--no-node-http``), and beside it the etcd front (``kraft_spark.etcd_front``),
+both printed on one more JSON line.
+
+The nodes are started together and their lines printed in order as each listens: a node's
+start-up is mostly imports, which overlap on a machine of more than one core.
 """
 
 from __future__ import annotations
@@ -33,7 +38,14 @@ from typing import Any
 
 from kraft_spark.addresses import http_url, url_host
 from kraft_spark.client.security import ClientSecurity
-from kraft_spark.commands.local_etcd import etcd_ports, etcd_properties, register_options
+from kraft_spark.commands.local_etcd import (
+    etcd_front_address,
+    etcd_ports,
+    etcd_properties,
+    node_http_ports,
+    register_options,
+    start_etcd_front,
+)
 from kraft_spark.commands.node_supervisor import NodeSupervisor
 from kraft_spark.errors import CommandError
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credentials
@@ -62,9 +74,8 @@ def register(subparsers: Any) -> None:
         help=f"node i listens on base-port + i (default {DEFAULT_BASE_PORT})",
     )
     parser.add_argument("--http-port", type=int, default=None,
-                        help="also serve the HTTP API on this port (0: any free port)")
-    parser.add_argument("--node-http-base-port", type=int, default=None, metavar="B",
-                        help="node i also serves the HTTP API itself on port B + i")
+                        help="also serve the HTTP API on this port (0: any free port), in "
+                        "front of all the nodes, and etcd's API beside it (--etcd-port)")
     parser.add_argument("--http-credentials", default=None, metavar="FILE",
                         help="the HTTP API's scoped tokens (lines '<scope> <token> [<name>]', "
                         "mode 0600; default <data-dir>/http-credentials, created with an admin, "
@@ -173,19 +184,7 @@ def _run_local(args: argparse.Namespace) -> int:
         raise CommandError(f"--http-port must be from 0 (any free port) to 65535, got "
                            f"{args.http_port}")
     ports = [args.base_port + i for i in range(args.voters)]
-    http_ports: list[int | None] = [None] * args.voters
-    if args.node_http_base_port is not None:
-        base = args.node_http_base_port
-        if not 1 <= base <= 65536 - args.voters:
-            raise CommandError(
-                f"--node-http-base-port {base} leaves no room for {args.voters} ports"
-            )
-        http_ports = [base + i for i in range(args.voters)]
-        if set(http_ports) & set(ports):
-            raise CommandError(
-                f"--node-http-base-port {base}: ports {http_ports[0]}-{http_ports[-1]} overlap "
-                f"the quorum's {ports[0]}-{ports[-1]} (--base-port): choose another"
-            )
+    http_ports = node_http_ports(args, ports)
     # host:port everywhere below (listeners, voters, bootstrap) is Kafka's form: an IPv6
     # address in brackets.
     quorum_host = url_host(args.host)
@@ -208,9 +207,10 @@ def _run_local(args: argparse.Namespace) -> int:
         raise CommandError(f"--host {args.host}: {exc}") from None
     # A port another process listens on would pass
     # _wait_listening (it only connects) while our node failed to bind it.
-    etcd = etcd_ports(args, http_ports)
+    etcd = etcd_ports(args, http_ports, ports)
     for flag, flag_ports in (("--base-port", ports), ("--node-http-base-port", http_ports),
-                             ("--http-port", [args.http_port]), ("--etcd-base-port", etcd)):
+                             ("--http-port", [args.http_port]), ("--etcd-base-port", etcd),
+                             ("--etcd-port", [args.etcd_port])):
         for port in flag_ports:
             if port:
                 _check_port_free(args.host, port, flag)
@@ -257,7 +257,9 @@ def _run_local(args: argparse.Namespace) -> int:
     stop.install()
     sidecar: Any = None
     front: Any = None
+    etcd_front: Any = None
     try:
+        procs: dict[int, subprocess.Popen[bytes]] = {}
         for node_id, port in enumerate(ports):
             log_dir = os.path.join(data_dir, f"node-{node_id}")
             try:
@@ -285,10 +287,14 @@ def _run_local(args: argparse.Namespace) -> int:
                     f"controller.quorum.voters={voters}\n"
                     + "".join(e + "\n" for e in node_props + extra)
                 )
+            procs[node_id] = supervisor.start(node_id)
+        for node_id, port in enumerate(ports):
+            conf = os.path.join(data_dir, f"node-{node_id}.properties")
             log_path = os.path.join(data_dir, "logs", f"node-{node_id}.log")
-            proc = supervisor.start(node_id)
+            http_port, proc = http_ports[node_id], procs[node_id]
             line: dict[str, Any] = {"node_id": node_id, "endpoint": f"{quorum_host}:{port}",
-                                    "pid": proc.pid, "log_dir": log_dir}
+                                    "pid": proc.pid,
+                                    "log_dir": os.path.join(data_dir, f"node-{node_id}")}
             try:
                 _wait_listening(args.host, port, proc, log_path)
                 if http_port is not None:
@@ -309,6 +315,7 @@ def _run_local(args: argparse.Namespace) -> int:
             from kraft_spark.commands.local_front import start_front
             from kraft_spark.commands.sidecar import start_sidecar
 
+            etcd_front = start_etcd_front(args, quorum_host, etcd, tls=tls, say=say)
             urls = {i: http_url(args.host, p)
                     for i, p in enumerate(http_ports) if p is not None}
             bootstrap = [f"{quorum_host}:{p}" for p in ports]
@@ -332,6 +339,7 @@ def _run_local(args: argparse.Namespace) -> int:
             port = front.port if front is not None else sidecar.port
             address = http_url(args.host, port)
             print(json.dumps({"http": address,
+                              **etcd_front_address(etcd_front, quorum_host),
                               "docs": f"{address}/docs",
                               "credentials": credentials_path,
                               **({"command_config": auth.admin_properties}
@@ -344,6 +352,8 @@ def _run_local(args: argparse.Namespace) -> int:
                     exit_code=1,
                 )
     finally:
+        if etcd_front is not None:
+            etcd_front.stop()
         if front is not None:
             front.stop()
         if sidecar is not None:
@@ -394,7 +404,7 @@ def _http_credentials(args: Any, data_dir: str,
     """The HTTP API's credentials file and what it holds (``--http-credentials``, else
     ``<data-dir>/http-credentials``, created on a first start); (None, None) with
     ``--http-insecure``. Only when an HTTP API is served."""
-    if args.http_port is None and args.node_http_base_port is None:
+    if args.http_port is None and args.no_node_http:
         return None, None
     try:
         path, credentials, created = server_credentials(

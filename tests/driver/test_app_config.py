@@ -23,6 +23,7 @@ def test_the_shipped_file_parses_to_the_documented_defaults() -> None:
     assert cfg.compact_min_files == 100
     assert cfg.http_token is None  # empty value: unset
     assert cfg.log_preallocate is True
+    assert (cfg.voter_etcd_base_port, cfg.etcd_port) == (0, 0)  # etcd's API, on free ports
     assert QuorumConfig.from_properties(cfg.quorum_properties).fetch_max_wait_ms == 500
 
 
@@ -62,6 +63,7 @@ def test_milliseconds_become_seconds() -> None:
         ({"kraft.delta.compact.min.files": "-1"}, "kraft.delta.compact.min.files must be ≥ 0"),
         ({"kraft.http.max.connections": "0"}, "kraft.http.max.connections must be ≥ 1"),
         ({"kraft.http.header.timeout.ms": "0"}, "kraft.http.header.timeout.ms must be ≥ 1"),
+        ({"kraft.etcd.port": "-2"}, "kraft.etcd.port must be ≥ -1"),
         ({"kraft.log.preallocate": "yes"}, "kraft.log.preallocate must be true or false"),
         ({"controller.quorum.fetch.max.wait.ms": "x"}, "controller.quorum.fetch.max.wait.ms"),
         ({"controller.quorum.fetch.timeout": "1"}, "unknown quorum setting"),
@@ -94,6 +96,19 @@ def test_command_line_flags_win_over_the_file(tmp_path: Path) -> None:
     conf.write_text("kraft.voters=5\nkraft.http.port=9000\n", encoding="utf-8")
     cfg = parse_args(["--config", str(conf), "--voters", "3", "--data-dir", str(tmp_path)])
     assert (cfg.voters, cfg.http_port, cfg.data_dir) == (3, 9000, str(tmp_path))
+
+
+def test_overlapping_voter_port_ranges_are_refused(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "app.properties"
+    conf.write_text("kraft.voter.http.base.port=8081\nkraft.voter.etcd.base.port=8083\n",
+                    encoding="utf-8")
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(conf)])
+    assert ("kraft.voter.http.base.port=8081 and kraft.voter.etcd.base.port=8083: 3 voters' "
+            "ports overlap") in capsys.readouterr().err
+    cfg = parse_args(["--config", str(conf), "--voters", "2", "--data-dir", str(tmp_path)])
+    assert (cfg.voter_http_base_port, cfg.voter_etcd_base_port) == (8081, 8083)
 
 
 def test_the_application_reads_exactly_its_registered_keys() -> None:

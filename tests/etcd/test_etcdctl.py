@@ -74,16 +74,28 @@ class Etcdctl:
 
 @pytest.fixture(scope="module")
 def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KvQuorum]:
-    with running(KvQuorum(tmp_path_factory.mktemp("etcd"))) as q:
+    """`kraft-spark local --http-port 0`, every other setting its default: the nodes serve
+    etcd's API, and the etcd front serves it beside the HTTP address."""
+    with running(KvQuorum(tmp_path_factory.mktemp("etcd"), http=True)) as q:
         yield q
+
+
+def _admin(quorum: KvQuorum) -> str:
+    credentials = Credentials.load(str(quorum.data_dir / CREDENTIALS_FILE))
+    admin = next(c for c in credentials.entries if c.scope == Scope.ADMIN)
+    return f"{admin.name or admin.scope.label}:{admin.token}"
 
 
 @pytest.fixture(scope="module")
 def kraft(quorum: KvQuorum) -> Etcdctl:
-    credentials = Credentials.load(str(quorum.data_dir / CREDENTIALS_FILE))
-    admin = next(c for c in credentials.entries if c.scope == Scope.ADMIN)
-    endpoints = ",".join(str(n["etcd"]) for n in quorum.nodes)
-    return Etcdctl(endpoints, f"{admin.name or admin.scope.label}:{admin.token}")
+    """etcdctl at the addresses the nodes' lines print."""
+    return Etcdctl(",".join(str(n["etcd"]) for n in quorum.nodes), _admin(quorum))
+
+
+@pytest.fixture(scope="module")
+def front(quorum: KvQuorum) -> Etcdctl:
+    """etcdctl at the one address printed beside the HTTP one (``kraft_spark.etcd_front``)."""
+    return Etcdctl(str(quorum.front["etcd"]), _admin(quorum))
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +369,8 @@ def test_maintenance_hashkv_snapshot_alarm_defrag(kraft: Etcdctl, quorum: KvQuor
     assert kraft("defrag").count("Finished defragmenting etcd member") == 3
     refused = _errors(kraft("move-leader", "1", check=False))  # etcdctl finds the leader
     assert "Unimplemented" in refused and "MoveLeader is not supported" in refused
+
+
 # ---- etcd's RBAC (tests/etcd/rbac_session.py); last: the etcd beside it gets auth enabled
 # for the session and disabled again after it.
 
@@ -519,3 +533,46 @@ def test_grpc_checks_every_key_a_call_touches(kraft: Etcdctl, quorum: KvQuorum) 
             kv.Range(rpc_pb2.RangeRequest(key=b"k/1"), metadata=meta, timeout=10)
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
         assert caught.value.details() == "etcdserver: invalid auth token"
+
+
+# ---- the etcd front beside --http-port's address (kraft_spark/etcd_front); after the RBAC
+# session, which its node kill would disturb.
+
+
+def test_the_front_forwards_unary_calls_and_streams(front: Etcdctl, kraft: Etcdctl) -> None:
+    """Put/get (unary), a Watch stream from a past revision then live, and a LeaseKeepAlive
+    stream, all through the front's one address; what it printed is what the nodes print."""
+    assert front("put", "fr/k", "v") == "OK\n"
+    assert front("get", "fr/k") == kraft("get", "fr/k") == "fr/k\nv\n"
+    assert _watch_session(front) == ["PUT", "ww/a", "1", "DELETE", "ww/a", "", "PUT", "ww/b",
+                                     "2"]
+    lease = front("lease", "grant", "60").split()[1]
+    assert front("lease", "keep-alive", "--once", lease) == f"lease {lease} keepalived with " \
+                                                           "TTL(60)\n"
+    assert f"lease {lease} granted with TTL(60s)" in kraft("lease", "timetolive", lease)
+    assert "user name is empty" in Etcdctl(front.base[1].split("=", 1)[1])("get", "fr/k",
+                                                                            check=False)
+
+
+def test_the_front_fails_over_when_its_node_is_killed(front: Etcdctl, quorum: KvQuorum) -> None:
+    """The front sends every call to its first node while it runs (node 0, as etcd's gRPC
+    proxy keeps to one member); once that node is killed, the next calls go to another."""
+    def answering_member() -> int:
+        status = json.loads(front("endpoint", "status", "-w", "json"))
+        return int(status[0]["Status"]["header"]["member_id"])
+
+    names = {int(m["ID"]): m["name"]
+             for m in json.loads(front("member", "list", "-w", "json"))["members"]}
+    before = answering_member()
+    assert names[before] == "node-0"
+    os.kill(quorum.pid(0), signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while quorum.alive(0):
+        assert time.monotonic() < deadline, "node 0 did not die"
+        time.sleep(0.05)
+    try:
+        assert front("put", "ff/k", "after-the-kill") == "OK\n"
+        assert front("get", "ff/k") == "ff/k\nafter-the-kill\n"
+        assert names[answering_member()] in ("node-1", "node-2")
+    finally:
+        quorum.restart_node(0)

@@ -59,8 +59,12 @@ class LocalQuorum:
     restarted: list[subprocess.Popen[bytes]] = field(default_factory=list)
     http: bool = False
     http_url: str = ""
-    # --node-http-base-port: node i serves the HTTP API itself at http_urls[i] (a node started
-    # again by restart_node keeps its port, which is in its properties file).
+    # The line `--http-port` prints: "http", "etcd" (the etcd front, with node_http)...
+    front: dict[str, object] = field(default_factory=dict)
+    # `local`'s default: node i serves the HTTP API itself at http_urls[i], and etcd's API at
+    # nodes[i]["etcd"] (a node started again by restart_node keeps its ports, which are in its
+    # properties file). False: --no-node-http, the quorum's listeners only (and with `http`,
+    # the sidecar alone), lighter for the many tests that need no more.
     node_http: bool = False
     http_urls: list[str] = field(default_factory=list)
     # The admin token of the HTTP credentials `kraft-spark local` created in the data directory
@@ -80,11 +84,8 @@ class LocalQuorum:
         cmd += self.args
         if self.http:
             cmd += ["--http-port", "0"]
-        if self.node_http:
-            http_base = consecutive_free_ports(self.voters)
-            while abs(http_base - base) < self.voters:
-                http_base = consecutive_free_ports(self.voters)
-            cmd += ["--node-http-base-port", str(http_base)]
+        if not self.node_http:
+            cmd += ["--no-node-http"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                      start_new_session=True)
         assert self.proc.stdout is not None
@@ -97,7 +98,8 @@ class LocalQuorum:
                 assert "error" not in node, node
                 self.http_urls.append(str(node["http"]))
         if self.http:
-            self.http_url = json.loads(self.proc.stdout.readline())["http"]
+            self.front = json.loads(self.proc.stdout.readline())
+            self.http_url = str(self.front["http"])
         if self.http or self.node_http:
             credentials = Credentials.load(str(self.data_dir / CREDENTIALS_FILE))
             self.token = credentials.token_of(Scope.ADMIN)

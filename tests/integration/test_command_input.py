@@ -47,6 +47,9 @@ def test_local_refuses_a_port_another_process_listens_on(tmp_path: Path) -> None
     [
         (("--http-port", "99999"), "--http-port must be from 0 (any free port) to 65535"),
         (("--http-port", "-1"), "--http-port must be from 0"),
+        (("--etcd-port", "0"), "--etcd-port serves etcd's API beside --http-port's address"),
+        (("--no-node-http", "--etcd-base-port", "2400"), "--etcd-base-port needs the nodes' "
+                                                         "HTTP API"),
         (("--data-dir-is-a-file",), "Not a directory"),
     ],
 )

@@ -30,8 +30,8 @@ BACKOFF_S = 0.3
 
 @dataclass
 class KvQuorum(LocalQuorum):
-    """``kraft-spark local --node-http-base-port``: node i serves the HTTP API itself at
-    ``http_urls[i]`` (``LocalQuorum.node_http``)."""
+    """``kraft-spark local`` as it starts by default: node i serves the HTTP API itself at
+    ``http_urls[i]`` and etcd's at ``nodes[i]["etcd"]`` (``LocalQuorum.node_http``)."""
 
     node_http: bool = True
 

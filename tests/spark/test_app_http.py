@@ -1,14 +1,17 @@
 """The Spark application's fastest path (issue 27): every voter serves the HTTP API itself,
 ``GET /v1/quorum`` on the driver's endpoint names them, clients append to the leader directly
 with the bearer token, and an ``Idempotency-Key`` retried under the next leader (after the
-leader's voter process is killed and the barrier stage relaunched) appends nothing twice."""
+leader's voter process is killed and the barrier stage relaunched) appends nothing twice.
+etcdctl works at the etcd address printed beside the HTTP one, before and after the relaunch."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 import urllib.error
@@ -25,6 +28,7 @@ from tests.spark.test_application import App, _voter_hellos
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 TOKEN = "app-http-secret"
+ETCDCTL = shutil.which("etcdctl") is not None  # Debian's etcd-client (`make test` installs it)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -88,6 +92,27 @@ def check_a_leases_keys_reach_a_watch_through_the_application(url: str) -> None:
                               ("put", DONE_KEY)]
 
 
+def etcdctl(app: App, *args: str) -> str:
+    """Debian's etcdctl at the etcd address the application printed beside its HTTP one, as
+    the one credential of ``kraft.http.token`` (an etcd user named ``token``)."""
+    done = subprocess.run(["etcdctl", f"--endpoints={app.info['etcd']}", "--user",
+                           f"token:{TOKEN}", "--command-timeout=20s", *args],
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "ETCDCTL_API": "3"})
+    assert done.returncode == 0, f"etcdctl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def check_etcd_through_the_application(app: App, key: str) -> None:
+    """etcd's API at the application's etcd address (driver/etcd_endpoint.py): a put and a
+    get through the front, which forwards them to a voter's own etcd listener; the same key
+    over the HTTP API."""
+    assert sorted(app.info["voter_etcd"]) == ["0", "1", "2"]
+    assert etcdctl(app, "put", key, "v") == "OK\n"
+    assert etcdctl(app, "get", key) == f"{key}\nv\n"
+    assert call(f"{app.url}/v1/kv/{key}", headers=AUTH)["value"] == "v"
+
+
 def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
     tmp_path: Path, spark: Any
 ) -> None:
@@ -143,6 +168,8 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
         first = call(f"{before['leaderHttpUrl']}/v1/records", once,
                      {**AUTH, "Idempotency-Key": "K1"})
         check_the_store_through_the_application(app.url)
+        if ETCDCTL:
+            check_etcd_through_the_application(app, "etcd/before")
 
         for t in loaders:
             t.start()
@@ -170,6 +197,8 @@ def test_clients_append_to_the_leaders_own_http_api_across_a_leader_change(
         # And through the address users are given, which routes it to the new leader.
         assert call(f"{app.url}/v1/records", once, {**AUTH, "Idempotency-Key": "K1"}) == first
         assert sum(1 for key in acked if key.startswith("c2-")) >= 20, "client 2 stalled"
+        if ETCDCTL:  # the relaunched voters' etcd listeners, on new free ports
+            check_etcd_through_the_application(app, "etcd/after")
     finally:
         stop.set()
         for t in loaders:

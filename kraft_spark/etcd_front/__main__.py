@@ -1,0 +1,5 @@
+import sys
+
+from kraft_spark.etcd_front.process import main
+
+sys.exit(main())
