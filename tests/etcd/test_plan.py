@@ -151,3 +151,18 @@ def test_a_range_inside_a_txn_has_a_header_with_its_revision() -> None:
     plan.settle(response, 9)
     assert response.responses[0].response_range.header.revision == 4
     assert response.responses[2].response_range.header.revision == 9
+
+
+def test_a_txns_writes_read_inside_it_share_the_revision_the_group_lands_at() -> None:
+    """etcd gives every write of one Txn one revision: read back inside the Txn, two puts
+    have it (the group's first offset once settled), and so does the Range's header."""
+    put = [rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=b"v"))
+           for k in (b"t/1", b"t/2")]
+    get = rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=b"t/", range_end=b"t0"))
+    plan = Plan(_view(_state()))
+    response = plan.txn(rpc_pb2.TxnRequest(success=[*put, get]))
+    plan.settle(response, 9)  # the group landed at offsets 9 and 10
+    read = response.responses[2].response_range
+    assert [(kv.key, kv.create_revision, kv.mod_revision) for kv in read.kvs] == [
+        (b"t/1", 9, 9), (b"t/2", 9, 9)]
+    assert read.header.revision == 9
