@@ -294,6 +294,55 @@ def test_past_revisions_prev_kv_and_compaction(kraft: Etcdctl, etcd: Etcdctl | N
         assert _history_session(etcd) == ours
 
 
+def _key(kv: dict[str, Any]) -> str:
+    return base64.b64decode(kv["key"]).decode()
+
+
+def _shared_revision_session(ctl: Etcdctl) -> list[Any]:
+    """A Txn putting two keys and deleting a third, a watch from its revision, a DeleteRange
+    of the prefix: every revision relative to the Txn's or the delete's."""
+    ctl("put", "tr/c", "0")
+    txn = json.loads(ctl("txn", "-w", "json", stdin="\nput tr/a 1\nput tr/b 2\ndel tr/c\n\n\n"))
+    r = int(txn["header"]["revision"])
+    got = json.loads(ctl("get", "tr/", "--prefix", "-w", "json"))["kvs"]
+    # The watch reads the Txn from the past, then sees the delete live (etcd sends every
+    # past revision a watch catches up on in one response, a live one per revision).
+    proc = ctl.watch("tr/", "--prefix", f"--rev={r}", "-w", "json")
+    assert proc.stdout is not None
+    with proc.stdout:
+        responses = [json.loads(proc.stdout.readline())]
+        deleted = json.loads(ctl("del", "tr/", "--prefix", "-w", "json"))
+        responses.append(json.loads(proc.stdout.readline()))
+        proc.kill()
+        proc.wait()
+    d = int(deleted["header"]["revision"])
+    return [
+        txn["succeeded"],
+        [(_key(kv), kv["mod_revision"] - r, kv["create_revision"] - r, kv["version"])
+         for kv in got],
+        (int(deleted["deleted"]), d > r),
+        [[(("PUT", "DELETE")[e.get("type", 0)], _key(e["kv"]),
+           e["kv"].get("mod_revision", 0) - base) for e in response["Events"]]
+         for response, base in zip(responses, (r, d), strict=True)],
+        [response["Header"]["revision"] - base
+         for response, base in zip(responses, (r, d), strict=True)],
+    ]
+
+
+def test_a_txns_and_a_delete_ranges_writes_share_one_revision(kraft: Etcdctl,
+                                                              etcd: Etcdctl | None) -> None:
+    """What etcdctl prints, revisions relative to the Txn's: equal mod_revisions on both
+    systems, the Txn's header revision theirs, one watch response per request."""
+    ours = _shared_revision_session(kraft)
+    assert ours == [
+        True, [("tr/a", 0, 0, 1), ("tr/b", 0, 0, 1)], (2, True),
+        [[("PUT", "tr/a", 0), ("PUT", "tr/b", 0), ("DELETE", "tr/c", 0)],
+         [("DELETE", "tr/a", 0), ("DELETE", "tr/b", 0)]],
+        [0, 0]]
+    if etcd is not None:
+        assert _shared_revision_session(etcd) == ours
+
+
 def test_lock_is_exclusive_and_passes_on(kraft: Etcdctl) -> None:
     """etcdctl lock: clientv3's Mutex (a Txn that reads the key it writes, a lease kept alive
     on a KeepAlive stream, a watch for the holder's delete)."""
