@@ -126,14 +126,22 @@ class Plan:
             kind = op.WhichOneof("response")
             if kind == "response_txn":
                 self.settle(op.response_txn, base_offset)
-            elif kind == "response_range":
-                if op.response_range.header.revision >= floor:
-                    op.response_range.header.revision += shift
+                continue
+            header = getattr(op, kind).header
+            if header.revision >= floor:
+                header.revision += shift
+            if kind == "response_range":
                 for kv in op.response_range.kvs:
                     if kv.mod_revision >= floor:
                         kv.mod_revision += shift
                     if kv.create_revision >= floor:
                         kv.create_revision += shift
+
+    @property
+    def revision_now(self) -> int:
+        """The revision an operation of a Txn sees, as etcd's nested headers carry it: the
+        view's, or after this plan's own writes theirs (provisional until :meth:`settle`)."""
+        return self.view.applied if self.writes else self.view.revision
 
     # ------------------------------------------------------------------ requests
 
@@ -155,6 +163,7 @@ class Plan:
                 if req.ignore_lease:
                     lease = old.lease
         self.write(Write(req.key, value, lease))
+        response.header.revision = self.revision_now
         return response
 
     def delete_range(self, req: rpc_pb2.DeleteRangeRequest) -> rpc_pb2.DeleteRangeResponse:
@@ -166,16 +175,15 @@ class Plan:
             response.prev_kvs.extend(key_value(k, e) for k, e in found)
         for key, _ in found:
             self.write(Write(key, None))
+        response.header.revision = self.revision_now
         return response
 
     def range(self, req: rpc_pb2.RangeRequest) -> rpc_pb2.RangeResponse:
         self.read(req.key, req.range_end)  # the guard
         response = range_response(self.current if self._overlay else self.view, req)
         # etcd gives a Range inside a Txn a header with the revision it read at (clientv3's
-        # STM takes its snapshot revision from it): the view's, or after this plan's own
-        # writes theirs (provisional until settle).
-        revision = self.view.applied if self.writes else self.view.revision
-        response.header.CopyFrom(rpc_pb2.ResponseHeader(revision=revision))
+        # STM takes its snapshot revision from it).
+        response.header.CopyFrom(rpc_pb2.ResponseHeader(revision=self.revision_now))
         return response
 
     def txn(self, req: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:
