@@ -169,9 +169,11 @@ class _Stream:
                     # One response per revision, as etcd's: the writes of one group were
                     # published together, so they are all ready now (Watcher.poll).
                     revision, events = item.revision, []
+                    seen: dict[bytes, int] = {}  # the key's writes so far at this revision
                     while True:
+                        nth = seen[item.key] = seen.get(item.key, -1) + 1
                         if wanted(item):
-                            events.append(self._event(item, create.prev_kv))
+                            events.append(self._event(item, create.prev_kv, nth))
                         following = watcher.poll()
                         if not (isinstance(following, WatchEvent)
                                 and following.revision == revision):
@@ -193,11 +195,11 @@ class _Stream:
                                       f"revision {item.resume_offset}"))
                     return
 
-    def _event(self, item: WatchEvent, prev_kv: bool) -> kv_pb2.Event:
+    def _event(self, item: WatchEvent, prev_kv: bool, nth: int) -> kv_pb2.Event:
         event = kv_pb2.Event(type=kv_pb2.Event.PUT)
         kv = event.kv  # (a protobuf field: set in place, a message given is copied)
         kv.key, kv.mod_revision = item.key, item.revision
-        written, before = self._ctx.store.history.written(item.key, item.revision)
+        written, before = self._ctx.store.history.written(item.key, item.revision, nth)
         if prev_kv and before is not None and before.value is not None:
             event.prev_kv.CopyFrom(kv_pb2.KeyValue(
                 key=item.key, create_revision=before.create, mod_revision=before.mod,

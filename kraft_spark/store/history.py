@@ -195,12 +195,14 @@ class History:
             if found is not None:
                 yield key, found
 
-    def written(self, key: bytes, revision: int) -> tuple[Revision | None, Revision | None]:
+    def written(self, key: bytes, revision: int,
+                nth: int = 0) -> tuple[Revision | None, Revision | None]:
         """(the write of ``key`` at ``revision``, the live revision before it): None where not
-        held (compacted, or before the history started; no previous: the key was absent). Of
-        a key written twice at one revision (one HTTP group), the first write."""
+        held (compacted, or before the history started; no previous: the key was absent).
+        ``nth``: which of the key's writes at that revision (an HTTP conditional group may
+        write one key twice; etcd's Txn never does)."""
         chain = self._view(key)
-        at = bisect.bisect_left(chain, revision, key=_mod)
+        at = bisect.bisect_left(chain, revision, key=_mod) + nth
         if at >= len(chain) or chain[at].mod != revision:
             return None, None
         before = chain[at - 1] if at > 0 else None

@@ -248,6 +248,21 @@ def test_revisions_agree_with_the_http_api(kraft: Etcdctl, quorum: KvQuorum) -> 
     assert over_http["create_offset"] == over_grpc["create_revision"]
     kv = json.loads(kraft("get", "x/http", "-w", "json"))["kvs"][0]
     assert kv["mod_revision"] == written.json()["base_offset"]
+    # A conditional write over HTTP is one request: both keys at its base offset over gRPC;
+    # a Txn's two keys over HTTP at its revision.
+    with httpx.Client(headers=quorum.auth, timeout=10) as http:
+        group = http.post(f"{url}/v1/records", json={
+            "conditions": [{"key": "x/cw1", "exists": False}],
+            "records": [{"key": "x/cw1", "value": 1}, {"key": "x/cw2", "value": 2}]})
+        assert group.status_code == 200, group.text
+        assert group.json()["last_offset"] == group.json()["base_offset"] + 1
+        txn = json.loads(kraft("txn", "-w", "json", stdin="\nput x/t1 a\nput x/t2 b\n\n\n"))
+        over_http = [http.get(f"{url}/v1/kv/x/{k}").json() for k in ("t1", "t2")]
+    kvs = json.loads(kraft("get", "x/cw", "--prefix", "-w", "json"))["kvs"]
+    assert [(kv["mod_revision"], kv["create_revision"]) for kv in kvs] == [
+        (group.json()["base_offset"],) * 2] * 2
+    assert [(kv["mod_offset"], kv["create_offset"]) for kv in over_http] == [
+        (int(txn["header"]["revision"]),) * 2] * 2
     assert bytes.fromhex(kraft("get", "x/http", "--print-value-only", "--hex").strip()
                          .replace("\\x", "")) == b'"v"'  # the HTTP API stores JSON
 

@@ -164,3 +164,22 @@ def test_a_reset_starts_from_the_state_without_copying_entries() -> None:
     history.advance(4)
     assert history.get(b"k", 2) == Revision(1, b"2", 0, 2)
     assert history.written(b"k", 3) == (Revision(3, b"4", 0, 3), Revision(1, b"2", 0, 2))
+
+
+def test_a_group_writing_one_key_twice_keeps_both_writes_at_its_revision() -> None:
+    """An HTTP conditional group may write one key twice (etcd's Txn never does): both
+    writes are at the group's revision, in order, the state's version counting both."""
+    state = KeyValueState()
+    history = History(10)
+    history.reset(state.items(), 0)
+    header = (TXN_HEADER, encode_header(3, []))
+    batch = Batch(0, 1, (Record(b"k", b"1", headers=(header,)), Record(b"k", b"2"),
+                         Record(b"j", b"3")))
+    state.apply(batch)
+    feed_batch(history, batch, lambda offset: 0, state.leases.deleted_at)
+    entry = state.get(b"k")
+    assert entry is not None and (entry.offset, entry.create_offset, entry.version) == (0, 0, 2)
+    assert history.written(b"k", 0) == (Revision(0, b"1", 0, 1), None)
+    assert history.written(b"k", 0, 1) == (Revision(0, b"2", 0, 2), Revision(0, b"1", 0, 1))
+    assert history.written(b"k", 0, 2) == (None, None)
+    assert history.get(b"k", 2) == Revision(0, b"2", 0, 2)
