@@ -4,7 +4,8 @@ each watch yields them.
 
 Per watch: ``key`` / ``range_end`` (a key, a prefix, from-key, or any range: watched through
 its narrowest prefix, filtered by ``in_range``), ``start_revision`` (the log offset to read
-from; 0: from now), ``filters`` (NOPUT, NODELETE), ``progress_notify`` (the hub's progress
+from, dropping the rest of a conditional group begun before it, whose revision is below it;
+0: from now), ``filters`` (NOPUT, NODELETE), ``progress_notify`` (the hub's progress
 items, every few seconds while idle). A start the log no longer holds answers
 ``compact_revision`` (the log start) and cancels, as etcd does below its compaction; so does a
 start below the MVCC history's compaction point (``History.compacted``: Compact and
