@@ -42,8 +42,10 @@ Consistency = Literal["linearizable", "serializable"]
 class KeyValueOut(BaseModel):
     key: str
     value: Any = Field(description="The stored JSON value.")
-    create_offset: int = Field(description="Offset of the write that created the key.")
-    mod_offset: int = Field(description="Offset of the key's last write.")
+    create_offset: int = Field(description="Offset of the write that created the key (of a "
+                                           "conditional write: its first record's).")
+    mod_offset: int = Field(description="Offset of the key's last write (of a conditional "
+                                        "write: its first record's).")
     version: int = Field(description="Writes since the key was created (1 after creation).")
     offset: int = Field(description="The answer reflects every committed write below this.")
 

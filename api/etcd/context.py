@@ -102,7 +102,8 @@ class EtcdContext:
 
     async def write(self, build: Callable[[Plan], T]) -> tuple[T, int]:
         """Plan with ``build`` on the current view, append, and answer once applied: (the
-        response, the header revision). Plans again while a guard fails."""
+        response, the header revision: the revision of the request's writes, the first offset
+        of its records). Plans again while a guard fails."""
         for _ in range(MAX_PLANS):
             plan = Plan(self.view())
             response = build(plan)
@@ -111,9 +112,11 @@ class EtcdContext:
             records = records_of(plan)
             last, reason = await self.append(records)
             if not reason:
+                # One group (or one record): every write of it has this revision.
+                revision = last - len(records) + 1
                 if isinstance(response, rpc_pb2.TxnResponse):
-                    plan.settle(response, last - len(records) + 1)
-                return response, last
+                    plan.settle(response, revision)
+                return response, revision
             if "lease" in reason and "not found" in reason:
                 raise errors.lease_not_found()
             if reason != "guard":

@@ -4,14 +4,17 @@ each watch yields them.
 
 Per watch: ``key`` / ``range_end`` (a key, a prefix, from-key, or any range: watched through
 its narrowest prefix, filtered by ``in_range``), ``start_revision`` (the log offset to read
-from; 0: from now), ``filters`` (NOPUT, NODELETE), ``progress_notify`` (the hub's progress
+from, dropping the rest of a conditional group begun before it, whose revision is below it;
+0: from now), ``filters`` (NOPUT, NODELETE), ``progress_notify`` (the hub's progress
 items, every few seconds while idle). A start the log no longer holds answers
 ``compact_revision`` (the log start) and cancels, as etcd does below its compaction; so does a
 start below the MVCC history's compaction point (``History.compacted``: Compact and
 retention, the same on every replica). A progress request answers the current revision
 (``watch_id`` -1, as etcd 3.5).
 
-Events carry ``mod_revision`` (the write's offset), ``create_revision``, ``version`` and
+Events carry ``mod_revision`` (the write's revision: its offset, or its conditional group's
+first offset, ``kraft_spark.store.txn``; the events of one revision go in one response, as
+etcd sends a Txn's), ``create_revision``, ``version`` and
 ``lease`` from the history (``kraft_spark.store.history``), and with ``prev_kv`` the key's
 previous value; when the history no longer holds that write (compacted since, or older than
 this node's start), ``create_revision``/``version`` come from the key if it still holds that
@@ -39,6 +42,7 @@ from kraft_spark.store.watch import (
     Watcher,
     WatchEvent,
     WatchHubClosed,
+    WatchItem,
 )
 
 Create = rpc_pb2.WatchCreateRequest
@@ -145,15 +149,41 @@ class _Stream:
                 return
             out.put_nowait(rpc_pb2.WatchResponse(header=header, watch_id=watch_id,
                                                  created=True))
-            async for item in watcher:
+
+            def wanted(event: WatchEvent) -> bool:
+                # The log is read from offset start_revision: the rest of a group that began
+                # before it is at a revision below it.
+                return (event.revision >= create.start_revision
+                        and not (no_delete if event.value is None else no_put)
+                        and in_range(event.key, create.key, create.range_end or b""))
+
+            pending: WatchItem | None = None
+            while True:
+                if pending is not None:
+                    item, pending = pending, None
+                else:
+                    try:
+                        item = await anext(watcher)
+                    except StopAsyncIteration:
+                        return
                 if isinstance(item, WatchEvent):
-                    deleted = item.value is None
-                    if (no_delete if deleted else no_put) or not in_range(
-                            item.key, create.key, create.range_end or b""):
-                        continue
-                    out.put_nowait(rpc_pb2.WatchResponse(
-                        header=ctx.header(item.offset), watch_id=watch_id,
-                        events=[self._event(item, create.prev_kv)]))
+                    # One response per revision, as etcd's: the writes of one group were
+                    # published together, so they are all ready now (Watcher.poll).
+                    revision, events = item.revision, []
+                    seen: dict[bytes, int] = {}  # the key's writes so far at this revision
+                    while True:
+                        nth = seen[item.key] = seen.get(item.key, -1) + 1
+                        if wanted(item):
+                            events.append(self._event(item, create.prev_kv, nth))
+                        following = watcher.poll()
+                        if not (isinstance(following, WatchEvent)
+                                and following.revision == revision):
+                            pending = following
+                            break
+                        item = following
+                    if events:
+                        out.put_nowait(rpc_pb2.WatchResponse(
+                            header=ctx.header(revision), watch_id=watch_id, events=events))
                 elif isinstance(item, Progress):
                     if create.progress_notify:
                         out.put_nowait(rpc_pb2.WatchResponse(
@@ -166,11 +196,11 @@ class _Stream:
                                       f"revision {item.resume_offset}"))
                     return
 
-    def _event(self, item: WatchEvent, prev_kv: bool) -> kv_pb2.Event:
+    def _event(self, item: WatchEvent, prev_kv: bool, nth: int) -> kv_pb2.Event:
         event = kv_pb2.Event(type=kv_pb2.Event.PUT)
         kv = event.kv  # (a protobuf field: set in place, a message given is copied)
-        kv.key, kv.mod_revision = item.key, item.offset
-        written, before = self._ctx.store.history.written(item.key, item.offset)
+        kv.key, kv.mod_revision = item.key, item.revision
+        written, before = self._ctx.store.history.written(item.key, item.revision, nth)
         if prev_kv and before is not None and before.value is not None:
             event.prev_kv.CopyFrom(kv_pb2.KeyValue(
                 key=item.key, create_revision=before.create, mod_revision=before.mod,
@@ -184,7 +214,7 @@ class _Stream:
                                                         written.lease)
             return event
         entry = self._ctx.store.applied_state().get(item.key)
-        if entry is not None and entry.offset == item.offset:
+        if entry is not None and entry.offset == item.revision:
             kv.create_revision, kv.version, kv.lease = (entry.create_offset, entry.version,
                                                         entry.lease)
         return event

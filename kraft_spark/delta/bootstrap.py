@@ -111,7 +111,11 @@ def _replace_snapshot(
         target.alias("t")
         .merge(source.alias("s"), "t.key = s.key")
         .whenMatchedUpdate(
-            condition="t.offset <> s.offset",
+            # Changed since the table's offset: the snapshot's write is at or after it (a
+            # revision; the log's batches, and so its groups, start there), the table's
+            # before. Unchanged, the snapshot has its revision, at or below the row's
+            # offset (a conditional group's first offset): the row keeps its record's.
+            condition="t.offset < s.offset",
             set={c: f"s.`{c}`" for c in ("value", "offset", "epoch", "timestamp")},
         )
         .whenNotMatchedInsert(values={c: f"s.`{c}`" for c in columns})

@@ -19,10 +19,11 @@ answers it from a view taken after a read index (linearizable) or at once (seria
 
 **Reading one's own writes.** Inside a Txn, an operation sees the writes of the operations
 before it (etcd's rule; its lock and election recipes read the key they just put). The plan
-keeps those writes in an overlay, each at a provisional offset ``R + i`` (``i``: its index in
-the group), above every offset of the view and in the same order as the real ones; once the
-group landed at ``base``, :meth:`Plan.settle` moves every revision at or above R in the
-response by ``base - R``. Guards always describe the view, never the overlay.
+keeps those writes in an overlay, all at the provisional revision ``R``, above every revision
+of the view: the request's writes share one revision, the first offset of the group they land
+in (``kraft_spark.store.txn``). Once the group landed at ``base``, :meth:`Plan.settle` moves
+every revision at or above R in the response by ``base - R``; ``base`` is the revision the
+response's header carries. Guards always describe the view, never the overlay.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.kv import View, compare_holds, key_value, range_response
 from kraft_spark.etcd.pb import rpc_pb2
-from kraft_spark.etcd.revision import header_revision
 from kraft_spark.state.machine import Entry
 from kraft_spark.store.txn import MAX_CONDITIONS, Condition
 
@@ -112,7 +112,7 @@ class Plan:
         if item.value is None:
             self._overlay[item.key] = None
         else:
-            offset = self.view.applied + len(self.writes)  # provisional: see settle
+            offset = self.view.applied  # the request's revision, provisional: see settle
             self._overlay[item.key] = Entry(
                 item.value, offset, 0, 0, old.create_offset if old is not None else offset,
                 old.version + 1 if old is not None else 1, item.lease)
@@ -126,14 +126,22 @@ class Plan:
             kind = op.WhichOneof("response")
             if kind == "response_txn":
                 self.settle(op.response_txn, base_offset)
-            elif kind == "response_range":
-                if op.response_range.header.revision >= floor:
-                    op.response_range.header.revision += shift
+                continue
+            header = getattr(op, kind).header
+            if header.revision >= floor:
+                header.revision += shift
+            if kind == "response_range":
                 for kv in op.response_range.kvs:
                     if kv.mod_revision >= floor:
                         kv.mod_revision += shift
                     if kv.create_revision >= floor:
                         kv.create_revision += shift
+
+    @property
+    def revision_now(self) -> int:
+        """The revision an operation of a Txn sees, as etcd's nested headers carry it: the
+        view's, or after this plan's own writes theirs (provisional until :meth:`settle`)."""
+        return self.view.applied if self.writes else self.view.revision
 
     # ------------------------------------------------------------------ requests
 
@@ -155,6 +163,7 @@ class Plan:
                 if req.ignore_lease:
                     lease = old.lease
         self.write(Write(req.key, value, lease))
+        response.header.revision = self.revision_now
         return response
 
     def delete_range(self, req: rpc_pb2.DeleteRangeRequest) -> rpc_pb2.DeleteRangeResponse:
@@ -166,16 +175,15 @@ class Plan:
             response.prev_kvs.extend(key_value(k, e) for k, e in found)
         for key, _ in found:
             self.write(Write(key, None))
+        response.header.revision = self.revision_now
         return response
 
     def range(self, req: rpc_pb2.RangeRequest) -> rpc_pb2.RangeResponse:
         self.read(req.key, req.range_end)  # the guard
         response = range_response(self.current if self._overlay else self.view, req)
         # etcd gives a Range inside a Txn a header with the revision it read at (clientv3's
-        # STM takes its snapshot revision from it): the view's, or after this plan's own
-        # writes the last of them (provisional until settle).
-        revision = header_revision(self.view.applied + len(self.writes))
-        response.header.CopyFrom(rpc_pb2.ResponseHeader(revision=revision))
+        # STM takes its snapshot revision from it).
+        response.header.CopyFrom(rpc_pb2.ResponseHeader(revision=self.revision_now))
         return response
 
     def txn(self, req: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:

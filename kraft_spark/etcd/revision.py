@@ -1,28 +1,31 @@
-"""How etcd's revisions map onto the log (phase 1 of issue 64).
+"""How etcd's revisions map onto the log (issue 64).
 
-**A revision is a log offset.** A key's ``mod_revision`` is the offset of the record that last
-wrote it (``Entry.offset``, the HTTP API's ``mod_offset``), its ``create_revision`` the offset
-of the write that created it (``create_offset``), its ``version`` the state machine's. The
-store-wide revision a response header carries is the last offset the answering state has
+**A revision is a log offset: one per write request.** A request's writes share one revision,
+the offset of its first record: a Put's own record, and every put and delete of a Txn or a
+DeleteRange (one conditional group, ``kraft_spark.store.txn``, which says why the first offset
+and not the last). A key's ``mod_revision`` is the revision of the request that last wrote it
+(``Entry.offset``, the HTTP API's ``mod_offset``), its ``create_revision`` that of the request
+that created it (``create_offset``), its ``version`` the state machine's. A lease revoked or
+expired deletes its keys at the offset of its record. The state machine, the MVCC history, the
+watch events and the snapshots all derive them from the log alike, so revisions only grow,
+every replica and every replay (from the log or from a snapshot) give the same ones, and a key
+written over gRPC reads over HTTP with ``mod_offset == mod_revision``, and the reverse.
+
+The store-wide revision a response header carries is the last offset the answering state has
 applied (``applied_offset - 1``): every committed write at or below it is visible, none above.
-So revisions only grow, every replica and every replay from a snapshot give the same ones (the
-log is the same), and a key written over gRPC reads over HTTP with ``mod_offset ==
-mod_revision`` and the reverse. Offset 0 is always a control record (the first leader's
-LeaderChange), so no key has revision 0, which etcd reserves for "absent".
+A write request's response carries its own revision instead, as etcd's does (below the
+node's header revision when the group had more than one record). Offset 0 is always a control
+record (the first leader's LeaderChange), so no key has revision 0, which etcd reserves for
+"absent".
 
-**Where this differs from etcd, on purpose, until phase 2:**
+**Where this differs from etcd:**
 
-* etcd's revision grows by exactly one per write request. Here it grows by one per *record*,
-  and records that change no key (control records, lease grants and keep-alives, the records
-  of a failed conditional write) move it too: revisions have gaps, and a keep-alive moves the
-  header revision where etcd's would not.
-* etcd gives every write of one Txn (and every delete of one DeleteRange) one shared revision.
-  Here a request's writes are one conditional group at consecutive offsets, applied all or none
-  (``kraft_spark.store.txn``), each key's ``mod_revision`` the offset of its own record; the
-  response header carries the group's *last* offset, so every key the request wrote has
-  ``mod_revision`` <= the header's revision, as in etcd. Sharing one revision would change the
-  state machine's ``mod_offset`` for multi-record HTTP writes too (phase 2 decides that with
-  the Delta columns).
+* etcd's revision grows by exactly one per write request. Here it is the request's first
+  offset: records that change no key (control records, lease grants and keep-alives, the
+  records of a failed conditional write, a group's records after its first) leave gaps, and a
+  keep-alive moves the header revision where etcd's would not.
+* Records of one multi-record HTTP append that is not a conditional group are separate writes
+  (as Kafka offsets): one revision each.
 * Past revisions come from a bounded in-memory history (``kraft_spark.store.history``): a
   read below what it holds fails as etcd's does below its compaction point (``ErrCompacted``),
   a later one than the current with ``ErrFutureRev``; a watch may start at any revision at or

@@ -2,12 +2,13 @@
 
 Every node (voters and observers) applies committed data records in offset order: a record with
 a value sets its key, a record with a null value deletes it; control records and keyless records
-change nothing. Each live key remembers where it was last written (offset, epoch, timestamp),
-where it was created (the offset of the write that made it live since it was last absent) and
-its version (writes since then: 1 after the creating write), as etcd's ``create_revision``,
-``mod_revision`` and ``version``; so a snapshot can be materialized into the ``snapshot`` Delta
-table with the same columns as a replay of ``records`` would give, and conditional writes can be
-judged.
+change nothing. Each live key remembers its last write's revision, epoch and timestamp, the
+revision of the write that created it (that made it live since it was last absent) and its
+version (writes since then: 1 after the creating write), as etcd's ``mod_revision``,
+``create_revision`` and ``version``, so conditional writes can be judged. A write's revision is
+its record's offset, except inside a conditional group that applies: every write of the group
+shares the group's first offset, as etcd's Txn shares one revision (``kraft_spark.store.txn``
+says why the first).
 
 Conditional writes (``kraft_spark.store.txn``): a group of records whose first carries the
 ``kraft.txn`` header applies all together, or, if one of its conditions fails against the state
@@ -57,13 +58,14 @@ __all__ = ["TXN_OUTCOME_WINDOW", "Entry", "FailedTxn", "KeyValueState", "Outcome
 
 class Entry(NamedTuple):
     """The live value of one key, where it was last written, where it was created and how many
-    writes it has had since (``version``)."""
+    writes it has had since (``version``). ``offset`` and ``create_offset`` are revisions: a
+    record's offset, or for a write of a conditional group the group's first offset."""
 
     value: bytes
-    offset: int
+    offset: int  # the last write's revision (etcd's mod_revision, the HTTP mod_offset)
     epoch: int
     timestamp_ms: int
-    create_offset: int
+    create_offset: int  # the creating write's revision (create_revision)
     version: int
     lease: int = 0  # the lease it is attached to (kraft_spark.store.leases), 0: none
 
@@ -147,14 +149,20 @@ class KeyValueState:
         ``applied_offset`` alone."""
         entries = self._entries
         skip_until = 0  # records of a failed conditional write are skipped up to here
+        # Records below index group_end belong to a conditional group that applies: their
+        # writes share its revision, its first offset (kraft_spark.etcd.revision).
+        group_end, group_revision = 0, 0
         for i, record in enumerate(records):
             if i < skip_until:
                 continue
             lease = 0
             if record.headers:
-                if self._fails(record, base, i, records):
-                    skip_until = i + self.failed_txns[base + i].size
+                size = self._judge_group(record, base, i, records)
+                if size < 0:
+                    skip_until = i - size
                     continue
+                if size:
+                    group_end, group_revision = i + size, base + i
                 lease = self._lease_step(record, base + i)
                 if lease < 0:
                     continue  # a lease operation, or a write to a lease that does not exist
@@ -168,10 +176,10 @@ class KeyValueState:
                     if old.lease:
                         self.leases.attach(key, 0, old.lease)
             else:
-                offset = base + i
+                revision = group_revision if i < group_end else base + i
                 entries[key] = Entry(
-                    record.value, offset, epoch, record.timestamp_ms,
-                    old.create_offset if old is not None else offset,
+                    record.value, revision, epoch, record.timestamp_ms,
+                    old.create_offset if old is not None else revision,
                     old.version + 1 if old is not None else 1,
                     lease,
                 )
@@ -210,16 +218,18 @@ class KeyValueState:
                 return lease
         return 0
 
-    def _fails(self, record: Record, base: int, index: int, records: Sequence[Record]) -> bool:
-        """Judge the conditional write starting at ``record`` (if it starts one) against the
-        state now; a failure is remembered and True returned."""
+    def _judge_group(self, record: Record, base: int, index: int,
+                     records: Sequence[Record]) -> int:
+        """Judge the conditional write starting at ``record`` against the state now: its size
+        when it applies, minus its size when it fails (the failure remembered), 0 when
+        ``record`` starts none."""
         found, raw = False, None
         for name, value in record.headers:
             if name == TXN_HEADER:
                 found, raw = True, value
                 break
         if not found:
-            return False
+            return 0
         failures: tuple[Failure, ...]
         try:
             size, conditions = decode_header(raw)
@@ -235,11 +245,11 @@ class KeyValueState:
                 if not failures:
                     missing = self._missing_lease(records[index:index + size])
                     if not missing:
-                        return False
+                        return size
                     self._failed(base + index, FailedTxn(size, (), missing))
-                    return True
+                    return -size
         self._failed(base + index, FailedTxn(size, failures))
-        return True
+        return -size
 
     def _failed(self, offset: int, failure: FailedTxn) -> None:
         self.failed_txns[offset] = failure

@@ -16,10 +16,13 @@ uncompressed v2 record batches, all in the snapshot's epoch, with offsets counti
    (int64) the offset from which those two hold *every* outcome (``state.outcomes``; a file
    without it held the ``TXN_OUTCOME_WINDOW`` offsets before its end);
 2. data batches: one record per live key (key, value, the timestamp of its last write), with
-   record headers ``kraft.offset`` (int64) and ``kraft.epoch`` (int32) naming where that write
-   is in the log, so the ``snapshot`` Delta table can be rebuilt with its columns, and
-   ``kraft.create_offset`` (int64) and ``kraft.version`` (int64), the key's revision (a file
-   written before they existed reads as create_offset = offset, version = 1);
+   record headers ``kraft.offset`` (int64) and ``kraft.epoch`` (int32) naming that write's
+   revision (its offset in the log, or its conditional group's first offset:
+   ``kraft_spark.store.txn``) and epoch, so the ``snapshot`` Delta table can be rebuilt with
+   its columns, and ``kraft.create_offset`` (int64) and ``kraft.version`` (int64), the key's
+   creating revision and version (a file written before they existed reads as create_offset
+   = offset, version = 1); a replay from the file gives the revisions a replay of the log
+   does;
 3. a control batch holding a SnapshotFooterRecord (control type 4: version int16, empty tags).
 
 Once the voter set is dynamic (KIP-853), the header is followed, as in Kafka's snapshots, by a

@@ -2,11 +2,13 @@
 point on, as etcd's ``mvcc`` package keeps them (its ``keyIndex``: a key's revisions, a
 deletion ending a generation, compaction keeping the last revision at or below the point).
 
-A revision is a log offset (``kraft_spark.etcd.revision``): the state "at revision r" is the
-state after every committed write at offsets <= r took effect. The owner (``WatchFeed``) feeds
-the writes that took effect, in (offset, index) order, exactly those the watch feed publishes
-(a failed conditional write left out, a lease's deletes included), then :meth:`advance` once
-per batch; a snapshot load :meth:`reset`\\ s it from the loaded state.
+A revision is a log offset (``kraft_spark.etcd.revision``): a record's, or for every write of
+one conditional group the group's first offset (``kraft_spark.store.txn``); the state "at
+revision r" is the state after every committed write of revision <= r took effect (a group
+never partly: its revision is at or below r, or all its offsets are above r). The owner
+(``WatchFeed``) feeds the writes that took effect, in (offset, index) order, exactly those the
+watch feed publishes (a failed conditional write left out, a lease's deletes included), then
+:meth:`advance` once per batch; a snapshot load :meth:`reset`\\ s it from the loaded state.
 
 **What is held.** ``_keys`` maps each key to its chain of :class:`Revision`\\ s in offset order
 (a tombstone, ``value`` None, where it was deleted), or to the state's ``Entry`` when the key
@@ -113,6 +115,8 @@ class History:
     # ------------------------------------------------------------------ feeding
 
     def put(self, offset: int, key: bytes, value: bytes, lease: int = 0) -> Revision:
+        """``key`` set at revision ``offset`` (revisions fed only grow; writes of one group
+        share one)."""
         chain = self._chain(key)
         last = chain[-1] if chain else None
         if last is not None and last.value is not None:
@@ -191,12 +195,15 @@ class History:
             if found is not None:
                 yield key, found
 
-    def written(self, key: bytes, offset: int) -> tuple[Revision | None, Revision | None]:
-        """(the write of ``key`` at ``offset``, the live revision before it): None where not
-        held (compacted, or before the history started; no previous: the key was absent)."""
+    def written(self, key: bytes, revision: int,
+                nth: int = 0) -> tuple[Revision | None, Revision | None]:
+        """(the write of ``key`` at ``revision``, the live revision before it): None where not
+        held (compacted, or before the history started; no previous: the key was absent).
+        ``nth``: which of the key's writes at that revision (an HTTP conditional group may
+        write one key twice; etcd's Txn never does)."""
         chain = self._view(key)
-        at = bisect.bisect_left(chain, offset, key=_mod)
-        if at >= len(chain) or chain[at].mod != offset:
+        at = bisect.bisect_left(chain, revision, key=_mod) + nth
+        if at >= len(chain) or chain[at].mod != revision:
             return None, None
         before = chain[at - 1] if at > 0 else None
         return chain[at], before if before is not None and before.value is not None else None

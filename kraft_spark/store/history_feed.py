@@ -1,7 +1,8 @@
 """A committed batch as the ``History`` (``kraft_spark.store.history``) takes it: the writes
 that took effect, in (offset, index) order, exactly as ``watch_log.batch_events`` turns them
-into watch events (a failed conditional write left out, a lease's deletes included), plus the
-replicated compactions.
+into watch events (a failed conditional write left out, a lease's deletes included; the writes
+of a conditional group at its first offset, their shared revision), plus the replicated
+compactions.
 
 **Compact is replicated.** etcd's Compact goes through raft, so every member compacts at the
 same point; here it is a keyless record with the header ``kraft.etcd.compact`` (the revision in
@@ -18,6 +19,7 @@ from typing import Final
 from kraft_spark.raft.records import Batch, Record
 from kraft_spark.store.history import History
 from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, lease_of
+from kraft_spark.store.txn import group_size
 
 __all__ = ["COMPACT_HEADER", "compact_header", "feed_batch"]
 
@@ -50,6 +52,7 @@ def feed_batch(history: History, batch: Batch, failed_group: Callable[[int], int
     if not batch.is_control:
         base = batch.base_offset
         skip_until = -1
+        group, group_end = 0, -1  # offsets below group_end: in the group starting at group
         for index, record in enumerate(batch.records):
             offset = base + index
             if offset < skip_until:
@@ -62,6 +65,11 @@ def feed_batch(history: History, batch: Batch, failed_group: Callable[[int], int
                 if size > 0:
                     skip_until = offset + size
                     continue
+                size = group_size(record.headers)
+                if size:
+                    group, group_end = offset, offset + size
+            # A group that applied is one write: its writes share its first offset.
+            revision = group if offset < group_end else offset
             if record.key is None or (record.headers
                                       and _header(record, LEASE_OP_HEADER) is not None):
                 # The state machine applies a lease operation, never its key (if any).
@@ -70,10 +78,10 @@ def feed_batch(history: History, batch: Batch, failed_group: Callable[[int], int
                     history.advance(offset)  # every write below it was fed
                     history.compact(min(point, offset - 1))
                 for key in deleted_by(offset):
-                    history.delete(offset, key)
+                    history.delete(revision, key)
                 continue
             if record.value is None:
-                history.delete(offset, record.key)
+                history.delete(revision, record.key)
                 continue
             lease = 0
             raw = _header(record, LEASE_HEADER) if record.headers else None
@@ -83,5 +91,5 @@ def feed_batch(history: History, batch: Batch, failed_group: Callable[[int], int
                     lease = lease_of(raw)
                 except ValueError:
                     continue
-            history.put(offset, record.key, record.value, lease)
+            history.put(revision, record.key, record.value, lease)
     history.advance(batch.next_offset)

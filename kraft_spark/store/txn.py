@@ -16,6 +16,27 @@ applied). A leader change in between cannot make a judgement stale: the group is
 it lands in the log, whoever appended it. This is etcd's choice too (a Txn is evaluated when
 applied, not when proposed).
 
+**One revision per group: its first offset.** A group that applies is one write request, so
+every key it writes (puts and deletes) gets one revision, as etcd's Txn and DeleteRange do: the
+group's *first* offset B (its last is L = B + n - 1). A key's ``mod_offset``/``create_offset``
+(etcd's ``mod_revision``/``create_revision``), the MVCC history, watch events and snapshots all
+carry B. Why the first and not the last:
+
+* a watch from revision S reads the log from offset S and drops the events of a group that
+  started before S (their revision is below S); with L, a watch from S inside a group would
+  have to read back to the group's start, which offset S alone does not reveal;
+* it is the ``base_offset`` the append answers, the one number a client of the HTTP API has
+  for its write: a ``mod_offset`` condition on any key the group wrote uses it;
+* a Range at a past revision R inside [B, L] sees the whole group, one before B none of it:
+  never part of a group (a state holds whole batches, and a group never spans two);
+* the header revision stays the last offset applied (L after the group): it is >= every
+  revision the state holds, and the Txn's own answer carries B, the revision of its writes.
+  The offsets B + 1 to L are revisions no write has: gaps, as control records leave.
+
+Records of one multi-record append *without* ``kraft.txn`` are separate writes (as Kafka
+offsets): each keeps its own offset as its revision. A lease revoked or expired deletes its
+keys at the revision of its record.
+
 A group whose header is malformed (not JSON, a wrong field, ``n`` out of the batch) fails as a
 whole, deterministically; the HTTP API never writes such a header, and every way into the log
 refuses one (``store.reserved_headers``), but a log written before that may hold one.
@@ -171,6 +192,22 @@ def decode_header(raw: bytes | None) -> tuple[int, tuple[Condition, ...]]:
     if not isinstance(items, list) or len(items) > MAX_CONDITIONS:
         raise ValueError(f"kraft.txn if is a list of at most {MAX_CONDITIONS} conditions")
     return size, tuple(Condition.from_json(item) for item in items)
+
+
+def group_size(headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """How many records the conditional group starting at a record with ``headers`` holds: 0
+    when it starts none, 1 when its ``kraft.txn`` header is malformed (that record alone, which
+    failed). For readers of a batch the state machine judged already: a group that applied
+    has a well-formed header (``decode_header`` checked the rest)."""
+    for name, raw in headers:
+        if name == TXN_HEADER:
+            try:
+                size = json.loads((raw or b"").decode("utf-8", errors="surrogateescape"))["n"]
+            except (ValueError, RecursionError, TypeError, KeyError):
+                return 1
+            valid = isinstance(size, int) and not isinstance(size, bool) and size > 0
+            return size if valid else 1
+    return 0
 
 
 def range_stats(items: Iterable[tuple[bytes, Revision]], start: bytes,

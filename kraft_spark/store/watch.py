@@ -206,6 +206,20 @@ class Watcher:
                 # Nothing queued: every matching write below the hub's applied offset is out.
                 return self._hand_out(Progress(max(self.position, self._hub.applied_offset)))
 
+    def poll(self) -> WatchItem | None:
+        """The next item if one is ready without reading the log or waiting (else None): a
+        consumer gathers the events of one write published together (etcd's one response
+        per revision) and leaves the rest to ``__anext__``."""
+        while self._out:
+            item = self._out.popleft()
+            if not (isinstance(item, WatchEvent) and self._already_out(item)):
+                return self._hand_out(item)
+        while self._queue and not self._catching_up:
+            event = self._queue.popleft()
+            if not self._already_out(event):
+                return self._hand_out(event)
+        return None
+
     async def aclose(self) -> None:
         """Stop: leave the hub; an iteration in progress ends. Idempotent."""
         self._final = None

@@ -34,13 +34,22 @@ class WatchEvent:
     One offset may hold several events (a lease revoked or expired there deletes each of its
     keys): ``index`` numbers them from 0 in key order, the same on every node (the state's
     deleted keys are sorted), and ``last`` marks the final one. ``(offset, index)`` is the
-    event's identity: :func:`event_id` is its resumable form."""
+    event's identity: :func:`event_id` is its resumable form.
+
+    ``group``: the first offset of the conditional group the write belongs to when that is not
+    ``offset`` (None otherwise): the write's :attr:`revision` (``kraft_spark.store.txn``)."""
 
     offset: int
     key: bytes
     value: bytes | None
     index: int = 0
     last: bool = True
+    group: int | None = None
+
+    @property
+    def revision(self) -> int:
+        """etcd's ``mod_revision`` of the write: shared by every write of one group."""
+        return self.offset if self.group is None else self.group
 
 
 @dataclass(frozen=True, slots=True)

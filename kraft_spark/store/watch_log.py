@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from kraft_spark.raft.records import Batch
+from kraft_spark.store.txn import group_size
 from kraft_spark.store.watch_items import BelowLogStart, WatchEvent
 
 __all__ = ["CommittedLog", "ReadCommitted", "batch_events", "log_reader"]
@@ -34,12 +35,14 @@ def batch_events(batch: Batch, failed_group: Callable[[int], int] | None = None,
     """The writes of a committed batch at offsets >= ``from_offset``: none for a control batch,
     none for keyless records, none for the records of a conditional write that failed
     (``failed_group(offset)``: how many records the failed group starting at ``offset`` has, 0
-    if none starts there). Appended to ``out`` if given."""
+    if none starts there). The writes of a group that applied carry its first offset as their
+    revision (``WatchEvent.group``). Appended to ``out`` if given."""
     events = out if out is not None else []
     if batch.is_control:
         return events
     base = batch.base_offset
     skip_until = -1
+    group, group_end = None, -1  # offsets below group_end: in the group starting at group
     for index, record in enumerate(batch.records):
         offset = base + index
         if offset < skip_until:
@@ -49,18 +52,23 @@ def batch_events(batch: Batch, failed_group: Callable[[int], int] | None = None,
             if size > 0:
                 skip_until = offset + size
                 continue
+        if record.headers:
+            size = group_size(record.headers)
+            if size:
+                group, group_end = offset, offset + size
         if offset < from_offset:
             continue
+        in_group = group if offset < group_end and offset != group else None
         if record.key is None:
             # A lease revoked or expired here deletes its keys (``deleted_by``: the state's
             # record of them, kraft_spark.store.leases).
             if deleted_by is not None:
                 keys = deleted_by(offset)
                 final = len(keys) - 1
-                events.extend(WatchEvent(offset, key, None, i, i == final)
+                events.extend(WatchEvent(offset, key, None, i, i == final, in_group)
                               for i, key in enumerate(keys))
             continue
-        events.append(WatchEvent(offset, record.key, record.value))
+        events.append(WatchEvent(offset, record.key, record.value, group=in_group))
     return events
 
 

@@ -248,6 +248,21 @@ def test_revisions_agree_with_the_http_api(kraft: Etcdctl, quorum: KvQuorum) -> 
     assert over_http["create_offset"] == over_grpc["create_revision"]
     kv = json.loads(kraft("get", "x/http", "-w", "json"))["kvs"][0]
     assert kv["mod_revision"] == written.json()["base_offset"]
+    # A conditional write over HTTP is one request: both keys at its base offset over gRPC;
+    # a Txn's two keys over HTTP at its revision.
+    with httpx.Client(headers=quorum.auth, timeout=10) as http:
+        group = http.post(f"{url}/v1/records", json={
+            "conditions": [{"key": "x/cw1", "exists": False}],
+            "records": [{"key": "x/cw1", "value": 1}, {"key": "x/cw2", "value": 2}]})
+        assert group.status_code == 200, group.text
+        assert group.json()["last_offset"] == group.json()["base_offset"] + 1
+        txn = json.loads(kraft("txn", "-w", "json", stdin="\nput x/t1 a\nput x/t2 b\n\n\n"))
+        over_http = [http.get(f"{url}/v1/kv/x/{k}").json() for k in ("t1", "t2")]
+    kvs = json.loads(kraft("get", "x/cw", "--prefix", "-w", "json"))["kvs"]
+    assert [(kv["mod_revision"], kv["create_revision"]) for kv in kvs] == [
+        (group.json()["base_offset"],) * 2] * 2
+    assert [(kv["mod_offset"], kv["create_offset"]) for kv in over_http] == [
+        (int(txn["header"]["revision"]),) * 2] * 2
     assert bytes.fromhex(kraft("get", "x/http", "--print-value-only", "--hex").strip()
                          .replace("\\x", "")) == b'"v"'  # the HTTP API stores JSON
 
@@ -292,6 +307,58 @@ def test_past_revisions_prev_kv_and_compaction(kraft: Etcdctl, etcd: Etcdctl | N
     assert ours[7] == "hh/k\nv2\n" and ours[8] == f"Error: {compacted}\n"
     if etcd is not None:
         assert _history_session(etcd) == ours
+
+
+def _key(kv: dict[str, Any]) -> str:
+    return base64.b64decode(kv["key"]).decode()
+
+
+def _shared_revision_session(ctl: Etcdctl) -> list[Any]:
+    """A Txn putting two keys and deleting a third, a watch from its revision, a DeleteRange
+    of the prefix: every revision relative to the Txn's or the delete's."""
+    ctl("put", "tr/c", "0")
+    txn = json.loads(ctl("txn", "-w", "json", stdin="\nput tr/a 1\nput tr/b 2\ndel tr/c\n\n\n"))
+    r = int(txn["header"]["revision"])
+    got = json.loads(ctl("get", "tr/", "--prefix", "-w", "json"))["kvs"]
+    # The watch reads the Txn from the past, then sees the delete live (etcd sends every
+    # past revision a watch catches up on in one response, a live one per revision).
+    proc = ctl.watch("tr/", "--prefix", f"--rev={r}", "-w", "json")
+    assert proc.stdout is not None
+    with proc.stdout:
+        responses = [json.loads(proc.stdout.readline())]
+        deleted = json.loads(ctl("del", "tr/", "--prefix", "-w", "json"))
+        responses.append(json.loads(proc.stdout.readline()))
+        proc.kill()
+        proc.wait()
+    d = int(deleted["header"]["revision"])
+    return [
+        txn["succeeded"],
+        # etcd 3.4 gives each operation of a Txn a header: the Txn's revision after a write.
+        [next(iter(op["Response"].values())).get("header", {}).get("revision", 0) - r
+         for op in txn["responses"]],
+        [(_key(kv), kv["mod_revision"] - r, kv["create_revision"] - r, kv["version"])
+         for kv in got],
+        (int(deleted["deleted"]), d > r),
+        [[(("PUT", "DELETE")[e.get("type", 0)], _key(e["kv"]),
+           e["kv"].get("mod_revision", 0) - base) for e in response["Events"]]
+         for response, base in zip(responses, (r, d), strict=True)],
+        [response["Header"]["revision"] - base
+         for response, base in zip(responses, (r, d), strict=True)],
+    ]
+
+
+def test_a_txns_and_a_delete_ranges_writes_share_one_revision(kraft: Etcdctl,
+                                                              etcd: Etcdctl | None) -> None:
+    """What etcdctl prints, revisions relative to the Txn's: equal mod_revisions on both
+    systems, the Txn's header revision theirs, one watch response per request."""
+    ours = _shared_revision_session(kraft)
+    assert ours == [
+        True, [0, 0, 0], [("tr/a", 0, 0, 1), ("tr/b", 0, 0, 1)], (2, True),
+        [[("PUT", "tr/a", 0), ("PUT", "tr/b", 0), ("DELETE", "tr/c", 0)],
+         [("DELETE", "tr/a", 0), ("DELETE", "tr/b", 0)]],
+        [0, 0]]
+    if etcd is not None:
+        assert _shared_revision_session(etcd) == ours
 
 
 def test_lock_is_exclusive_and_passes_on(kraft: Etcdctl) -> None:

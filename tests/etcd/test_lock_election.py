@@ -1,5 +1,6 @@
-"""etcd's Lock and Election services against a real ``kraft-spark local``, through gRPC stubs
-built from the generated descriptors, authenticated with the admin credential."""
+"""etcd's Lock and Election services, and the one revision of a Txn's or a DeleteRange's
+writes, against a real ``kraft-spark local``, through gRPC stubs built from the generated
+descriptors, authenticated with the admin credential."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from kraft_spark.etcd.pb import rpc_pb2, v3election_pb2, v3lock_pb2
+from kraft_spark.etcd.pb import kv_pb2, rpc_pb2, v3election_pb2, v3lock_pb2
 from tests.etcd.conftest import Stub
 from tests.lincheck.nemesis import KvQuorum
 
@@ -26,6 +27,7 @@ class Etcd:
         self.lease = Stub(channel, rpc_pb2.DESCRIPTOR.services_by_name["Lease"])
         self.lock = Stub(channel, v3lock_pb2.DESCRIPTOR.services_by_name["Lock"])
         self.election = Stub(channel, E.DESCRIPTOR.services_by_name["Election"])
+        self.watch = Stub(channel, rpc_pb2.DESCRIPTOR.services_by_name["Watch"])
 
     def __call__(self, method: Any, request: Any, **kwargs: Any) -> Any:
         return method(request, metadata=self.md, timeout=kwargs.pop("timeout", 10), **kwargs)
@@ -127,3 +129,73 @@ def test_campaign_leader_proclaim_observe_resign(etcd: Etcd) -> None:
         etcd(etcd.election.Resign, E.ResignRequest())
     assert caught.value.details() == '"leader" field must be provided'
     etcd(etcd.election.Resign, E.ResignRequest(leader=out[0].leader))
+
+
+def _watched(etcd: Etcd, create: rpc_pb2.WatchCreateRequest,
+             responses: int) -> list[rpc_pb2.WatchResponse]:
+    """The first ``responses`` WatchResponses with events of a watch (its stream open)."""
+    done = threading.Event()
+
+    def requests() -> Iterator[rpc_pb2.WatchRequest]:
+        yield rpc_pb2.WatchRequest(create_request=create)
+        done.wait(20)
+
+    call = etcd(etcd.watch.Watch, requests(), timeout=20)
+    out: list[rpc_pb2.WatchResponse] = []
+    try:
+        for response in call:
+            assert not response.canceled, response.cancel_reason
+            if response.events:
+                out.append(response)
+                if len(out) == responses:
+                    break
+    finally:
+        done.set()
+        call.cancel()
+    return out
+
+
+def _events(response: rpc_pb2.WatchResponse) -> list[tuple[int, bytes, int]]:
+    return [(e.type, e.kv.key, e.kv.mod_revision) for e in response.events]
+
+
+def test_a_txns_writes_share_one_revision_read_and_watched(etcd: Etcd) -> None:
+    """etcd's revisions: one Txn putting two keys and deleting a third is one revision, its
+    header's; Range shows it on both keys, a Range just below it none of the Txn, and a watch
+    from it gets the three events in one response; a watch from the next revision none."""
+    put, delete = kv_pb2.Event.PUT, kv_pb2.Event.DELETE
+    etcd(etcd.kv.Put, rpc_pb2.PutRequest(key=b"rv/c", value=b"0"))
+    txn = etcd(etcd.kv.Txn, rpc_pb2.TxnRequest(success=[
+        rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"rv/a", value=b"1")),
+        rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=b"rv/b", value=b"2")),
+        rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(key=b"rv/c"))]))
+    revision = txn.header.revision
+    prefix = {"key": b"rv/", "range_end": b"rv0"}
+    now = etcd(etcd.kv.Range, rpc_pb2.RangeRequest(**prefix))
+    assert [(kv.key, kv.mod_revision, kv.create_revision) for kv in now.kvs] == [
+        (b"rv/a", revision, revision), (b"rv/b", revision, revision)]
+    before = etcd(etcd.kv.Range, rpc_pb2.RangeRequest(**prefix, revision=revision - 1))
+    assert [kv.key for kv in before.kvs] == [b"rv/c"]
+    at = etcd(etcd.kv.Range, rpc_pb2.RangeRequest(**prefix, revision=revision))
+    assert [kv.key for kv in at.kvs] == [b"rv/a", b"rv/b"]
+    etcd(etcd.kv.Put, rpc_pb2.PutRequest(key=b"rv/z", value=b"3"))
+    watched = _watched(etcd, rpc_pb2.WatchCreateRequest(**prefix, start_revision=revision), 1)
+    assert watched[0].header.revision == revision
+    assert _events(watched[0]) == [(put, b"rv/a", revision), (put, b"rv/b", revision),
+                                   (delete, b"rv/c", revision)]
+    # From the next revision (inside the group's log offsets): the later put only.
+    later = _watched(etcd, rpc_pb2.WatchCreateRequest(**prefix, start_revision=revision + 1), 1)
+    assert [e[1] for e in _events(later[0])] == [b"rv/z"]
+
+
+def test_a_delete_ranges_deletes_share_one_revision(etcd: Etcd) -> None:
+    for key in (b"rd/1", b"rd/2", b"rd/3"):
+        etcd(etcd.kv.Put, rpc_pb2.PutRequest(key=key, value=b"v"))
+    deleted = etcd(etcd.kv.DeleteRange, rpc_pb2.DeleteRangeRequest(key=b"rd/", range_end=b"rd0"))
+    revision = deleted.header.revision
+    assert deleted.deleted == 3
+    watched = _watched(etcd, rpc_pb2.WatchCreateRequest(
+        key=b"rd/", range_end=b"rd0", start_revision=revision, prev_kv=True), 1)
+    assert _events(watched[0]) == [(kv_pb2.Event.DELETE, k, revision)
+                                   for k in (b"rd/1", b"rd/2", b"rd/3")]
+    assert [e.prev_kv.value for e in watched[0].events] == [b"v"] * 3

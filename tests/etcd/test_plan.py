@@ -151,3 +151,29 @@ def test_a_range_inside_a_txn_has_a_header_with_its_revision() -> None:
     plan.settle(response, 9)
     assert response.responses[0].response_range.header.revision == 4
     assert response.responses[2].response_range.header.revision == 9
+
+
+def test_a_txns_writes_read_inside_it_share_the_revision_the_group_lands_at() -> None:
+    """etcd gives every write of one Txn one revision: read back inside the Txn, two puts
+    have it (the group's first offset once settled), and so does the Range's header."""
+    put = [rpc_pb2.RequestOp(request_put=rpc_pb2.PutRequest(key=k, value=b"v"))
+           for k in (b"t/1", b"t/2")]
+    get = rpc_pb2.RequestOp(request_range=rpc_pb2.RangeRequest(key=b"t/", range_end=b"t0"))
+    plan = Plan(_view(_state()))
+    response = plan.txn(rpc_pb2.TxnRequest(success=[*put, get]))
+    plan.settle(response, 9)  # the group landed at offsets 9 and 10
+    read = response.responses[2].response_range
+    assert [(kv.key, kv.create_revision, kv.mod_revision) for kv in read.kvs] == [
+        (b"t/1", 9, 9), (b"t/2", 9, 9)]
+    assert read.header.revision == 9
+    # etcd's nested headers: a put's is the Txn's revision, so is a delete's after a write,
+    # a delete that finds nothing before any write reads the view's.
+    assert [op.response_put.header.revision for op in response.responses[:2]] == [9, 9]
+    nothing = rpc_pb2.RequestOp(request_delete_range=rpc_pb2.DeleteRangeRequest(key=b"none"))
+    plan = Plan(_view(_state()))  # applied offset 5: revision 4
+    response = plan.txn(rpc_pb2.TxnRequest(success=[nothing, put[0], nothing]))
+    plan.settle(response, 9)
+    assert [op.WhichOneof("response") for op in response.responses] == [
+        "response_delete_range", "response_put", "response_delete_range"]
+    assert [getattr(op, op.WhichOneof("response")).header.revision
+            for op in response.responses] == [4, 9, 9]

@@ -122,20 +122,49 @@ _piece = st.one_of(
 _batches = st.lists(st.lists(_piece, min_size=1, max_size=3), min_size=1, max_size=8)
 
 
+Revisions = dict[bytes, tuple[bytes, int, int, int]]
+
+
+def _revisions(state: KeyValueState) -> Revisions:
+    return {k: (e.value, e.offset, e.create_offset, e.version) for k, e in state.items()}
+
+
+def _expected(model: Revisions, piece: list[Record], offset: int, applied: bool) -> None:
+    """``piece`` at ``offset`` on ``model``: a group that applied is one write, every key it
+    writes at its first offset (etcd's one revision per Txn); plain records one each."""
+    grouped = bool(piece[0].headers)
+    if not applied:
+        return
+    for i, record in enumerate(piece):
+        assert record.key is not None
+        revision = offset if grouped else offset + i
+        old = model.pop(record.key, None)
+        if record.value is not None:
+            model[record.key] = (record.value, revision, old[2] if old else revision,
+                                 old[3] + 1 if old else 1)
+
+
 @settings(max_examples=150, deadline=None)
 @given(_batches, st.integers(0, 8))
 def test_replay_through_a_snapshot_equals_replay_from_the_log(
         batches: list[list[list[Record]]], cut: int) -> None:
     """State equals replay, with conditional writes: a node that loads a snapshot taken after
     ``cut`` batches and applies the rest ends exactly where a full replay ends (values,
-    revisions and the outcomes of conditional writes)."""
+    revisions and the outcomes of conditional writes). Every key a group that applied wrote
+    has the group's first offset as its revision, on apply and on both replays."""
     full, before = KeyValueState(), KeyValueState()
     epoch = 1
     encoded: list[Batch] = []
+    model: Revisions = {}
     for pieces in batches:
         records = tuple(r for piece in pieces for r in piece)
         encoded.append(Batch(full.applied_offset, epoch, records))
+        offset = full.applied_offset
         full.apply(encoded[-1])
+        for piece in pieces:
+            _expected(model, piece, offset, full.txn_failure(offset) is None)
+            offset += len(piece)
+        assert _revisions(full) == model
     cut = min(cut, len(encoded))
     before.apply_all(encoded[:cut])
     sid = OffsetAndEpoch(before.applied_offset, epoch)
@@ -148,6 +177,9 @@ def test_replay_through_a_snapshot_equals_replay_from_the_log(
     resumed.apply_all(encoded[cut:])
     assert dict(resumed.items()) == dict(full.items())
     assert resumed.txns_in_window() == full.txns_in_window()
+    replayed = KeyValueState()
+    replayed.apply_all(encoded)
+    assert _revisions(replayed) == _revisions(resumed) == model
 
 
 def test_delta_rows_mark_failed_groups_and_leave_them_out_of_snapshot() -> None:

@@ -1,5 +1,6 @@
 """The MVCC history (``kraft_spark.store.history``) against a naive model that keeps
-everything: the real state machine's entries copied at every revision. Fed exactly as a node
+everything: the real state machine's entries copied at every revision (a conditional group's
+writes all at its first offset). Fed exactly as a node
 feeds it (``history_feed.feed_batch`` with the state's judgement: failed conditional writes,
 a lease's deletes), it must answer every revision from its ``oldest`` on as the state was then,
 and drop what compaction and retention allow, never more."""
@@ -38,7 +39,10 @@ def _as_model(found: list[tuple[bytes, Revision]]) -> Model:
 op = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(KEYS), st.binary(max_size=3)),
     st.tuples(st.just("del"), st.sampled_from(KEYS)),
-    st.tuples(st.just("txn"), st.sampled_from(KEYS), st.integers(0, 3)),
+    # Two distinct keys put and "c" deleted, if the first key's version is the integer.
+    st.tuples(st.just("txn"), st.lists(st.sampled_from([b"a", b"b", b"d/1", b"d/2"]),
+                                       min_size=2, max_size=2, unique=True),
+              st.integers(0, 3)),
     st.tuples(st.just("lease_put"), st.sampled_from(KEYS), st.integers(1, 2)),
     st.tuples(st.just("grant"), st.integers(1, 2)),
     st.tuples(st.just("revoke"), st.integers(1, 2)),
@@ -53,9 +57,11 @@ def _records(step: Step) -> tuple[tuple[Record, ...], bool]:
         return (Record(step[1], step[2]),), False
     if kind == "del":
         return (Record(step[1], None),), False
-    if kind == "txn":  # two writes, applied only if the key's version is step[2]
-        header = (TXN_HEADER, encode_header(2, [Condition(step[1], version=step[2])]))
-        return (Record(step[1], b"t", headers=(header,)), Record(b"c", None)), False
+    if kind == "txn":  # three writes, applied only if the first key's version is step[2]
+        first, second = step[1]
+        header = (TXN_HEADER, encode_header(3, [Condition(first, version=step[2])]))
+        return (Record(first, b"t", headers=(header,)), Record(second, b"u"),
+                Record(b"c", None)), False
     if kind == "lease_put":
         return (Record(step[1], b"l", headers=((LEASE_HEADER, str(step[2]).encode()),)),), False
     if kind == "grant":
@@ -84,7 +90,10 @@ def _run(steps: list[Step], retention: int) -> tuple[History, dict[int, Model], 
         batch = Batch(state.applied_offset, 1, records, is_control=control)
         state.apply(batch)
         feed_batch(history, batch, failed, state.leases.deleted_at)
-        models[state.applied_offset - 1] = _model(state)
+        # Every batch here is one write (a group at most): a revision inside it reads as the
+        # state after it, as etcd's one revision per Txn (the group's first offset).
+        for revision in range(batch.base_offset, batch.next_offset):
+            models[revision] = _model(state)
     return history, models, state
 
 
@@ -155,3 +164,22 @@ def test_a_reset_starts_from_the_state_without_copying_entries() -> None:
     history.advance(4)
     assert history.get(b"k", 2) == Revision(1, b"2", 0, 2)
     assert history.written(b"k", 3) == (Revision(3, b"4", 0, 3), Revision(1, b"2", 0, 2))
+
+
+def test_a_group_writing_one_key_twice_keeps_both_writes_at_its_revision() -> None:
+    """An HTTP conditional group may write one key twice (etcd's Txn never does): both
+    writes are at the group's revision, in order, the state's version counting both."""
+    state = KeyValueState()
+    history = History(10)
+    history.reset(state.items(), 0)
+    header = (TXN_HEADER, encode_header(3, []))
+    batch = Batch(0, 1, (Record(b"k", b"1", headers=(header,)), Record(b"k", b"2"),
+                         Record(b"j", b"3")))
+    state.apply(batch)
+    feed_batch(history, batch, lambda offset: 0, state.leases.deleted_at)
+    entry = state.get(b"k")
+    assert entry is not None and (entry.offset, entry.create_offset, entry.version) == (0, 0, 2)
+    assert history.written(b"k", 0) == (Revision(0, b"1", 0, 1), None)
+    assert history.written(b"k", 0, 1) == (Revision(0, b"2", 0, 2), Revision(0, b"1", 0, 1))
+    assert history.written(b"k", 0, 2) == (None, None)
+    assert history.get(b"k", 2) == Revision(0, b"2", 0, 2)

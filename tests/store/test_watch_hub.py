@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from kraft_spark.raft.records import Batch, Record
+from kraft_spark.store.txn import TXN_HEADER, encode_header
 from kraft_spark.store.watch import (
     BelowLogStart,
     Cancelled,
@@ -552,6 +553,56 @@ def test_batch_events_skip_control_keyless_and_failed_conditional_records() -> N
     assert batch_events(batch, lambda o: failed.get(o, 0)) == [
         WatchEvent(4, b"a", b"1"), WatchEvent(8, b"d", None)]
     assert batch_events(batch, None, 7) == [WatchEvent(7, b"c", None), WatchEvent(8, b"d", None)]
+
+
+def _group(base: int, *records: tuple[bytes, bytes | None]) -> Batch:
+    """A conditional group (no conditions) of ``records`` at ``base``, after a plain write."""
+    header = ((TXN_HEADER, encode_header(len(records), [])),)
+    grouped = (Record(k, v, headers=header if i == 0 else ()) for i, (k, v) in enumerate(records))
+    return Batch(base, 1, (Record(b"p", b"0"), *grouped))
+
+
+def test_a_groups_events_carry_its_first_offset_as_their_revision() -> None:
+    batch = _group(3, (b"a", b"1"), (b"b", b"2"), (b"c", None))  # plain at 3, group 4..6
+    events = batch_events(batch, lambda o: 0)
+    assert [(e.offset, e.revision) for e in events] == [(3, 3), (4, 4), (5, 4), (6, 4)]
+    assert batch_events(batch, lambda o: 0, 5) == events[2:]  # log positions, as before
+    assert batch_events(batch, lambda o: 4 if o == 4 else 0) == events[:1]  # it failed
+
+
+def test_poll_hands_out_the_rest_of_a_group_published_together() -> None:
+    """etcd's one WatchResponse per revision gathers a group's events with ``poll``: ready
+    at once, live (one publish) and on catch-up (one read), never past what is ready."""
+    async def body() -> None:
+        batch = _group(0, (b"k/a", b"1"), (b"k/b", b"2"))
+        the_log = BatchLog([batch])
+        end = 0
+        hub = WatchHub(log_reader(the_log, lambda: end, lambda: None), applied_offset=0)
+        live = hub.watch(prefix=b"k/")
+        assert isinstance(await live.__anext__(), Progress)
+        assert live.poll() is None
+        hub.publish(batch_events(batch, lambda o: 0), 3)
+        end = 3
+        first = await live.__anext__()
+        assert isinstance(first, WatchEvent) and (first.key, first.revision) == (b"k/a", 1)
+        rest = live.poll()
+        assert isinstance(rest, WatchEvent) and (rest.key, rest.revision) == (b"k/b", 1)
+        assert live.poll() is None
+        late = hub.watch(prefix=b"k/", from_offset=1)
+        await late.start()
+        caught = [await late.__anext__(), late.poll()]
+        assert [(e.offset, e.revision) for e in caught if isinstance(e, WatchEvent)] == [
+            (1, 1), (2, 1)]
+        assert late.poll() is None  # what follows needs the next catch-up step
+        inside = hub.watch(prefix=b"k/", from_offset=2)  # a log position inside the group
+        await inside.start()
+        caught = [await inside.__anext__()]
+        assert [(e.offset, e.revision) for e in caught if isinstance(e, WatchEvent)] == [
+            (2, 1)]
+        for watcher in (live, late, inside):
+            await watcher.aclose()
+
+    asyncio.run(body())
 
 
 def test_log_reader_reads_whole_batches_below_the_end_and_refuses_below_the_start() -> None:
