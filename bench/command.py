@@ -94,6 +94,16 @@ def register(subparsers: Any) -> None:
     store.add_argument("--out", default="bench/results", help="results directory")
     store.set_defaults(func=_bench_store)
 
+    cli = bench_subparsers(subparsers).add_parser(
+        "cli", help="one short command's start and request: kraft-spark kv get/put beside "
+        "etcdctl get/put on the same local quorum, --help, the interpreter's floor",
+    )
+    cli.add_argument("--rounds", type=int, default=20, help="runs of each command (default 20)")
+    cli.add_argument("--base-port", type=int, default=20200,
+                     help="ports base-port .. base-port+22 are used (default 20200)")
+    cli.add_argument("--out", default="bench/results", help="results directory")
+    cli.set_defaults(func=_bench_cli)
+
     leases = bench_subparsers(subparsers).add_parser(
         "leases", help="leases and locks against etcd's: 10,000 leases kept alive by 1,000 "
         "clients (keep-alives/s, latency, leader CPU, leases lost), lock throughput under "
@@ -181,6 +191,15 @@ def _bench_leases(args: argparse.Namespace) -> int:
     return main(leases=args.leases, clients=args.clients, ttl_s=args.ttl, seconds=args.seconds,
                 lock_seconds=args.lock_seconds, contenders=contenders or [1],
                 base_port=args.base_port, out_dir=args.out, log=say)
+
+
+def _bench_cli(args: argparse.Namespace) -> int:
+    from bench.cli_start import main
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return main(args.rounds, args.base_port, args.out, say)
 
 
 def _bench_store(args: argparse.Namespace) -> int:
