@@ -19,7 +19,8 @@ def register(subparsers: Any) -> None:
         "failover)",
     )
     quorum.add_argument("--seconds", type=float, default=10.0, help="per workload (default 10)")
-    quorum.add_argument("--base-port", type=int, default=19500)
+    quorum.add_argument("--base-port", type=int, default=19500,
+                        help="the quorum's first port (default 19500)")
     quorum.add_argument("--json", action="store_true", help="end with one JSON line")
     quorum.set_defaults(func=_bench_quorum)
 
@@ -28,7 +29,8 @@ def register(subparsers: Any) -> None:
     )
     app.add_argument("--seconds", type=float, default=30.0, help="steady-load duration")
     app.add_argument("--rate", type=float, default=100.0, help="appends per second")
-    app.add_argument("--http-port", type=int, default=18181)
+    app.add_argument("--http-port", type=int, default=18181,
+                     help="the application's HTTP port (default 18181)")
     app.set_defaults(func=_bench_app)
 
     snaps = bench_subparsers(subparsers).add_parser(
@@ -52,7 +54,8 @@ def register(subparsers: Any) -> None:
                       help="how long a freeze or a cut lasts (default 8)")
     gray.add_argument("--app", action="store_true",
                       help="also the Spark application's endpoint (starts Spark)")
-    gray.add_argument("--base-port", type=int, default=19700)
+    gray.add_argument("--base-port", type=int, default=19700,
+                      help="the quorum's first port (default 19700)")
     gray.add_argument("--json", action="store_true", help="end with one JSON line")
     gray.set_defaults(func=_bench_gray)
 
@@ -61,7 +64,8 @@ def register(subparsers: Any) -> None:
         "failover with 5 voters (local quorum plus two observers)",
     )
     voters.add_argument("--rounds", type=int, default=3, help="grow/shrink rounds (default 3)")
-    voters.add_argument("--base-port", type=int, default=19800)
+    voters.add_argument("--base-port", type=int, default=19800,
+                        help="the quorum's first port (default 19800)")
     voters.add_argument("--json", action="store_true", help="end with one JSON line")
     voters.set_defaults(func=_bench_voters)
 
@@ -89,8 +93,10 @@ def register(subparsers: Any) -> None:
         "with 1,000 watchers (installs etcd and wrk if missing)",
     )
     store.add_argument("--seconds", type=float, default=5.0, help="per point (default 5)")
-    store.add_argument("--watchers", type=int, default=1000)
-    store.add_argument("--base-port", type=int, default=19900)
+    store.add_argument("--watchers", type=int, default=1000,
+                       help="watchers of the watch-delivery point (default 1,000)")
+    store.add_argument("--base-port", type=int, default=19900,
+                       help="the systems' first port (default 19900)")
     store.add_argument("--out", default="bench/results", help="results directory")
     store.set_defaults(func=_bench_store)
 

@@ -80,7 +80,7 @@ SUMMARIES: dict[str, str] = {
     "read": "print committed data records",
     "metadata-quorum": "describe the quorum (like kafka-metadata-quorum.sh)",
     "kv": "read, write, compare-and-set and watch keys (like etcdctl)",
-    "lease": "grant, keep alive, revoke and list leases",
+    "lease": "grant, keep alive, inspect (timetolive), revoke and list leases",
     "lock": "run a command while holding a lock (like etcdctl lock)",
     "elect": "campaign in an election and hold leadership, or observe it (like etcdctl elect)",
     "sql": "query the Delta tables with Spark SQL",

@@ -15,7 +15,8 @@ from kraft_spark.commands.store_http import StoreHttp
 
 
 def register(subparsers: Any) -> None:
-    lease = subparsers.add_parser("lease", help="grant, keep alive, revoke and list leases")
+    lease = subparsers.add_parser(
+        "lease", help="grant, keep alive, inspect (timetolive), revoke and list leases")
     actions = lease.add_subparsers(dest="action", metavar="ACTION", required=True)
     grant = actions.add_parser("grant", help="grant a lease; prints its id")
     endpoint_args(grant)

@@ -78,3 +78,31 @@ def test_a_nodes_parser_imports_neither_the_simulator_nor_the_http_layer() -> No
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     assert json.loads(done.stdout) == []
+
+
+def _undocumented(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    out: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out += _undocumented(sub, [*words, name])
+        elif not isinstance(action, argparse._HelpAction) and not action.help:
+            out.append(" ".join([*words, *(action.option_strings or [action.dest])]))
+    return out
+
+
+def test_every_argument_of_every_command_says_what_it_is() -> None:
+    assert _undocumented(build_parser(), []) == []
+
+
+def test_command_config_speaks_of_add_controller_only_where_it_is_one() -> None:
+    def config_help(argv: list[str]) -> str:
+        parser = build_parser(argv)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        action = next(a for a in sub.choices[argv[0]]._actions if "--command-config" in
+                      a.option_strings)
+        return str(action.help)
+
+    assert "add-controller" not in config_help(["append"])
+    assert "add-controller" not in config_help(["read"])
+    assert "add-controller" in config_help(["metadata-quorum"])

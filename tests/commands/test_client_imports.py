@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.integration.harness import free_ports
+from tests.net.helpers import free_ports
 
 # Top-level packages a short command must not load: the server's, and the client libraries it
 # does without (httpx: ~0.1 s with its TLS context; the Raft core and the Kafka-protocol client).
