@@ -55,6 +55,9 @@ def register(subparsers: Any) -> None:
     which.add_argument("--from-key", action="store_true",
                        help="every key greater than or equal to KEY (byte order)")
     get.add_argument("--limit", type=int, default=0, help="at most this many keys (0: all)")
+    get.add_argument("--rev", type=int, default=0, metavar="N",
+                     help="the keys as they were at revision N (the state right after the write "
+                     "at offset N; 0: now); a node keeps the last kraft.etcd.history.revisions")
     what = get.add_mutually_exclusive_group()
     what.add_argument("--print-value-only", action="store_true",
                       help="print the values only (not the keys)")
@@ -106,6 +109,9 @@ def register(subparsers: Any) -> None:
                        help="resume right after the event of this id (an id -w json printed: "
                        "N, or N.M between the events of one offset); wins over --from-offset")
     watch.add_argument("--progress", action="store_true", help="print progress events too")
+    watch.add_argument("--prev-kv", action="store_true",
+                       help="also print each key's previous value (a PREV line with its "
+                       "offset; -w json: \"prev\"), when it had one")
     watch.set_defaults(func=_watch)
 
 
@@ -212,13 +218,28 @@ def _range(http: StoreHttp, prefix: str, consistency: str, page: int = 1000
             return
 
 
+def range_at(http: StoreHttp, key: str, *, prefix: bool, from_key: bool, revision: int,
+             consistency: str) -> Iterator[dict[str, Any]]:
+    """The keys of the range at ``revision`` (0: now) in key order (``GET /v1/range``, a page
+    at a time, every page at the revision the first one read)."""
+    query: dict[str, Any] = {"key": key, "prefix": str(prefix).lower(),
+                             "from_key": str(from_key).lower(), "revision": revision,
+                             "limit": 1000, "consistency": consistency}
+    while True:
+        body = http.checked("GET", "/v1/range", retry=True, query=query)
+        yield from body["kvs"]
+        if not body["more"] or not body["kvs"]:
+            return
+        query.update(after=body["kvs"][-1]["key"], revision=body["revision"])
+
+
 def _selected(args: Any, http: StoreHttp, consistency: str) -> Iterator[dict[str, Any]]:
     """The keys ``get`` names, in key order."""
-    if args.prefix:
+    if args.rev or args.from_key:
+        yield from range_at(http, args.key, prefix=args.prefix, from_key=args.from_key,
+                            revision=args.rev, consistency=consistency)
+    elif args.prefix:
         yield from _range(http, args.key, consistency)
-    elif args.from_key:  # byte order of the UTF-8 keys, as the server orders them
-        start = args.key.encode()
-        yield from (kv for kv in _range(http, "", consistency) if kv["key"].encode() >= start)
     else:
         status, body = http.call("GET", key_path(args.key), retry=True,
                                  query={"consistency": consistency})
@@ -337,8 +358,41 @@ def _txn(args: Any) -> int:
     return _run(args, lambda http: _print_write(args, _write(http, records, conditions)))
 
 
+class _PreviousValues:
+    """``--prev-kv``: each event's key before it. A key's first event asks ``GET /v1/range`` at
+    the revision just below it; later ones follow from the events seen (a put leaves its value,
+    a delete nothing). None where the history no longer holds it (etcd omits it then too)."""
+
+    def __init__(self, http: StoreHttp) -> None:
+        self._http = http
+        self._known: dict[str, dict[str, Any] | None] = {}
+
+    def before(self, key: str, offset: int) -> dict[str, Any] | None:
+        if key not in self._known and offset <= 1:
+            # Revision 0 asks for the current state; and nothing precedes offset 1 but the
+            # first epoch's leader record at offset 0 (no key written there).
+            self._known[key] = None
+        if key not in self._known:
+            try:
+                found = list(range_at(self._http, key, prefix=False, from_key=False,
+                                      revision=offset - 1, consistency="linearizable"))
+            except KvError as exc:
+                if exc.status != 410:
+                    raise
+                found = []
+            self._known[key] = found[0] if found else None
+        return self._known[key]
+
+    def saw(self, key: str, offset: int, value: Any, kind: str) -> None:
+        self._known[key] = {"key": key, "value": value, "mod_offset": offset} \
+            if kind == "put" else None
+
+
 def _watch(args: Any) -> int:
     from kraft_spark.client.kv import KvClient
+
+    previous = _PreviousValues(StoreHttp(args.endpoint, token=args.token)) \
+        if args.prev_kv else None
 
     def work(client: KvClient) -> int:
         stream = client.watch(key=None if args.prefix else args.key,
@@ -347,13 +401,25 @@ def _watch(args: Any) -> int:
         for event in stream:
             if event.type == "progress" and not args.progress:
                 continue
+            prev = None
+            if previous is not None and event.key is not None and event.type in ("put",
+                                                                                 "delete"):
+                prev = previous.before(event.key, event.offset)
+                previous.saw(event.key, event.offset, event.value, event.type)
             if args.write_out == "json":
-                print(json.dumps({"type": event.type, "offset": event.offset, "id": event.id,
-                                  "key": event.key, "value": event.value}), flush=True)
+                shown = {"type": event.type, "offset": event.offset, "id": event.id,
+                         "key": event.key, "value": event.value}
+                if previous is not None and event.type in ("put", "delete"):
+                    shown["prev"] = None if prev is None else {
+                        "value": prev["value"], "mod_offset": prev["mod_offset"]}
+                print(json.dumps(shown), flush=True)
             elif event.type in ("put", "delete"):
                 print(f"{event.type.upper()} {event.offset} {event.key}", flush=True)
                 if event.type == "put":
                     print(_show(event.value), flush=True)
+                if prev is not None:
+                    print(f"PREV {prev['mod_offset']}", flush=True)
+                    print(_show(prev["value"]), flush=True)
             else:
                 print(f"{event.type.upper()} {event.offset}"
                       + (f" {event.value}" if event.value else ""), flush=True)

@@ -180,3 +180,46 @@ def test_elect_campaigns_holds_and_hands_over(quorum: KvQuorum) -> None:
             proc.stdout.close()
     err = kraft(quorum, "elect", "e", code=2)
     assert "give a PROPOSAL to campaign, or --listen" in err
+
+
+def _offset(written: str) -> int:
+    found = re.fullmatch(r"OK \(offset (\d+), epoch \d+\)\n", written)
+    assert found is not None, written
+    return int(found.group(1))
+
+
+@needs_etcdctl
+def test_get_rev_reads_the_past_as_etcdctl_does(quorum: KvQuorum) -> None:
+    first = _offset(kraft(quorum, "kv", "put", "r/a", "1"))
+    kraft(quorum, "kv", "put", "r/b", '[3]')  # a number, a list: JSON etcdctl prints alike
+    second = _offset(kraft(quorum, "kv", "put", "r/a", "2"))
+    kraft(quorum, "kv", "del", "r/a")
+    for flags in (["r/a", "--rev", str(first)], ["r/", "--prefix", "--rev", str(first)],
+                  ["r/", "--prefix", "--rev", str(second)], ["r/a"],
+                  ["r/", "--from-key", "--keys-only", "--rev", str(second)]):
+        assert kraft(quorum, "kv", "get", *flags) == etcdctl(quorum, "get", *flags), flags
+    assert kraft(quorum, "kv", "get", "r/a", "--rev", str(second)) == "r/a\n2\n"
+    err = kraft(quorum, "kv", "get", "r/a", "--rev", "100000000", code=1)
+    assert "HTTP 422: revision 100000000 is a future revision" in err, err
+
+
+def test_watch_prev_kv_prints_each_keys_previous_value(quorum: KvQuorum) -> None:
+    first = _offset(kraft(quorum, "kv", "put", "w/a", "1"))
+    kraft(quorum, "kv", "put", "w/a", "2")
+    kraft(quorum, "kv", "del", "w/a")
+    kraft(quorum, "kv", "put", "w/b", "3")
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "kraft_spark", "kv", "watch", "w/", "--prefix", "--prev-kv",
+         "--from-offset", str(first), "-w", "json"],
+        env=_env(quorum), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        events = [json.loads(_line(watch)) for _ in range(4)]
+    finally:
+        watch.terminate()
+        watch.wait(30)
+        assert watch.stdout is not None
+        watch.stdout.close()
+    assert [(e["type"], e["key"], e["value"], e["prev"] and e["prev"]["value"])
+            for e in events] == [("put", "w/a", 1, None), ("put", "w/a", 2, 1),
+                                 ("delete", "w/a", None, 2), ("put", "w/b", 3, None)]
+    assert events[1]["prev"]["mod_offset"] == first
