@@ -21,6 +21,7 @@ import pytest
 from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
 from tests.integration.harness import running, store_ready
 from tests.lincheck.nemesis import KvQuorum
+from tests.net.helpers import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -223,3 +224,16 @@ def test_watch_prev_kv_prints_each_keys_previous_value(quorum: KvQuorum) -> None
             for e in events] == [("put", "w/a", 1, None), ("put", "w/a", 2, 1),
                                  ("delete", "w/a", None, 2), ("put", "w/b", 3, None)]
     assert events[1]["prev"]["mod_offset"] == first
+
+
+def test_a_dead_endpoint_first_is_passed_over(quorum: KvQuorum) -> None:
+    """``store_http`` moves on as ``KvClient`` does: a refused connection sent nothing, so a
+    read and a write alike go on to the next endpoint; with none left the command says which
+    address it could not reach."""
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+    endpoints = ",".join([dead, *quorum.http_urls])
+    assert kraft(quorum, "kv", "put", "f/a", "1", "--endpoint", endpoints).startswith("OK")
+    assert kraft(quorum, "kv", "get", "f/a", "--endpoint", endpoints) == "f/a\n1\n"
+    assert kraft(quorum, "lease", "grant", "5000", "--endpoint", endpoints).startswith("lease ")
+    err = kraft(quorum, "kv", "get", "f/a", "--endpoint", dead, code=1)
+    assert f"cannot reach {dead}" in err and "Connection refused" in err, err
