@@ -21,13 +21,18 @@ from tests.net.helpers import free_ports
 HEAVY = ("pyspark", "pyarrow", "fastapi", "starlette", "uvicorn", "grpc", "google.protobuf",
          "httpx", "httpcore", "anyio", "asyncio", "kraft_spark.raft", "kraft_spark.protocol",
          "kraft_spark.client.client", "kraft_spark.client.kv", "api", "driver")
+# What the long-lived store commands (lock, watch, elect: asyncio and httpx) must not load.
+SERVER = ("pyspark", "pyarrow", "fastapi", "starlette", "uvicorn", "grpc", "google.protobuf",
+          "kraft_spark.raft", "kraft_spark.protocol", "kraft_spark.client.client", "api",
+          "driver")
 
-def _loaded_by(argv: list[str]) -> tuple[int, list[str]]:
-    """(exit code, the HEAVY modules loaded) of ``kraft-spark argv`` in a fresh process."""
+
+def _loaded_by(argv: list[str], heavy: tuple[str, ...] = HEAVY) -> tuple[int, list[str]]:
+    """(exit code, the ``heavy`` modules loaded) of ``kraft-spark argv`` in a fresh process."""
     probe = ("import json, sys\n"
              "from kraft_spark.cli import main\n"
              f"code = main({argv!r})\n"
-             f"heavy = {HEAVY!r}\n"
+             f"heavy = {heavy!r}\n"
              "print(json.dumps([code, sorted(m for m in sys.modules "
              "if m in heavy or m.startswith(tuple(h + '.' for h in heavy)))]))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -48,3 +53,13 @@ def test_a_short_command_loads_no_server_library(argv: list[str]) -> None:
     assert code == 1  # it did send: "cannot reach", after everything it needs was imported
     assert loaded == []
 
+
+
+@pytest.mark.parametrize("argv", [
+    ["lock", "jobs", "--", "true"], ["kv", "watch", "k"], ["elect", "e", "--listen"],
+], ids=" ".join)
+def test_a_long_lived_command_loads_no_server_library(argv: list[str]) -> None:
+    nobody = f"http://127.0.0.1:{free_ports(1)[0]}"
+    code, loaded = _loaded_by([*argv[:2], "--endpoint", nobody, *argv[2:]], SERVER)
+    assert code == 1  # "cannot reach": its client was built and tried
+    assert loaded == []
