@@ -69,6 +69,8 @@ bench: $(STAMP)
 	# into ~/.cache/kraft-spark/etcd-benchmark the first time) against kraft-spark's etcd API
 	# and etcd: put and linearizable range at 1, 16 and 256 clients (bench/results/etcd-load-*).
 	$(VENV)/bin/kraft-spark bench etcd-load
+	# One short command (kv get, kv put) beside etcdctl's, the --help and the interpreter.
+	$(VENV)/bin/kraft-spark bench cli
 
 # The materializer against versitygw (S3) and Azurite (Azure) on loopback, credentials as a Spark
 # user writes them; builds versitygw with go and installs Azurite with npm into

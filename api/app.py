@@ -93,6 +93,7 @@ from api.models import (
     ReplicationRowOut,
     StatusOut,
 )
+from api.range_route import range_router
 from api.values import (
     describe_errors,
     read_limited,
@@ -371,6 +372,7 @@ def create_app(
         if credentials is not None:
             reads = BearerAuthMiddleware(reads, credentials, store_of)
         app.front_reads = HttpMetricsMiddleware(reads, metrics=http_metrics)
+    app.include_router(range_router(store_of, _ERRORS))
     app.include_router(leases_router(current_backend, store_of, _ERRORS, commit_timeout_s))
 
     def hub() -> WatchSource | None:

@@ -6,9 +6,11 @@ credential's bearer token, ``BearerAuthMiddleware`` takes
   user added with ``etcdctl user add``.
 
 A credential passes on to the usual scope check. An added user may call the key reads only,
-``GET /v1/kv/{key}`` and ``GET /v1/kv?prefix=``, each judged as etcd's Range on the same key or
-prefix by the user's roles as of the read index (as etcd's API judges them); anything else is
-refused (403) naming what it may do."""
+``GET /v1/kv/{key}``, ``GET /v1/kv?prefix=`` and ``GET /v1/range`` (a key, a prefix or from a
+key on, now or at a past revision: ``api.range_route``), each judged as etcd's Range on the
+same key or range by the user's roles as of the read index (as etcd's API judges them; etcd
+judges a Range at a past revision by today's roles too); anything else is refused (403) naming
+what it may do."""
 
 from __future__ import annotations
 
@@ -25,10 +27,12 @@ from kraft_spark.client.errors import ClientError
 from kraft_spark.http_auth import Credentials
 from kraft_spark.store.auth import AuthTable
 from kraft_spark.store.key_range import FROM_KEY, prefix_end
+from kraft_spark.store.past_reads import key_range
 from kraft_spark.store.service import KvStore, NodeStore, ReadTimeoutError
 
 KEY_PREFIX: Final = "/v1/kv/"
 RANGE_PATH: Final = "/v1/kv"
+RANGE_AT_PATH: Final = "/v1/range"
 
 
 class HttpUsers:
@@ -86,9 +90,11 @@ def refusal(caller: Caller, method: str, path: str, query: bytes) -> str | None:
             values = parse_qs(query.decode("latin-1")).get("prefix", [""])
             key = values[0].encode()
             end = prefix_end(key) if key else FROM_KEY
+        elif path == RANGE_AT_PATH:
+            key, end = _range_at_keys(query)
         else:
             key = end = b""
-        if path.startswith(KEY_PREFIX) or path == RANGE_PATH:
+        if path.startswith(KEY_PREFIX) or path in (RANGE_PATH, RANGE_AT_PATH):
             if caller.allows(key, end, write=False):
                 return None
             shown = (repr(key.decode(errors="replace") + ("*" if end else "")) if key
@@ -97,8 +103,25 @@ def refusal(caller: Caller, method: str, path: str, query: bytes) -> str | None:
                     "permission denied (grant one of its roles READ on it: etcdctl role "
                     "grant-permission)")
     return (f"the user {caller.name!r} was added over etcd's Auth API: over HTTP it may only "
-            f"read keys (GET /v1/kv/{{key}}, GET /v1/kv?prefix=), not {method} {path}; use a "
+            f"read keys (GET /v1/kv/{{key}}, GET /v1/kv?prefix=, GET /v1/range), not {method} "
+            f"{path}; use a "
             "credential of the HTTP credentials file for the rest")
+
+
+def _range_at_keys(query: bytes) -> tuple[bytes, bytes]:
+    """The key range ``GET /v1/range`` reads, from its query parsed as Starlette parses it
+    (the last value of a repeated parameter) and its booleans as pydantic reads them (any
+    other value is answered 422 before the route reads anything)."""
+    values = parse_qs(query.decode("latin-1"), keep_blank_values=True)
+
+    def last(name: str) -> str:
+        return values.get(name, [""])[-1]
+
+    def flag(name: str) -> bool:
+        return last(name).lower() in ("1", "true", "on", "yes", "t", "y")  # pydantic's
+
+    key = last("key").encode("utf-8", "surrogateescape")
+    return key_range(key, prefix=flag("prefix"), from_key=flag("from_key"))
 
 
 __all__ = ["HttpUsers", "refusal"]

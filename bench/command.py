@@ -19,7 +19,8 @@ def register(subparsers: Any) -> None:
         "failover)",
     )
     quorum.add_argument("--seconds", type=float, default=10.0, help="per workload (default 10)")
-    quorum.add_argument("--base-port", type=int, default=19500)
+    quorum.add_argument("--base-port", type=int, default=19500,
+                        help="the quorum's first port (default 19500)")
     quorum.add_argument("--json", action="store_true", help="end with one JSON line")
     quorum.set_defaults(func=_bench_quorum)
 
@@ -28,7 +29,8 @@ def register(subparsers: Any) -> None:
     )
     app.add_argument("--seconds", type=float, default=30.0, help="steady-load duration")
     app.add_argument("--rate", type=float, default=100.0, help="appends per second")
-    app.add_argument("--http-port", type=int, default=18181)
+    app.add_argument("--http-port", type=int, default=18181,
+                     help="the application's HTTP port (default 18181)")
     app.set_defaults(func=_bench_app)
 
     snaps = bench_subparsers(subparsers).add_parser(
@@ -52,7 +54,8 @@ def register(subparsers: Any) -> None:
                       help="how long a freeze or a cut lasts (default 8)")
     gray.add_argument("--app", action="store_true",
                       help="also the Spark application's endpoint (starts Spark)")
-    gray.add_argument("--base-port", type=int, default=19700)
+    gray.add_argument("--base-port", type=int, default=19700,
+                      help="the quorum's first port (default 19700)")
     gray.add_argument("--json", action="store_true", help="end with one JSON line")
     gray.set_defaults(func=_bench_gray)
 
@@ -61,7 +64,8 @@ def register(subparsers: Any) -> None:
         "failover with 5 voters (local quorum plus two observers)",
     )
     voters.add_argument("--rounds", type=int, default=3, help="grow/shrink rounds (default 3)")
-    voters.add_argument("--base-port", type=int, default=19800)
+    voters.add_argument("--base-port", type=int, default=19800,
+                        help="the quorum's first port (default 19800)")
     voters.add_argument("--json", action="store_true", help="end with one JSON line")
     voters.set_defaults(func=_bench_voters)
 
@@ -89,10 +93,22 @@ def register(subparsers: Any) -> None:
         "with 1,000 watchers (installs etcd and wrk if missing)",
     )
     store.add_argument("--seconds", type=float, default=5.0, help="per point (default 5)")
-    store.add_argument("--watchers", type=int, default=1000)
-    store.add_argument("--base-port", type=int, default=19900)
+    store.add_argument("--watchers", type=int, default=1000,
+                       help="watchers of the watch-delivery point (default 1,000)")
+    store.add_argument("--base-port", type=int, default=19900,
+                       help="the systems' first port (default 19900)")
     store.add_argument("--out", default="bench/results", help="results directory")
     store.set_defaults(func=_bench_store)
+
+    cli = bench_subparsers(subparsers).add_parser(
+        "cli", help="one short command's start and request: kraft-spark kv get/put beside "
+        "etcdctl get/put on the same local quorum, --help, the interpreter's floor",
+    )
+    cli.add_argument("--rounds", type=int, default=20, help="runs of each command (default 20)")
+    cli.add_argument("--base-port", type=int, default=20200,
+                     help="ports base-port .. base-port+22 are used (default 20200)")
+    cli.add_argument("--out", default="bench/results", help="results directory")
+    cli.set_defaults(func=_bench_cli)
 
     leases = bench_subparsers(subparsers).add_parser(
         "leases", help="leases and locks against etcd's: 10,000 leases kept alive by 1,000 "
@@ -181,6 +197,15 @@ def _bench_leases(args: argparse.Namespace) -> int:
     return main(leases=args.leases, clients=args.clients, ttl_s=args.ttl, seconds=args.seconds,
                 lock_seconds=args.lock_seconds, contenders=contenders or [1],
                 base_port=args.base_port, out_dir=args.out, log=say)
+
+
+def _bench_cli(args: argparse.Namespace) -> int:
+    from bench.cli_start import main
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    return main(args.rounds, args.base_port, args.out, say)
 
 
 def _bench_store(args: argparse.Namespace) -> int:

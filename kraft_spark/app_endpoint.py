@@ -19,13 +19,12 @@ import logging
 import time
 from typing import Any
 
+from kraft_spark.commands.warehouse_flag import DIRECTORY, FILE
 from kraft_spark.errors import CommandError
 from kraft_spark.warehouse.location import WarehouseFiles, is_uri, normalize_warehouse
 
 log = logging.getLogger("kraft_spark.driver")
 
-DIRECTORY = "_kraft_spark"
-FILE = "endpoint.json"
 _ANY_ADDRESS = ("", "0.0.0.0", "::", "[::]")
 # Warehouses this process recorded its address in: only those are withdrawn at its stop (an
 # application that failed to start must not remove the file of one that runs).
@@ -86,14 +85,6 @@ def read(warehouse: str) -> dict[str, Any]:
     except (OSError, ValueError, ImportError) as exc:
         raise CommandError(f"cannot read {where} ({exc}); pass the address instead", 1) from None
     return info
-
-
-def warehouse_arg(parser: Any, flag: str) -> None:
-    """``--warehouse URI`` for a command that takes an address as ``flag``; ``resolve_args``
-    fills that address in from the warehouse."""
-    parser.add_argument("--warehouse", dest="endpoint_warehouse", default=None, metavar="URI",
-                        help=f"instead of {flag}: the address the running application recorded "
-                        f"in its warehouse (<URI>/{DIRECTORY}/{FILE}; --deploy-mode cluster)")
 
 
 def resolve_args(args: Any) -> None:

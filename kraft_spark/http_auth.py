@@ -31,13 +31,19 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kraft_spark import secret_files
 from kraft_spark.addresses import is_loopback
-from kraft_spark.raft.config import ConfigError
-from kraft_spark.secret_files import SecretFileError, new_token, read_secret, write_secret
+from kraft_spark.secret_files import (
+    SecretFileError,
+    new_token,
+    read_secret,
+    write_secret,
+)
 
 log = logging.getLogger("kraft_spark.http_auth")
 
-CREDENTIALS_FILE = "http-credentials"  # in the data directory, when generated
+CREDENTIALS_FILE = secret_files.CREDENTIALS_FILE  # in the data directory, when generated
+
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 ADMIN_PREFIXES = ("/v1/quorum/voters", "/v1/app/")
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -194,6 +200,10 @@ def bearer_token(header: bytes | None) -> bytes | None:
 def resolve_http_credentials(path: str | None, token: str | None, insecure: bool,
                              host: str) -> Credentials | None:
     """See :func:`http_credentials_of` (shared with the Spark application's settings)."""
+    # Imported here: the raft package (~50 ms) is a server's, and the command-line clients
+    # read their token through this module.
+    from kraft_spark.raft.config import ConfigError
+
     if path and token:
         raise ConfigError("give kraft.http.credentials.file or kraft.http.token, not both")
     if path:
@@ -222,6 +232,8 @@ def server_credentials(*, path: str | None, token: str | None, insecure: bool,
     credentials kept at ``default_path`` (created on a first start). Returns the file (None for
     a token or insecure), the credentials, and whether the file was created now. Raises
     ConfigError naming the setting."""
+    from kraft_spark.raft.config import ConfigError  # as resolve_http_credentials
+
     if insecure and (path or token):
         raise ConfigError("kraft.http.insecure=true contradicts the credentials given: "
                           "remove one")

@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
+from typing import Final
 
 TOKEN_BYTES = 32  # 256 bits, url-safe base64: 43 characters
 
@@ -26,11 +26,18 @@ class SecretFileError(Exception):
     """A secret file that cannot be used; the message names the file and the fix."""
 
 
+# The HTTP API's credentials in a data directory (``kraft_spark.http_auth``), here so that a
+# command can look for the file without importing the HTTP layer's hashing.
+CREDENTIALS_FILE: Final = "http-credentials"
+
+
 def new_token() -> str:
     """A fresh random token (url-safe, 43 characters) that does not start with ``-``: one in 64
     did, and a command line then took ``--token -x...`` for an option (``expected one
     argument``), a failure that came and went with the generated credentials. Drawing again
     costs about 0.03 bits of its 256."""
+    import secrets  # here: ~8 ms (random, hashlib) a command reading a token does without
+
     while True:
         token = secrets.token_urlsafe(TOKEN_BYTES)
         if not token.startswith("-"):

@@ -22,10 +22,11 @@ HTTP client (httpx, curl) removes dot segments from a path before sending it. Qu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
-import httpx
+if TYPE_CHECKING:  # imported where used: the command line's requests do without httpx
+    import httpx
 
 __all__ = ["Endpoints", "failover_status", "key_path", "not_sent", "parse_endpoints"]
 
@@ -53,6 +54,8 @@ def key_path(key: str) -> str:
 
 def not_sent(exc: httpx.TransportError) -> bool:
     """True when the request surely never reached a server: no connection was made."""
+    import httpx
+
     return isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
 
 
@@ -87,8 +90,13 @@ class Endpoints:
         """The request to ``url`` failed with ``exc``: the next address becomes current. True
         when the request goes on to it: ``url`` was not the ``last`` to try, and repeating
         the request is harmless (``retry``) or it was never sent; else the caller raises."""
+        return self.after_failure(url, sent=not not_sent(exc), last=last, retry=retry)
+
+    def after_failure(self, url: str, *, sent: bool, last: bool, retry: bool) -> bool:
+        """``after_error`` for any transport: the request to ``url`` got no answer (``sent``:
+        it may have reached the server)."""
         self.failed(url)
-        return not last and (retry or not_sent(exc))
+        return not last and (retry or not sent)
 
     def after_answer(self, url: str, status: int, *, last: bool, retry: bool) -> bool:
         """``url`` answered ``status``: on 502/503/504 the next address becomes current. True

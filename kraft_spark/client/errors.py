@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ClientError(Exception):
     """Base of every error the client raises."""
@@ -77,3 +79,21 @@ def snapshot_label(snapshot: object) -> str | None:
     else:
         offset, epoch = getattr(snapshot, "offset", -1), getattr(snapshot, "epoch", -1)
     return f"{offset}-{epoch}" if offset >= 0 else None
+
+
+class KvError(ClientError):
+    """An error answer: ``status`` and the server's message."""
+
+    def __init__(self, status: int, message: str, body: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.body = body
+
+
+class ConditionFailedError(KvError):
+    """409: a condition did not hold; nothing was written. ``failed``: the keys with their
+    revision when judged (``{"key", "mod_offset", "version"}``)."""
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        return list(self.body.get("failed", []))

@@ -5,25 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kraft_spark.client.errors import ClientError
+from kraft_spark.client.errors import ConditionFailedError, KvError
 
-
-class KvError(ClientError):
-    """An error answer: ``status`` and the server's message."""
-
-    def __init__(self, status: int, message: str, body: dict[str, Any]) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.body = body
-
-
-class ConditionFailedError(KvError):
-    """409: a condition did not hold; nothing was written. ``failed``: the keys with their
-    revision when judged (``{"key", "mod_offset", "version"}``)."""
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        return list(self.body.get("failed", []))
+__all__ = ["ConditionFailedError", "KeyValue", "KvError", "LeaseInfo", "WatchEvent",
+           "WriteResult"]
 
 
 @dataclass(frozen=True, slots=True)

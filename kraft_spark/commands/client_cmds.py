@@ -47,7 +47,8 @@ def register(subparsers: Any) -> None:
 
     read = subparsers.add_parser("read", help="print committed data records")
     _bootstrap(read)
-    read.add_argument("--from-offset", type=int, default=0)
+    read.add_argument("--from-offset", type=int, default=0,
+                      help="the first offset to print (default 0: the log's start)")
     read.add_argument("--limit", type=int, default=None, help="at most this many records")
     read.add_argument("--json", action="store_true", help="print JSON lines")
     read.set_defaults(func=_read)
@@ -55,12 +56,16 @@ def register(subparsers: Any) -> None:
     quorum = subparsers.add_parser(
         "metadata-quorum", help="describe the quorum (like kafka-metadata-quorum.sh)"
     )
-    _bootstrap(quorum)
+    _bootstrap(quorum, add_controller=True)
     actions = quorum.add_subparsers(dest="action", metavar="ACTION", required=True)
     describe = actions.add_parser("describe", help="status or replication of the quorum")
     what = describe.add_mutually_exclusive_group(required=True)
-    what.add_argument("--status", action="store_true")
-    what.add_argument("--replication", action="store_true")
+    what.add_argument("--status", action="store_true",
+                      help="the leader, epoch, high watermark and voters (kafka-metadata-quorum "
+                      "describe --status)")
+    what.add_argument("--replication", action="store_true",
+                      help="every replica's log end offset and lag, and when the leader last "
+                      "heard from it")
     describe.add_argument("--human-readable", action="store_true",
                           help="timestamps as 'N ms ago'")
     describe.add_argument("--json", action="store_true", help="print JSON")
@@ -68,7 +73,7 @@ def register(subparsers: Any) -> None:
     register_actions(actions, _run)
 
 
-def _bootstrap(parser: argparse.ArgumentParser) -> None:
+def _bootstrap(parser: argparse.ArgumentParser, *, add_controller: bool = False) -> None:
     # Kafka's tools take one of the two flags. Every node here is a controller that also
     # answers a broker's admin requests, so both mean the same: any node(s) of the quorum.
     where = parser.add_mutually_exclusive_group(required=True)
@@ -80,8 +85,10 @@ def _bootstrap(parser: argparse.ArgumentParser) -> None:
                         default=os.environ.get(COMMAND_CONFIG_ENV) or None,
                         help="client properties with Kafka's names (security.protocol, "
                         "sasl.mechanism, sasl.jaas.config): how to authenticate, e.g. "
-                        "<data-dir>/admin.properties; add-controller: the new controller's "
-                        f"properties file (default: ${COMMAND_CONFIG_ENV})")
+                        "<data-dir>/admin.properties"
+                        + ("; add-controller: the new controller's properties file"
+                           if add_controller else "")
+                        + f" (default: ${COMMAND_CONFIG_ENV})")
     parser.add_argument("--timeout", type=_seconds, default=15.0,
                         help="seconds to keep retrying while no leader answers (default 15)")
 

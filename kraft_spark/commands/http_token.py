@@ -13,8 +13,6 @@ import os
 from typing import Any
 
 from kraft_spark.errors import CommandError
-from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, Scope
-from kraft_spark.secret_files import SecretFileError, read_secret
 
 TOKEN_ENV = "KRAFT_SPARK_HTTP_TOKEN"
 DATA_DIR_ENV = "KRAFT_SPARK_DATA_DIR"
@@ -41,15 +39,20 @@ def resolve_token(args: Any) -> None:
 def find_token(token: str | None, token_file: str | None, data_dir: str | None) -> str | None:
     if token:
         return token
+    if not token_file and os.environ.get(TOKEN_ENV, "").strip():
+        return os.environ[TOKEN_ENV].strip()
+    from kraft_spark.secret_files import CREDENTIALS_FILE, SecretFileError, read_secret
+
     try:
         if token_file:
             return read_secret(token_file)
-        if os.environ.get(TOKEN_ENV, "").strip():
-            return os.environ[TOKEN_ENV].strip()
         directory = data_dir or os.environ.get(DATA_DIR_ENV) or "data"
         path = os.path.join(directory, CREDENTIALS_FILE)
         if not os.path.exists(path):
             return None
+        # Imported here: reading credentials needs its hashing (~20 ms), no file does not.
+        from kraft_spark.http_auth import Credentials, Scope
+
         return Credentials.load(path).token_of(Scope.ADMIN)
     except (SecretFileError, OSError) as exc:
         raise CommandError(f"the HTTP token: {exc}") from None

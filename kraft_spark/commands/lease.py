@@ -1,26 +1,22 @@
-"""``kraft-spark lease grant|keep-alive|revoke|list`` and ``kraft-spark lock NAME -- COMMAND``
-(runs COMMAND while holding the lock, like ``etcdctl lock``; the command sees its key and
-fencing token in ``KRAFT_SPARK_LOCK_KEY`` and ``KRAFT_SPARK_LOCK_TOKEN``; what happens to it
-when the lock is lost: ``kraft_spark.commands.lock_child``)."""
+"""``kraft-spark lease grant|keep-alive|timetolive|revoke|list``, like etcdctl's; ``lock`` is
+``kraft_spark.commands.lock``.
+
+They send their requests with ``store_http`` (no httpx import at start-up)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from kraft_spark.client.concurrency import Lock
-from kraft_spark.client.kv import AsyncKvClient, KvClient
 from kraft_spark.commands.kv import endpoint_args, http_errors
-from kraft_spark.commands.lock_child import ON_LOST, LockedCommand, signal_arg
-from kraft_spark.errors import CommandError
+from kraft_spark.commands.store_http import StoreHttp
 
 
 def register(subparsers: Any) -> None:
-    lease = subparsers.add_parser("lease", help="grant, keep alive, revoke and list leases")
+    lease = subparsers.add_parser(
+        "lease", help="grant, keep alive, inspect (timetolive), revoke and list leases")
     actions = lease.add_subparsers(dest="action", metavar="ACTION", required=True)
     grant = actions.add_parser("grant", help="grant a lease; prints its id")
     endpoint_args(grant)
@@ -29,100 +25,90 @@ def register(subparsers: Any) -> None:
     keep = actions.add_parser("keep-alive", help="keep a lease alive (every TTL/3 until "
                               "interrupted, or once)")
     endpoint_args(keep)
-    keep.add_argument("lease_id", type=int)
-    keep.add_argument("--once", action="store_true")
+    keep.add_argument("lease_id", type=int, metavar="ID", help="the lease's id")
+    keep.add_argument("--once", action="store_true",
+                      help="one keep-alive, then exit (default: every TTL/3 until interrupted)")
     keep.set_defaults(func=_keep_alive)
+    ttl = actions.add_parser("timetolive", help="a lease's TTL and, with --keys, its keys "
+                             "(like etcdctl lease timetolive)")
+    endpoint_args(ttl)
+    ttl.add_argument("lease_id", type=int, metavar="ID", help="the lease's id")
+    ttl.add_argument("--keys", action="store_true", help="also list the keys attached to it")
+    ttl.add_argument("-w", "--write-out", choices=("simple", "json"), default="simple",
+                     help="simple (default): etcdctl's line; json: one JSON object")
+    ttl.set_defaults(func=_time_to_live)
     revoke = actions.add_parser("revoke", help="revoke a lease: its keys are deleted")
     endpoint_args(revoke)
-    revoke.add_argument("lease_id", type=int)
+    revoke.add_argument("lease_id", type=int, metavar="ID", help="the lease's id")
     revoke.set_defaults(func=_revoke)
     listing = actions.add_parser("list", help="the leases in force and their keys")
     endpoint_args(listing)
     listing.set_defaults(func=_list)
 
-    lock = subparsers.add_parser(
-        "lock", help="run a command while holding a lock (like etcdctl lock)",
-        description="Waits for the lock NAME, runs COMMAND holding it (kept alive by a lease), "
-        "releases it when COMMAND exits, and exits with its status. COMMAND gets "
-        "KRAFT_SPARK_LOCK_KEY and KRAFT_SPARK_LOCK_TOKEN (the fencing token). The lock is lost "
-        "when no keep-alive was acknowledged for the TTL (by this process's clock) or the "
-        "quorum expired it: then, by default, COMMAND's process group gets SIGTERM and, "
-        "after --grace-s, SIGKILL (see --on-lost), and the exit status is COMMAND's, or 1 "
-        "if that was 0. Give several comma-separated endpoints to keep the lease alive "
-        "through any of them.")
-    endpoint_args(lock)
-    lock.add_argument("name")
-    lock.add_argument("--ttl-ms", type=int, default=10_000)
-    lock.add_argument("--on-lost", choices=ON_LOST, default="stop",
-                      help="when the lock is lost while COMMAND runs: stop it (--signal to its "
-                      "process group, SIGKILL after --grace-s; the default), signal it once "
-                      "and let it run, or keep it running (its fencing token is stale)")
-    lock.add_argument("--signal", default="TERM", type=signal_arg, metavar="SIG",
-                      help="the signal of --on-lost stop|signal (default TERM)")
-    lock.add_argument("--grace-s", type=float, default=10.0,
-                      help="--on-lost stop: seconds between the signal and SIGKILL (default 10)")
-    lock.add_argument("argv", nargs="+", metavar="command", help="the command (after --)")
-    lock.set_defaults(func=_lock)
 
-
-def _call(args: Any, work: Any) -> int:
-    with http_errors(args.endpoint), KvClient(args.endpoint, token=args.token) as client:
-        result: int = work(client)
-        return result
+def _call(args: Any, work: Callable[[StoreHttp], int]) -> int:
+    with http_errors(args.endpoint):
+        return work(StoreHttp(args.endpoint, token=args.token))
 
 
 def _grant(args: Any) -> int:
-    def work(client: KvClient) -> int:
-        lease = client.grant_lease(args.ttl_ms)
-        print(f"lease {lease.lease_id} granted with TTL {lease.ttl_ms} ms")
+    def work(http: StoreHttp) -> int:
+        lease = http.checked("POST", "/v1/leases", retry=False, body={"ttl_ms": args.ttl_ms})
+        print(f"lease {lease['lease_id']} granted with TTL {lease['ttl_ms']} ms")
         return 0
     return _call(args, work)
 
 
 def _keep_alive(args: Any) -> int:
-    def work(client: KvClient) -> int:
+    def work(http: StoreHttp) -> int:
         while True:
-            lease = client.keep_alive(args.lease_id)
-            print(f"lease {lease.lease_id} kept alive with TTL {lease.ttl_ms} ms", flush=True)
+            lease = http.checked("POST", f"/v1/leases/{args.lease_id}/keepalive", retry=True)
+            print(f"lease {lease['lease_id']} kept alive with TTL {lease['ttl_ms']} ms",
+                  flush=True)
             if args.once:
                 return 0
-            time.sleep(lease.ttl_ms / 3000)
+            time.sleep(lease["ttl_ms"] / 3000)
+    return _call(args, work)
+
+
+def _time_to_live(args: Any) -> int:
+    """The lease as ``GET /v1/leases`` lists it (linearizable). Its remaining time is not
+    there: the countdown is the leader's (``kraft_spark.store.lease_expiry``), so the answer
+    gives the granted TTL and the offset of the last keep-alive (or grant) it counts from."""
+    def work(http: StoreHttp) -> int:
+        leases = http.checked("GET", "/v1/leases", retry=True)["leases"]
+        lease = next((x for x in leases if x["lease_id"] == args.lease_id), None)
+        if args.write_out == "json":
+            shown = {"lease_id": args.lease_id, "ttl_ms": -1} if lease is None else {
+                "lease_id": lease["lease_id"], "ttl_ms": lease["ttl_ms"],
+                "keepalive_offset": lease["keepalive_offset"]}
+            if args.keys and lease is not None:
+                shown["keys"] = lease["keys"]
+            print(json.dumps(shown))
+        elif lease is None:  # etcdctl's words for a lease that is gone
+            print(f"lease {args.lease_id} already expired")
+        else:
+            line = (f"lease {lease['lease_id']} granted with TTL {lease['ttl_ms']} ms, last "
+                    f"kept alive at offset {lease['keepalive_offset']}")
+            if args.keys:
+                line += f", attached keys({lease['keys']})"
+            print(line)
+        return 0
     return _call(args, work)
 
 
 def _revoke(args: Any) -> int:
-    def work(client: KvClient) -> int:
-        client.revoke_lease(args.lease_id)
+    def work(http: StoreHttp) -> int:
+        http.checked("DELETE", f"/v1/leases/{args.lease_id}", retry=True)
         print(f"lease {args.lease_id} revoked")
         return 0
     return _call(args, work)
 
 
 def _list(args: Any) -> int:
-    def work(client: KvClient) -> int:
-        for lease in client.leases():
-            print(json.dumps({"lease_id": lease.lease_id, "ttl_ms": lease.ttl_ms,
-                              "keys": list(lease.keys)}))
+    def work(http: StoreHttp) -> int:
+        for lease in http.checked("GET", "/v1/leases", retry=True)["leases"]:
+            print(json.dumps({"lease_id": lease["lease_id"], "ttl_ms": lease["ttl_ms"],
+                              "keys": list(lease["keys"])}))
         return 0
     return _call(args, work)
-
-
-def _lock(args: Any) -> int:
-    # argparse drops the first "--" itself; one left here was given twice
-    command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-    if not command:
-        raise CommandError("give the command to run after --, e.g. kraft-spark lock jobs -- "
-                           "./compact.sh")
-
-    async def run() -> int:
-        async with AsyncKvClient(args.endpoint, token=args.token) as kv, \
-                Lock(kv, args.name, ttl_ms=args.ttl_ms) as held:
-            print(f"locked {held.key} (token {held.token})", file=sys.stderr, flush=True)
-            env = {**os.environ, "KRAFT_SPARK_LOCK_KEY": held.key,
-                   "KRAFT_SPARK_LOCK_TOKEN": str(held.token)}
-            child = LockedCommand(command, env, on_lost=args.on_lost, signum=args.signal,
-                                  grace_s=args.grace_s)
-            return await child.run(held)
-
-    with http_errors(args.endpoint):
-        return asyncio.run(run())

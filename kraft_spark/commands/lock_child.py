@@ -25,9 +25,10 @@ import contextlib
 import os
 import signal
 import sys
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from kraft_spark.client.concurrency import Held
+if TYPE_CHECKING:
+    from kraft_spark.client.concurrency import Held
 
 __all__ = ["ON_LOST", "LockedCommand", "signal_arg"]
 

@@ -37,7 +37,8 @@ def register_actions(actions: Any, run: Runner) -> None:
     add.add_argument("--dry-run", action="store_true", help="print what would be done")
     add.set_defaults(func=lambda args: _add(args, run))
     remove = actions.add_parser("remove-controller", help="remove a voter (KIP-853)")
-    remove.add_argument("--controller-id", "-i", type=int, required=True)
+    remove.add_argument("--controller-id", "-i", type=int, required=True,
+                        help="its node.id")
     remove.add_argument("--controller-directory-id", "-d", required=True,
                         help="its directory.id (see describe --status)")
     remove.add_argument("--dry-run", action="store_true", help="print what would be done")

@@ -14,8 +14,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from kraft_spark.app_endpoint import warehouse_arg
 from kraft_spark.commands.http_token import token_args
+from kraft_spark.commands.warehouse_flag import warehouse_arg
 from kraft_spark.errors import CommandError
 
 

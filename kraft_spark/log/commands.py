@@ -56,10 +56,13 @@ def register(subparsers: Any) -> None:
         help="append with an fsync per batch, read back, compare with the raw fsync floor",
     )
     storage.add_argument("--dir", required=True, help="working directory (the log stays there)")
-    storage.add_argument("--records", type=int, default=50_000)
+    storage.add_argument("--records", type=int, default=50_000,
+                         help="records to append (default 50,000)")
     storage.add_argument("--batch", type=int, default=1000, help="records per batch")
-    storage.add_argument("--value-bytes", type=int, default=100)
-    storage.add_argument("--segment-bytes", type=int, default=None)
+    storage.add_argument("--value-bytes", type=int, default=100,
+                         help="bytes of each record's value (default 100)")
+    storage.add_argument("--segment-bytes", type=int, default=None,
+                         help="roll the log's segments at this size (default: a node's)")
     storage.add_argument(
         "--no-preallocate", dest="preallocate", action="store_false",
         help="do not reserve each segment's size at its first append (a node does, by default: "

@@ -33,8 +33,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--seeds", default="0:100", help="range A:B of seeds (B exclusive)")
     parser.add_argument("--seed", type=int, help="run this one seed (use with --trace)")
-    parser.add_argument("--voters", type=int, default=3, choices=(1, 3, 5))
-    parser.add_argument("--observers", type=int, default=0)
+    parser.add_argument("--voters", type=int, default=3, choices=(1, 3, 5),
+                        help="voters of the simulated quorum (default 3)")
+    parser.add_argument("--observers", type=int, default=0,
+                        help="observers beside them (default 0)")
     parser.add_argument(
         "--faults", default="all", help="all, none, or a comma list of: crash,restart,partition,"
         "drop,duplicate,reorder,delay,pause,one-way,disk-full,io-error,bit-rot,torn-write,"

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from kraft_spark.state.machine import FailedTxn
 from kraft_spark.store.leases import Lease
+from kraft_spark.store.past_reads import PastRead
 from kraft_spark.store.service import KvRead, NodeStore
 from kraft_spark.store.watch import Cancelled, Watcher, WatchHubClosed, WatchItem
 
@@ -59,6 +60,13 @@ class LoopStore:
         store, loop = self._target()
         return await self._on(loop, store.range(prefix, after=after, limit=limit,
                                                 linearizable=linearizable, timeout_s=timeout_s))
+
+    async def range_at(self, start: bytes, end: bytes, revision: int, *, after: bytes | None,
+                       limit: int, linearizable: bool, timeout_s: float) -> PastRead:
+        store, loop = self._target()
+        return await self._on(loop, store.range_at(start, end, revision, after=after,
+                                                   limit=limit, linearizable=linearizable,
+                                                   timeout_s=timeout_s))
 
     async def outcome(self, base_offset: int, end_offset: int,
                       timeout_s: float) -> FailedTxn | None:

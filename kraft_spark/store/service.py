@@ -38,6 +38,7 @@ from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResp
 from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
 from kraft_spark.store.history import DEFAULT_RETENTION, History
 from kraft_spark.store.leases import Lease
+from kraft_spark.store.past_reads import PastRead, read_at
 from kraft_spark.store.read_batch import ReadIndexBatcher
 from kraft_spark.store.watch import WatchHub, WatchItem
 from kraft_spark.store.watch_feed import WatchFeed
@@ -92,6 +93,9 @@ class KvStore(Protocol):
 
     async def outcome(self, base_offset: int, end_offset: int,
                       timeout_s: float) -> FailedTxn | None: ...
+
+    async def range_at(self, start: bytes, end: bytes, revision: int, *, after: bytes | None,
+                       limit: int, linearizable: bool, timeout_s: float) -> PastRead: ...
 
     async def leases(self, *, linearizable: bool, timeout_s: float,
                      only: int | None = None) -> tuple[int, list[Lease]]: ...
@@ -212,6 +216,15 @@ class NodeStore:
         entries = [(k, e) for k in page if (e := state.get(k)) is not None]
         return KvRead(state.applied_offset, entries, start + limit < len(keys),
                       max(self._node.high_watermark, state.applied_offset))
+
+    async def range_at(self, start: bytes, end: bytes, revision: int, *, after: bytes | None,
+                       limit: int, linearizable: bool, timeout_s: float) -> PastRead:
+        """The range at ``revision`` (0: now), current or from the MVCC history
+        (``kraft_spark.store.past_reads``); after the read index when ``linearizable``."""
+        await self.read_offset(linearizable=linearizable, timeout_s=timeout_s)
+        state = self._keeper.state
+        return read_at(state.get, state.items, state.applied_offset, self.history, start=start,
+                       end=end, revision=revision, after=after, limit=limit)
 
     # ------------------------------------------------------------------ writes, watches
 

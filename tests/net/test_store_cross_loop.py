@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from driver.observer_store import ObserverStore
@@ -75,6 +76,11 @@ def test_the_application_endpoint_serves_the_store_from_its_observer(endpoint: s
         assert stale_ok is not None and stale_ok.offset <= kv.get("app/a").offset  # type: ignore[union-attr]
         assert [x.key for x in kv.range("app/")] == ["app/a"]
         kv.delete("app/a")
+        # a past revision through the application's endpoint (LoopStore.range_at)
+        past = httpx.get(f"{endpoint}/v1/range", params={
+            "key": "app/", "prefix": "true", "revision": first.base_offset}).json()
+        assert [(x["key"], x["value"]) for x in past["kvs"]] == [("app/a", {"n": 1})]
+        assert past["revision"] == first.base_offset
         events = []
         for event in kv.watch(prefix="app/", from_offset=0):
             if event.type in ("put", "delete"):
