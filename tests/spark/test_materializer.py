@@ -474,10 +474,10 @@ def test_snapshot_merges_in_delta_rs_keep_the_checks(
     assert current.in_process
     assert current.write(batches[:2], 5) == 5
 
-    def no_spark_merge(self: DeltaMaterializer, *args: Any) -> None:
+    def no_spark_merge(*args: Any) -> None:
         raise AssertionError("a Spark MERGE ran on a local warehouse")
 
-    monkeypatch.setattr(materializer_module.DeltaMaterializer, "_merge_snapshot", no_spark_merge)
+    monkeypatch.setattr(materializer_module, "merge_snapshot", no_spark_merge)
     stale = DeltaMaterializer(spark, str(tmp_path))
     stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first commit
     before = versions(spark, tmp_path)
