@@ -31,7 +31,7 @@ from kraft_spark.state.machine import Entry, KeyValueState
 from kraft_spark.state.outcomes import FailedTxn
 from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, LeaseTable, lease_of
 
-__all__ = ["UNKNOWN_CREATE", "JudgedReplay", "applied_writes", "write_revisions"]
+__all__ = ["UNKNOWN_CREATE", "JudgedReplay", "write_revisions"]
 
 # The create offset of a seed whose creation is unknown (a ``snapshot`` row written before the
 # revision columns existed). No key is created at a negative offset, so an entry that still
@@ -46,25 +46,12 @@ class _NoLeaseTable(LeaseTable):
         return None
 
 
-class _Journal(dict[bytes, Entry]):
-    """The replay's entries, recording every entry written in order (``apply_data`` sets each
-    write's entry with ``entries[key] = ...``)."""
-
-    def __init__(self, seed: Iterable[tuple[bytes, Entry]]) -> None:
-        super().__init__(seed)
-        self.written: list[tuple[bytes, Entry]] = []
-
-    def __setitem__(self, key: bytes, entry: Entry) -> None:
-        self.written.append((key, entry))
-        super().__setitem__(key, entry)
-
-
 class JudgedReplay(KeyValueState):
     """``KeyValueState.apply_data`` over log batches on seeded entries, with the outcomes of
     ``failed_size`` (the size of the failed group starting at an offset, 0 if none failed
     there) and ``deleted_by`` (the keys the lease revocation or expiry at an offset deleted)."""
 
-    __slots__ = ("_deleted_by", "_failed_size", "_journal")
+    __slots__ = ("_deleted_by", "_failed_size")
 
     def __init__(self, seed: Iterable[tuple[bytes, Entry]],
                  failed_size: Callable[[int], int],
@@ -72,14 +59,8 @@ class JudgedReplay(KeyValueState):
         super().__init__()
         self._failed_size = failed_size
         self._deleted_by = deleted_by
-        self._journal = _Journal(seed)
-        self._entries = self._journal
+        self._entries = dict(seed)
         self.leases = _NoLeaseTable()
-
-    @property
-    def written(self) -> list[tuple[bytes, Entry]]:
-        """Every entry the replay wrote, in log order (a deletion writes none)."""
-        return self._journal.written
 
     def replay(self, batches: Iterable[Batch], start: int) -> None:
         """Apply the data records of ``batches`` at offsets >= ``start`` (a range starts at a
@@ -109,50 +90,24 @@ class JudgedReplay(KeyValueState):
         return 0
 
 
-def applied_writes(batches: Iterable[Batch], start: int,
-                   failed_size: Callable[[int], int]) -> list[tuple[int, bytes]]:
-    """(offset, key) of every record at offsets >= ``start`` that wrote a key, a value or a
-    deletion, and took effect (in log order): the records ``JudgedReplay`` applies to a key."""
-    out: list[tuple[int, bytes]] = []
-    for batch in batches:
-        if batch.is_control or batch.next_offset <= start:
-            continue
-        skip_until = -1
-        for index, record in enumerate(batch.records):
-            offset = batch.base_offset + index
-            if offset < start or offset < skip_until:
-                continue
-            if record.headers:
-                size = failed_size(offset)
-                if size > 0:
-                    skip_until = offset + size
-                    continue
-                if any(name == LEASE_OP_HEADER for name, _raw in record.headers):
-                    continue  # a lease operation writes no key of its own
-            if record.key is not None:
-                out.append((offset, record.key))
-    return out
-
-
 def write_revisions(batches: Sequence[Batch], start: int,
                     failed_size: Callable[[int], int]) -> dict[int, int]:
     """The revision (etcd's ``mod_revision``) of every record at offsets >= ``start`` that
     wrote a key and took effect, by offset: the ``offset`` of the ``Entry`` the state machine
-    builds for it, whatever the key held before. A deletion builds no entry, so the replay
-    here writes an empty value in its place: the revision a write gets does not depend on its
-    value (one revision per record, or one per conditional group)."""
-    probe = [
-        batch if batch.is_control else Batch(batch.base_offset, batch.epoch, tuple(
-            r if r.value is not None or r.key is None
-            else Record(r.key, b"", r.timestamp_ms, r.headers) for r in batch.records))
-        for batch in batches
-    ]
+    builds for it. The replay here gives each such record a key of its own (its offset) and
+    turns a deletion, which builds no entry, into a write of an empty value: the revision a
+    write gets depends on where it is in the log and whether it took effect (one per record,
+    or one per conditional group), not on its key, value or the state before it."""
+    probe = []
+    for batch in batches:
+        if batch.is_control or batch.next_offset <= start:
+            continue
+        base = batch.base_offset
+        probe.append(Batch(base, batch.epoch, tuple(
+            r if r.key is None
+            else Record(b"%d" % (base + i), b"" if r.value is None else r.value,
+                        r.timestamp_ms, r.headers)
+            for i, r in enumerate(batch.records))))
     replay = JudgedReplay((), failed_size, lambda _offset: ())
     replay.replay(probe, start)
-    applied = applied_writes(probe, start, failed_size)
-    if [key for _offset, key in applied] != [key for key, _entry in replay.written]:
-        raise RuntimeError(  # a state machine change this module does not follow yet
-            f"the replay from {start} wrote {len(replay.written)} entries for "
-            f"{len(applied)} applied writes")
-    return {offset: entry.offset for (offset, _key), (_k, entry) in
-            zip(applied, replay.written, strict=True)}
+    return {int(key): entry.offset for key, entry in replay.items()}
