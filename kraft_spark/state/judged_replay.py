@@ -12,7 +12,7 @@ failed, which keys each lease revocation or expiry deleted). ``JudgedReplay`` is
 ``KeyValueState`` seeded with those entries that runs ``KeyValueState.apply_data`` over the
 range, so every ``Entry`` it yields is built by that code (revisions, versions, a group's
 shared revision, leases): only the two judgements, which need the whole state, are looked up
-instead of made (``_fails``, ``_lease_step``).
+instead of made (``_fails`` or ``_judge_group``, and ``_lease_step``).
 
 Invariant: seeded with every written key's entry as of ``start`` (or ``UNKNOWN_CREATE`` where
 that is not known) and given the full state's judgement of ``[start, end)``, the replay holds
@@ -30,6 +30,7 @@ from kraft_spark.raft.records import Batch, Record
 from kraft_spark.state.machine import Entry, KeyValueState
 from kraft_spark.state.outcomes import FailedTxn
 from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, LeaseTable, lease_of
+from kraft_spark.store.txn import TXN_HEADER, decode_header
 
 __all__ = ["UNKNOWN_CREATE", "JudgedReplay", "write_revisions"]
 
@@ -77,6 +78,25 @@ class JudgedReplay(KeyValueState):
             return False
         self.failed_txns[base + index] = FailedTxn(size, (), "judged by the state machine")
         return True
+
+    def _judge_group(self, record: Record, base: int, index: int,
+                     records: Sequence[Record]) -> int:
+        """The same judgement, for an ``apply_data`` that asks for a group's size instead (the
+        size of a group that applies, minus the size of one that fails, 0 for no group), as
+        one that gives a group's writes one shared revision does: of the two hooks, the one
+        the state machine does not call is unused."""
+        failed = self._failed_size(base + index)
+        if failed > 0:
+            self.failed_txns[base + index] = FailedTxn(failed, (), "judged by the state machine")
+            return -failed
+        for name, raw in record.headers:
+            if name == TXN_HEADER:
+                try:
+                    size = decode_header(raw)[0]
+                except ValueError:
+                    return 0  # the full state judged it failed: not reached
+                return min(size, len(records) - index)
+        return 0
 
     def _lease_step(self, record: Record, offset: int) -> int:
         # Only reached for a record that did not fail (``_fails`` said so first).
