@@ -854,13 +854,25 @@ def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
         (t, 5, 11) for t in TABLES)
     assert mat.table_offsets() == dict.fromkeys(TABLES, 12)
     assert read_snapshot(spark, warehouse) == logdata.replay(batches[:5])
+    assert _revisions(spark, warehouse) == _entries(state)  # the snapshot's own entries
     gap = commits_of(spark, warehouse, RECORDS)[-1]
     assert (gap.first_offset, gap.last_offset, gap.bootstrap_snapshot) == (5, 11, "12-2")
     mat.write(batches[5:], 16)
     assert read_snapshot(spark, warehouse) == logdata.replay(batches)
+    state.apply_all(batches[5:])
+    assert _revisions(spark, warehouse) == _entries(state)  # seeded from the bootstrap's rows
     offsets = [row[0] for row in read_records(spark, warehouse)]
     expected = [r[0] for r in logdata.record_rows(batches) if r[0] < 5 or r[0] >= 12]
     assert offsets == expected
+
+
+def _revisions(spark: Any, warehouse: Path) -> dict[str, tuple[int, int, int, int]]:
+    rows = spark.read.format("delta").load(table_path(warehouse, SNAPSHOT)).collect()
+    return {r.key: (r.create_revision, r.mod_revision, r.version, r.lease) for r in rows}
+
+
+def _entries(state: Any) -> dict[str, tuple[int, int, int, int]]:
+    return {k.decode(): (e.create_offset, e.offset, e.version, e.lease) for k, e in state.items()}
 
 
 @pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
