@@ -37,16 +37,17 @@ history (``userMetadata``; the log's ``txn`` state as a fallback), never from a 
 How the commits are made
 ------------------------
 - A warehouse delta-rs serves (``in_process``): a local path (a shared mount counts) or an
-  ``s3://``/``s3a://``, ``gs://``, ``abfss://``/``az://`` or ``hdfs://`` URI, whose storage
-  options come from the Spark configuration's Hadoop keys and the driver's environment
+  ``s3://``/``s3a://``, ``gs://``, ``abfss://``/``az://`` or ``hdfs://`` URI, whose storage options
+  come from the Spark configuration's Hadoop keys and the driver's environment
   (``storage_options``). Every commit by delta-rs in the driver process, on public APIs only.
   ``records`` and ``quorum_events``: pyarrow writes the rows as one Parquet file and delta-rs
-  commits it with the ``txn`` action and ``userMetadata`` (``rs_append``). ``snapshot``:
-  delta-rs's MERGE (``rs_merge``: ~15 ms for 100 keys). Checkpoints and compaction are
-  delta-rs's too (``rs_maintenance``), so every commit to the tables takes its version the same
-  way (on S3, a conditional write). delta-rs reads the recorded transaction version from its
-  own table state, kept up to date incrementally. No Spark job and no JVM call: the JVM's
-  commit forked shells and ran hooks worth ~12 % of the voters' one-connection throughput.
+  commits it with the ``txn`` action and ``userMetadata`` (``rs_append``). ``snapshot``: delta-rs's
+  MERGE (``rs_merge``: ~15 ms for 100 keys) of rows whose revision columns the state machine's own
+  code gives (``snapshot_rows``: a replay seeded with the table's rows). Checkpoints and compaction
+  are delta-rs's too (``rs_maintenance``), so every commit to the tables takes its version the same
+  way (on S3, a conditional write). delta-rs reads the recorded transaction version from its own
+  table state, kept up to date incrementally. No Spark job and no JVM call: the JVM's commit forked
+  shells and ran hooks worth ~12 % of the voters' one-connection throughput.
 - A URI only Spark opens (``wasbs://``, ``oss://``, a custom Hadoop file system): Delta's
   public Spark API, with the connectors and credentials of the Spark configuration. The
   recorded version is read from the table's history (the newest materializer commit's

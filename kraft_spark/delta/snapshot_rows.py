@@ -70,6 +70,8 @@ def snapshot_rows(batches: Sequence[Batch], start: int,
     change per key at offsets >= ``start``: ``log_rows.Rows.latest``), ``prior`` their entries
     as of ``start`` (``seed_entry``; a key absent there did not exist). Raises RuntimeError if
     the replay and ``latest`` disagree on whether a key is live (a bug, never guessed)."""
+    if not latest:
+        return []
     replay = JudgedReplay(((k.encode(), e) for k, e in prior.items()),
                           judgement.failed_size, judgement.deleted_by)
     replay.replay(_in_text_keys(batches, start), start)
