@@ -142,24 +142,26 @@ def _old_schema(table: str) -> T.StructType:
     return T.StructType([f for f in SCHEMAS[table].fields if f.name not in added])
 
 
-def _old_table(warehouse: Path, table: str, rows: list[tuple[Any, ...]], last: int) -> None:
+def old_table(warehouse: Path, table: str, rows: list[tuple[Any, ...]], last: int) -> None:
     """``table`` as the version before the revision columns made it: its schema then, and
-    one materializer commit of ``rows`` for offsets ``[0, last]``."""
+    one materializer commit of ``rows`` (timestamps in epoch milliseconds) for offsets
+    ``[0, last]``."""
     schema = _old_schema(table)
     path = table_path(warehouse, table)
     DeltaTable.create(path, schema=Schema.from_json(schema.json()),
                       configuration=dict(TABLE_PROPERTIES))
-    fields = []
-    for f in schema.fields:
+    arrays, fields = [], []
+    for values, f in zip(zip(*rows, strict=True), schema.fields, strict=True):
         kind = arrow_type(f.dataType)
-        fields.append(pa.field(f.name, pa.timestamp("us", tz="UTC")
-                               if pa.types.is_timestamp(kind) else kind, f.nullable))
-    columns = list(zip(*rows, strict=True))
-    arrays = [pa.array([None if v is None else (list(v.items()) if isinstance(v, dict) else v)
-                        for v in values], field.type if not pa.types.is_timestamp(field.type)
-                       else pa.int64()) for values, field in zip(columns, fields, strict=True)]
-    arrays = [a.cast(f.type) if pa.types.is_timestamp(f.type) else a
-              for a, f in zip(arrays, fields, strict=True)]
+        if pa.types.is_timestamp(kind):  # as Spark writes them: microseconds
+            array = pa.array([v * 1000 for v in values], pa.int64()).cast(
+                pa.timestamp("us", tz="UTC"))
+        elif pa.types.is_map(kind):
+            array = pa.array([list(v.items()) for v in values], kind)
+        else:
+            array = pa.array(values, kind)
+        arrays.append(array)
+        fields.append(pa.field(f.name, array.type, f.nullable))
     meta = CommitMetadata(DEFAULT_APP_ID, 0, last, last + 1)
     write_deltalake(path, pa.Table.from_arrays(arrays, schema=pa.schema(fields)), mode="append",
                     commit_properties=CommitProperties(
@@ -177,8 +179,8 @@ def test_an_older_warehouse_gets_the_columns_and_goes_on(tmp_path: Path) -> None
     end = old[-1].next_offset
     before = _state(old)
     old_rows = rows_from(old, 0, before.failed_txns, before.leases.deleted)
-    _old_table(tmp_path, RECORDS, [r[:6] for r in old_rows.records], end - 1)
-    _old_table(tmp_path, SNAPSHOT, [(k.decode(errors="replace"), e.value.decode(), e.offset,
+    old_table(tmp_path, RECORDS, [r[:6] for r in old_rows.records], end - 1)
+    old_table(tmp_path, SNAPSHOT, [(k.decode(errors="replace"), e.value.decode(), e.offset,
                                      e.epoch, e.timestamp_ms) for k, e in before.items()],
                end - 1)
     materializer = DeltaMaterializer(None, str(tmp_path))

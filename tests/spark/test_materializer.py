@@ -37,7 +37,7 @@ from kraft_spark.delta.tables import (
     table_path,
     txn_version_from_log,
 )
-from kraft_spark.raft.records import Batch
+from kraft_spark.raft.records import Batch, Record
 from tests.spark import logdata
 
 pytestmark = pytest.mark.spark
@@ -879,8 +879,9 @@ def _entries(state: Any) -> dict[str, tuple[int, int, int, int]]:
 def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
     spark: Any, tmp_path: Path, in_process: bool
 ) -> None:
-    """quorum_events of a warehouse created before ``voter_directories`` existed: start-up
-    adds the column (older rows read null), and a voter-set change fills it."""
+    """Tables of a warehouse created before ``voter_directories`` (quorum_events) and the
+    revision columns (records, snapshot) existed: start-up adds the columns (older rows read
+    null), and the next commits fill them."""
     import datetime
     import uuid
 
@@ -889,21 +890,31 @@ def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
     from kraft_spark.delta.tables import QUORUM_EVENTS_SCHEMA
     from kraft_spark.raft.voter_records import voters_batch
     from kraft_spark.raft.voter_set import Voter, VoterSet, directory_text
+    from tests.delta.test_snapshot_revisions import old_table
 
-    old_schema = T.StructType(QUORUM_EVENTS_SCHEMA.fields[:-2])
-    path = table_path(tmp_path, QUORUM_EVENTS)
+    # Offsets 0-1 (a leader change, a write of "old") as the older version wrote them.
     when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-    spark.createDataFrame([(99, 1, 0, [0], [0], when)], old_schema).write.format(
-        "delta").save(path)
+    path = table_path(tmp_path, QUORUM_EVENTS)
+    (spark.createDataFrame([(0, 1, 0, [0], [0], when)], T.StructType(
+        QUORUM_EVENTS_SCHEMA.fields[:-2])).write.format("delta")
+     .option("txnAppId", DEFAULT_APP_ID).option("txnVersion", "1")
+     .option("userMetadata", CommitMetadata(DEFAULT_APP_ID, 0, 1, 2).to_json()).save(path))
+    old_table(tmp_path, RECORDS, [(1, 1, 1000, "old", "1", {})], 1)  # no Spark job
+    old_table(tmp_path, SNAPSHOT, [("old", "1", 1, 1, 1000)], 1)
     materializer = DeltaMaterializer(spark, str(tmp_path), in_process=in_process)
-    materializer.prepare()
+    assert materializer.prepare() == dict.fromkeys(TABLES, 2)
     assert spark.read.format("delta").load(path).schema.fieldNames()[-2:] == [
         "voter_directories", "restored_from"]
     voters = VoterSet((Voter(0, uuid.UUID(int=5)), Voter(1)))
-    materializer.write([voters_batch(0, 1, voters, 1000)], 1)
+    written = Batch(3, 1, (Record(b"new", b"2", 1000), Record(b"old", b"3", 1000)))
+    materializer.write([voters_batch(2, 1, voters, 1000), written], 5)
     rows = {r.offset: r.voter_directories
             for r in spark.read.format("delta").load(path).collect()}
-    assert rows == {99: None, 0: [directory_text(v.directory_id) for v in voters.voters]}
+    assert rows == {0: None, 2: [directory_text(v.directory_id) for v in voters.voters]}
+    assert {r.offset: r.revision for r in spark.read.format("delta").load(
+        table_path(tmp_path, RECORDS)).collect()} == {1: None, 3: 3, 4: 4}
+    # "old": written before, updated since: its creation is unknown; "new": exact.
+    assert _revisions(spark, tmp_path) == {"new": (3, 3, 1, 0), "old": (None, 4, None, 0)}
 
 
 def test_the_snapshot_merge_runs_in_delta_rs_and_spark_reads_it(spark: Any, tmp_path: Path) -> None:
