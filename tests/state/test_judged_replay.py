@@ -46,7 +46,7 @@ def _replay(batches: list[Batch], state: KeyValueState, cut: int,
     return replay
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(steps_without_compact, st.integers(0, 40))
 @example(REVOKED, 1)
 @example(GROUPS, 1)
@@ -65,7 +65,7 @@ def test_a_replay_from_any_batch_holds_the_state_machines_entries(steps: list[St
         revisions.values())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(steps_without_compact, st.integers(0, 40))
 @example(REVOKED, 1)
 @example(GROUPS, 1)
