@@ -26,7 +26,7 @@ from typing import Any
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
 from kraft_spark.delta.materializer import DeltaMaterializer, TableCommit
 from kraft_spark.delta.snapshot_rows import entry_row
-from kraft_spark.delta.spark_merge import UPDATED_COLUMNS, set_commit_confs
+from kraft_spark.delta.spark_merge import REVISION_COLUMNS, UPDATED_COLUMNS, set_commit_confs
 from kraft_spark.delta.tables import SCHEMAS, SNAPSHOT, TABLES, CommitMetadata
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.state.machine import Entry
@@ -113,6 +113,12 @@ def _replace_snapshot(
             # offset (a conditional group's first offset): the row keeps its record's.
             condition="t.offset < s.offset",
             set={c: f"s.`{c}`" for c in UPDATED_COLUMNS},
+        )
+        # A row unchanged since, written before the revision columns existed: it gets them
+        # (back-filled) and keeps the rest.
+        .whenMatchedUpdate(
+            condition="t.version IS NULL",
+            set={c: f"s.`{c}`" for c in REVISION_COLUMNS},
         )
         .whenNotMatchedInsert(values={c: f"s.`{c}`" for c in columns})
         .whenNotMatchedBySourceDelete()

@@ -23,6 +23,8 @@ USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 # What a later change of a key sets (every column but the key).
 UPDATED_COLUMNS = tuple(f.name for f in MERGE_SOURCE_SCHEMA.fields if f.name != "key")
+# etcd's view of the key (tables.SNAPSHOT_SCHEMA: added after the first release).
+REVISION_COLUMNS = ("create_revision", "mod_revision", "version", "lease")
 
 
 def merge_session(spark: SparkSession) -> SparkSession:

@@ -830,9 +830,10 @@ def test_compaction_while_records_are_appended(spark: Any, tmp_path: Path) -> No
 def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
     spark: Any, tmp_path: Path
 ) -> None:
-    """The log lost offsets 5..11 to retention before they were materialized: the tables jump
-    to the snapshot ending at 12, ``snapshot`` equals its content, the gap is in the commits'
-    userMetadata, and materialization continues after it."""
+    """The log lost offsets 8..11 to retention before they were materialized: the tables jump
+    to the snapshot ending at 12, ``snapshot`` equals its content (with the revision columns:
+    the snapshot's own entries, back-filled into a row of the older schema that is unchanged
+    since), the gap is in the commits' userMetadata, and materialization continues after it."""
     from kraft_spark.delta.bootstrap import bootstrap_from_snapshot
     from kraft_spark.raft.log_api import OffsetAndEpoch
     from kraft_spark.state.machine import KeyValueState
@@ -841,28 +842,31 @@ def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
     warehouse = tmp_path / "wh"
     reported: list[Any] = []
     mat = DeltaMaterializer(spark, str(warehouse), on_commit=reported.append)
-    mat.write(batches[:2], 5)
+    mat.write(batches[:3], 8)
+    # As an older version left them ("d", written at 6, is unchanged up to the snapshot).
+    spark.sql(f"UPDATE delta.`{table_path(warehouse, SNAPSHOT)}` SET create_revision = NULL, "
+              "mod_revision = NULL, version = NULL, lease = NULL")
     state = KeyValueState()
     state.apply_all(batches[:5])
     sid = OffsetAndEpoch(state.applied_offset, state.applied_epoch)
     assert sid == OffsetAndEpoch(12, 2)
     reported.clear()
     jumped = bootstrap_from_snapshot(mat, sid, state.items(), 12)
-    assert jumped == dict.fromkeys(TABLES, 5)
+    assert jumped == dict.fromkeys(TABLES, 8)
     # Each jump reported as any commit is (the driver's table-offset metric follows it).
     assert sorted((c.table, c.first_offset, c.last_offset) for c in reported) == sorted(
-        (t, 5, 11) for t in TABLES)
+        (t, 8, 11) for t in TABLES)
     assert mat.table_offsets() == dict.fromkeys(TABLES, 12)
     assert read_snapshot(spark, warehouse) == logdata.replay(batches[:5])
     assert _revisions(spark, warehouse) == _entries(state)  # the snapshot's own entries
     gap = commits_of(spark, warehouse, RECORDS)[-1]
-    assert (gap.first_offset, gap.last_offset, gap.bootstrap_snapshot) == (5, 11, "12-2")
+    assert (gap.first_offset, gap.last_offset, gap.bootstrap_snapshot) == (8, 11, "12-2")
     mat.write(batches[5:], 16)
     assert read_snapshot(spark, warehouse) == logdata.replay(batches)
     state.apply_all(batches[5:])
     assert _revisions(spark, warehouse) == _entries(state)  # seeded from the bootstrap's rows
     offsets = [row[0] for row in read_records(spark, warehouse)]
-    expected = [r[0] for r in logdata.record_rows(batches) if r[0] < 5 or r[0] >= 12]
+    expected = [r[0] for r in logdata.record_rows(batches) if r[0] < 8 or r[0] >= 12]
     assert offsets == expected
 
 
