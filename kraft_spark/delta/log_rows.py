@@ -18,6 +18,7 @@ from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.raft.voter_set import directory_text
 from kraft_spark.state.judged_replay import write_revisions
 from kraft_spark.state.machine import FailedTxn
+from kraft_spark.store.auth import AUTH_OP_HEADER
 from kraft_spark.store.leases import LEASE_DELETED_HEADER, LEASE_OP_HEADER
 from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER
 
@@ -108,7 +109,7 @@ def rows_from(batches: Sequence[Batch], start: int,
                     rows.latest[name] = (name, None, offset, batch.epoch, record.timestamp_ms)
             rows.records.append((offset, batch.epoch, record.timestamp_ms, key, value, headers,
                                  revisions.get(offset)))
-            if (key is not None and offset >= failed_until
-                    and LEASE_OP_HEADER not in headers):  # an operation writes no key
+            if (key is not None and offset >= failed_until and LEASE_OP_HEADER not in headers
+                    and AUTH_OP_HEADER not in headers):  # an operation writes no key
                 rows.latest[key] = (key, value, offset, batch.epoch, record.timestamp_ms)
     return rows

@@ -12,7 +12,7 @@ failed, which keys each lease revocation or expiry deleted). ``JudgedReplay`` is
 ``KeyValueState`` seeded with those entries that runs ``KeyValueState.apply_data`` over the
 range, so every ``Entry`` it yields is built by that code (revisions, versions, a group's
 shared revision, leases): only the two judgements, which need the whole state, are looked up
-instead of made (``_fails`` or ``_judge_group``, and ``_lease_step``).
+instead of made (``_judge_group``, ``_lease_step``).
 
 Invariant: seeded with every written key's entry as of ``start`` (or ``UNKNOWN_CREATE`` where
 that is not known) and given the full state's judgement of ``[start, end)``, the replay holds
@@ -29,6 +29,7 @@ from typing import Final
 from kraft_spark.raft.records import Batch, Record
 from kraft_spark.state.machine import Entry, KeyValueState
 from kraft_spark.state.outcomes import FailedTxn
+from kraft_spark.store.auth import AUTH_OP_HEADER
 from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, LeaseTable, lease_of
 from kraft_spark.store.txn import TXN_HEADER, decode_header
 
@@ -72,19 +73,11 @@ class JudgedReplay(KeyValueState):
             skip = max(0, start - batch.base_offset)
             self.apply_data(batch.base_offset + skip, batch.epoch, batch.records[skip:])
 
-    def _fails(self, record: Record, base: int, index: int, records: Sequence[Record]) -> bool:
-        size = self._failed_size(base + index)
-        if size <= 0:
-            return False
-        self.failed_txns[base + index] = FailedTxn(size, (), "judged by the state machine")
-        return True
-
     def _judge_group(self, record: Record, base: int, index: int,
                      records: Sequence[Record]) -> int:
-        """The same judgement, for an ``apply_data`` that asks for a group's size instead (the
-        size of a group that applies, minus the size of one that fails, 0 for no group), as
-        one that gives a group's writes one shared revision does: of the two hooks, the one
-        the state machine does not call is unused."""
+        """The full state's judgement of the group (or lone lease write or operation) starting
+        at ``record``: its size when it applies, minus its size when it failed, 0 when none
+        starts there (``KeyValueState._judge_group``'s answer)."""
         failed = self._failed_size(base + index)
         if failed > 0:
             self.failed_txns[base + index] = FailedTxn(failed, (), "judged by the state machine")
@@ -99,8 +92,10 @@ class JudgedReplay(KeyValueState):
         return 0
 
     def _lease_step(self, record: Record, offset: int) -> int:
-        # Only reached for a record that did not fail (``_fails`` said so first).
+        # Only reached for a record that did not fail (``_judge_group`` said so first).
         for name, raw in record.headers:
+            if name == AUTH_OP_HEADER:
+                return -1  # users and roles: no key
             if name == LEASE_OP_HEADER:
                 for key in self._deleted_by(offset):
                     self._entries.pop(key, None)

@@ -19,7 +19,8 @@ steps_without_compact = st.lists(op.filter(lambda step: step[0] != "compact"), m
 # Each path of the judgement, whatever the random search finds: a revocation deleting a leased
 # key; conditional groups that fail and hold; a write to a lease that does not exist.
 REVOKED = [("grant", 1), ("lease_put", b"a", 1), ("put", b"b", b"1"), ("revoke", 1)]
-GROUPS = [("put", b"a", b"x"), ("txn", b"a", 0), ("txn", b"a", 1), ("put", b"c", b"y")]
+GROUPS = [("put", b"a", b"x"), ("txn", [b"a", b"b"], 0), ("txn", [b"a", b"b"], 1),
+          ("put", b"c", b"y")]
 NO_LEASE = [("put", b"b", b"1"), ("lease_put", b"b", 2), ("put", b"d/1", b"z")]
 
 
