@@ -68,7 +68,8 @@ def snapshot_rows(batches: Sequence[Batch], start: int,
     """Rows for the MERGE of ``snapshot`` (``arrow_rows.MERGE_SOURCE_SCHEMA``, timestamps in
     epoch milliseconds, a null value deleting the key) for the keys of ``latest`` (the last
     change per key at offsets >= ``start``: ``log_rows.Rows.latest``), ``prior`` their entries
-    as of ``start`` (``seed_entry``; a key absent there did not exist). Raises RuntimeError if
+    as of ``start`` (``seed_entry``; a key absent there did not exist). A key deleted that
+    ``prior`` does not hold (created and deleted since) has no row. Raises RuntimeError if
     the replay and ``latest`` disagree on whether a key is live (a bug, never guessed)."""
     if not latest:
         return []
@@ -84,7 +85,9 @@ def snapshot_rows(batches: Sequence[Batch], start: int,
                 f"snapshot row of {key!r} at offset {offset}: the state machine's replay from "
                 f"{start} says {'absent' if entry is None else 'live'}")
         if entry is None:
-            out.append((key, None, offset, epoch, timestamp_ms, None, None, None, None))
+            if key in prior:  # a key absent from the table too changes nothing (and a MERGE
+                # that changes nothing makes no commit in delta-rs: the offsets would not move)
+                out.append((key, None, offset, epoch, timestamp_ms, None, None, None, None))
         else:
             out.append(entry_row(key, value, offset, entry))
     return out
