@@ -11,7 +11,8 @@ from pyspark.sql import types as T
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# The MERGE source of the snapshot table: (key, value, offset, epoch, timestamp).
+# The MERGE source of the snapshot table: its columns, in its order (tables.SNAPSHOT_SCHEMA),
+# with a nullable value (null: delete the key).
 MERGE_SOURCE_SCHEMA = T.StructType(
     [
         T.StructField("key", T.StringType(), False),
@@ -19,6 +20,10 @@ MERGE_SOURCE_SCHEMA = T.StructType(
         T.StructField("offset", T.LongType(), False),
         T.StructField("epoch", T.IntegerType(), False),
         T.StructField("timestamp", T.TimestampType(), False),
+        T.StructField("create_revision", T.LongType(), True),
+        T.StructField("mod_revision", T.LongType(), True),
+        T.StructField("version", T.LongType(), True),
+        T.StructField("lease", T.LongType(), True),
     ]
 )
 

@@ -24,13 +24,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
-from kraft_spark.delta.materializer import (
-    TXN_APP_ID_CONF,
-    TXN_VERSION_CONF,
-    USER_METADATA_CONF,
-    DeltaMaterializer,
-    TableCommit,
-)
+from kraft_spark.delta.materializer import DeltaMaterializer, TableCommit
+from kraft_spark.delta.snapshot_rows import entry_row
+from kraft_spark.delta.spark_merge import REVISION_COLUMNS, UPDATED_COLUMNS, set_commit_confs
 from kraft_spark.delta.tables import SCHEMAS, SNAPSHOT, TABLES, CommitMetadata
 from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.state.machine import Entry
@@ -48,8 +44,10 @@ def bootstrap_from_snapshot(
     first offset each table had to jump over (tables already there are left out)."""
     offsets = materializer.table_offsets()
     label = f"{snapshot_id.offset}-{snapshot_id.epoch}"
+    # A snapshot's entries carry the revisions: its rows are exact (offset: the entry's).
     rows = [
-        (key, entry.value, entry.offset, entry.epoch, entry.timestamp_ms)
+        entry_row(key.decode("utf-8", errors="replace"),
+                  entry.value.decode("utf-8", errors="replace"), entry.offset, entry)
         for key, entry in entries
     ]
     jumped: dict[str, int] = {}
@@ -103,9 +101,7 @@ def _replace_snapshot(
     session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
     source = arrow_frame(session, MERGE_SOURCE_SCHEMA, rows).coalesce(1)
     target = DeltaTable.forPath(session, materializer.path(SNAPSHOT))
-    session.conf.set(TXN_APP_ID_CONF, meta.app_id)
-    session.conf.set(TXN_VERSION_CONF, str(meta.last_offset))
-    session.conf.set(USER_METADATA_CONF, meta.to_json())
+    set_commit_confs(session, meta)
     columns = SCHEMAS[SNAPSHOT].fieldNames()
     (
         target.alias("t")
@@ -116,7 +112,13 @@ def _replace_snapshot(
             # before. Unchanged, the snapshot has its revision, at or below the row's
             # offset (a conditional group's first offset): the row keeps its record's.
             condition="t.offset < s.offset",
-            set={c: f"s.`{c}`" for c in ("value", "offset", "epoch", "timestamp")},
+            set={c: f"s.`{c}`" for c in UPDATED_COLUMNS},
+        )
+        # A row unchanged since, written before the revision columns existed: it gets them
+        # (back-filled) and keeps the rest.
+        .whenMatchedUpdate(
+            condition="t.version IS NULL",
+            set={c: f"s.`{c}`" for c in REVISION_COLUMNS},
         )
         .whenNotMatchedInsert(values={c: f"s.`{c}`" for c in columns})
         .whenNotMatchedBySourceDelete()

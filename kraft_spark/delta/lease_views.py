@@ -12,8 +12,10 @@ in time with them):
   ``keys`` (the keys attached to it now).
 * ``snapshot_leases``: the ``snapshot`` table with each key's ``lease_id`` (null: none).
 
-Views, not columns of ``snapshot``: existing warehouses keep their schema, and the views are
-defined the same way on the application's catalog and on ``kraft-spark sql``'s session.
+``snapshot`` has a ``lease`` column of its own now (the state machine's; null in rows written
+before it existed): the view reads each key's lease from ``records``, so older rows have it
+too. The views are defined the same way on the application's catalog and on ``kraft-spark
+sql``'s session.
 Operations that failed (a keep-alive of a lease already gone, an ``expire`` voided by a later
 keep-alive: ``kraft.txn.outcome = failed``) are left out.
 """

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kraft_spark.delta.snapshot_rows import Judgement
 from kraft_spark.raft.records import (
     CONTROL_TYPE_LEADER_CHANGE,
     Batch,
@@ -15,14 +16,16 @@ from kraft_spark.raft.records import (
 )
 from kraft_spark.raft.voter_records import voters_in
 from kraft_spark.raft.voter_set import directory_text
+from kraft_spark.state.judged_replay import write_revisions
 from kraft_spark.state.machine import FailedTxn
-from kraft_spark.store.leases import LEASE_DELETED_HEADER
+from kraft_spark.store.auth import AUTH_OP_HEADER
+from kraft_spark.store.leases import LEASE_DELETED_HEADER, LEASE_OP_HEADER
 from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER
 
 
 @dataclass(slots=True)
 class Rows:
-    records: list[tuple[Any, ...]]
+    records: list[tuple[Any, ...]]  # in tables.RECORDS_SCHEMA's order
     events: list[tuple[Any, ...]]
     # key -> (key, value, offset, epoch, timestamp_ms), the last change per key in the call.
     latest: dict[str, tuple[Any, ...]]
@@ -43,8 +46,13 @@ def rows_from(batches: Sequence[Batch], start: int,
     Without it, a batch holding a conditional write raises ValueError rather than guess.
     ``lease_deleted``: the keys each lease revocation or expiry deleted (by its offset): its
     ``records`` row lists them in the header ``kraft.lease.deleted`` (a JSON list) and they
-    leave ``snapshot``."""
+    leave ``snapshot``. A lease write or lease operation the state machine refused (in
+    ``failed_txns`` too) is marked failed like a conditional write. Each ``records`` row ends
+    with the revision of the write (``judged_replay.write_revisions``; None: it wrote no key
+    or failed)."""
     rows = Rows(records=[], events=[], latest={})
+    judgement = Judgement(failed_txns or {})
+    revisions = write_revisions(batches, start, judgement.failed_size)
     for batch in batches:
         if batch.next_offset <= start:
             continue
@@ -83,13 +91,14 @@ def rows_from(batches: Sequence[Batch], start: int,
             key = _text(record.key)
             value = _text(record.value)
             headers = {name: _text(data) for name, data in record.headers}
-            if TXN_HEADER in headers:
-                if failed_txns is None:
-                    raise ValueError(f"offset {offset} starts a conditional write: materializing "
-                                     "it needs the state machine's outcomes (failed_txns)")
-                failure = failed_txns.get(offset)
-                if failure is not None:
-                    failed_until = offset + failure.size
+            if TXN_HEADER in headers and failed_txns is None:
+                raise ValueError(f"offset {offset} starts a conditional write: materializing "
+                                 "it needs the state machine's outcomes (failed_txns)")
+            # A failed group starts at a record with headers: a conditional write's first, or a
+            # lone lease write or lease operation the state machine refused.
+            failure = failed_txns.get(offset) if failed_txns and record.headers else None
+            if failure is not None:
+                failed_until = offset + failure.size
             if offset < failed_until:
                 headers[OUTCOME_HEADER] = "failed"
             deleted = lease_deleted.get(offset, ()) if lease_deleted and key is None else ()
@@ -98,7 +107,9 @@ def rows_from(batches: Sequence[Batch], start: int,
                 headers[LEASE_DELETED_HEADER] = json.dumps(names, separators=(",", ":"))
                 for name in names:
                     rows.latest[name] = (name, None, offset, batch.epoch, record.timestamp_ms)
-            rows.records.append((offset, batch.epoch, record.timestamp_ms, key, value, headers))
-            if key is not None and offset >= failed_until:
+            rows.records.append((offset, batch.epoch, record.timestamp_ms, key, value, headers,
+                                 revisions.get(offset)))
+            if (key is not None and offset >= failed_until and LEASE_OP_HEADER not in headers
+                    and AUTH_OP_HEADER not in headers):  # an operation writes no key
                 rows.latest[key] = (key, value, offset, batch.epoch, record.timestamp_ms)
     return rows

@@ -20,12 +20,15 @@ def add_missing_columns(spark: SparkSession, path_of: Callable[[str], str]) -> l
     """Give tables an older version created the columns added since (``ADDED_COLUMNS``), with
     ``ALTER TABLE ... ADD COLUMNS`` (a metadata-only commit: older rows read as null). Returns
     ``table.column`` of each added."""
-    added = []
-    for table, column, sql_type in ADDED_COLUMNS:
+    added: list[str] = []
+    for table in dict.fromkeys(t for t, _column, _sql in ADDED_COLUMNS):
         path = path_of(table)
-        if column not in spark.read.format("delta").load(path).schema.fieldNames():
-            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({column} {sql_type})")
-            added.append(f"{table}.{column}")
+        present = set(spark.read.format("delta").load(path).schema.fieldNames())
+        missing = [(c, sql) for t, c, sql in ADDED_COLUMNS if t == table and c not in present]
+        if missing:  # one commit per table, the columns in their order
+            columns = ", ".join(f"{c} {sql}" for c, sql in missing)
+            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+            added.extend(f"{table}.{c}" for c, _sql in missing)
     return added
 
 

@@ -37,16 +37,17 @@ history (``userMetadata``; the log's ``txn`` state as a fallback), never from a 
 How the commits are made
 ------------------------
 - A warehouse delta-rs serves (``in_process``): a local path (a shared mount counts) or an
-  ``s3://``/``s3a://``, ``gs://``, ``abfss://``/``az://`` or ``hdfs://`` URI, whose storage
-  options come from the Spark configuration's Hadoop keys and the driver's environment
+  ``s3://``/``s3a://``, ``gs://``, ``abfss://``/``az://`` or ``hdfs://`` URI, whose storage options
+  come from the Spark configuration's Hadoop keys and the driver's environment
   (``storage_options``). Every commit by delta-rs in the driver process, on public APIs only.
   ``records`` and ``quorum_events``: pyarrow writes the rows as one Parquet file and delta-rs
-  commits it with the ``txn`` action and ``userMetadata`` (``rs_append``). ``snapshot``:
-  delta-rs's MERGE (``rs_merge``: ~15 ms for 100 keys). Checkpoints and compaction are
-  delta-rs's too (``rs_maintenance``), so every commit to the tables takes its version the same
-  way (on S3, a conditional write). delta-rs reads the recorded transaction version from its
-  own table state, kept up to date incrementally. No Spark job and no JVM call: the JVM's
-  commit forked shells and ran hooks worth ~12 % of the voters' one-connection throughput.
+  commits it with the ``txn`` action and ``userMetadata`` (``rs_append``). ``snapshot``: delta-rs's
+  MERGE (``rs_merge``: ~15 ms for 100 keys) of rows whose revision columns the state machine's own
+  code gives (``snapshot_rows``: a replay seeded with the table's rows). Checkpoints and compaction
+  are delta-rs's too (``rs_maintenance``), so every commit to the tables takes its version the same
+  way (on S3, a conditional write). delta-rs reads the recorded transaction version from its own
+  table state, kept up to date incrementally. No Spark job and no JVM call: the JVM's commit forked
+  shells and ran hooks worth ~12 % of the voters' one-connection throughput.
 - A URI only Spark opens (``wasbs://``, ``oss://``, a custom Hadoop file system): Delta's
   public Spark API, with the connectors and credentials of the Spark configuration. The
   recorded version is read from the table's history (the newest materializer commit's
@@ -81,9 +82,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kraft_spark.delta import rs_append, rs_maintenance, rs_tables
-from kraft_spark.delta.arrow_rows import MERGE_SOURCE_SCHEMA, arrow_frame
+from kraft_spark.delta.arrow_rows import arrow_frame
 from kraft_spark.delta.log_rows import Rows, rows_from
 from kraft_spark.delta.maintenance import Compaction, add_missing_columns, compact_table
+from kraft_spark.delta.rs_merge import open_table
+from kraft_spark.delta.snapshot_rows import (
+    Judgement,
+    read_prior_rs,
+    read_prior_spark,
+    snapshot_rows,
+)
+from kraft_spark.delta.spark_merge import merge_session, merge_snapshot
 from kraft_spark.delta.storage_options import DELTA_RS_SCHEMES
 from kraft_spark.delta.table_store import (
     TableStore,
@@ -116,9 +125,6 @@ from kraft_spark.state.machine import FailedTxn
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
-USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 # OPTIMIZE's threshold (conf/spark-defaults.conf): files under it are compacted, by either path.
 MIN_FILE_SIZE_CONF = "spark.databricks.delta.optimize.minFileSize"
 # Scratch tables of warm_up() live under the warehouse in a directory Spark and Delta readers
@@ -169,14 +175,13 @@ class DeltaMaterializer:
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SparkSession | None,
         warehouse: str,
         *,
         app_id: str = DEFAULT_APP_ID,
         on_commit: Callable[[TableCommit], None] | None = None,
         in_process: bool | None = None,
     ) -> None:
-        self.spark = spark
         self.warehouse = warehouse
         self.app_id = app_id
         self.on_commit = on_commit
@@ -184,7 +189,12 @@ class DeltaMaterializer:
         # a warehouse on the driver's file system or an object store delta-rs serves. Else
         # (in_process=False, or a URI only Spark opens) Spark's public Delta API commits.
         self.store: TableStore | None = (
-            None if in_process is False else store_for(warehouse, spark_conf_of(spark)))
+            None if in_process is False
+            else store_for(warehouse, {} if spark is None else spark_conf_of(spark)))
+        if spark is None and self.store is None:
+            raise MaterializerError(f"{warehouse}: only Spark opens it, and no session given")
+        # None only with a store: the in-process path never starts a Spark job.
+        self.spark: SparkSession = spark  # type: ignore[assignment]
         if in_process and self.store is None:
             raise MaterializerError(
                 f"{warehouse}: delta-rs opens no such URI (it serves local paths and "
@@ -205,14 +215,9 @@ class DeltaMaterializer:
         # commit lands on top of it.
         self._table_locks = {table: threading.Lock() for table in TABLES}
         self._created = False
-        # MERGE takes its transaction from session confs: a private session keeps them away from
-        # every other writer of the application.
-        self._merge_session = spark.newSession()
-        # The merge source is a local relation (deterministic): no need to materialize it.
-        self._merge_session.conf.set("spark.databricks.delta.merge.materializeSource", "none")
-        # A few hundred keys at most per call: one task per stage is plenty (4 shuffle partitions
-        # and a local relation of defaultParallelism slices made 5 tasks of every stage).
-        self._merge_session.conf.set("spark.sql.shuffle.partitions", "1")
+        # MERGE takes its transaction from session confs: a private session (spark_merge),
+        # made on the first Spark MERGE.
+        self._merge_session: SparkSession | None = None
         # Per table, the data files its last compaction left (see compact).
         self._kept_by_compaction: dict[str, int] = {}
 
@@ -294,6 +299,7 @@ class DeltaMaterializer:
         if end <= resume:
             return min(offsets.values())  # everything already materialized
         rows = rows_from(batches, resume, failed_txns, lease_deleted)
+        judgement = Judgement(failed_txns or {}, lease_deleted or {})
         counts: dict[str, int] = {}
         seconds: dict[str, float] = {}
         try:
@@ -303,7 +309,8 @@ class DeltaMaterializer:
                     continue  # this table was committed before a crash
                 meta = CommitMetadata(self.app_id, first, end - 1, high_watermark)
                 t0 = time.monotonic()
-                count = self._commit(table, rows, first, meta)
+                count = self._commit(table, rows, first, meta, batches=batches,
+                                     judgement=judgement)
                 commit = TableCommit(table, first, end - 1, count, time.monotonic() - t0)
                 counts[table] = count
                 seconds[table] = commit.seconds
@@ -371,7 +378,7 @@ class DeltaMaterializer:
         elif not rs_tables.is_table(self.store, table):
             return None
         else:
-            target = int(self.spark.conf.get(MIN_FILE_SIZE_CONF, str(64 << 20)) or 64 << 20)
+            target = _min_file_size(self.spark)
             with self._table_locks[table]:
                 files = rs_maintenance.data_file_count(self.store, table)
                 done = (rs_maintenance.compact(self.store, table, files, target)
@@ -431,14 +438,23 @@ class DeltaMaterializer:
             shutil.rmtree(scratch, ignore_errors=True)
         return time.monotonic() - started
 
-    def _commit(self, table: str, rows: Rows, first: int, meta: CommitMetadata) -> int:
+    def _commit(self, table: str, rows: Rows, first: int, meta: CommitMetadata, *,
+                batches: Sequence[Batch], judgement: Judgement) -> int:
         self._create_tables()
         if table == RECORDS:
             data = [r for r in rows.records if r[0] >= first]
         elif table == QUORUM_EVENTS:
             data = [r for r in rows.events if r[0] >= first]
         else:
-            data = [r for r in rows.latest.values() if r[2] >= first]
+            # Each changed key's Entry, by the state machine's code replaying [first, end) on
+            # the table's rows as of `first` (snapshot_rows).
+            latest = {k: r for k, r in rows.latest.items() if r[2] >= first}
+            if self.store is not None:
+                with self._table_locks[table], named_store_errors(self.store):
+                    prior = read_prior_rs(open_table(self.store, SNAPSHOT), list(latest))
+            else:
+                prior = read_prior_spark(self.spark, self.path(SNAPSHOT), list(latest))
+            data = snapshot_rows(batches, first, latest, prior, judgement)
         if self.store is not None:
             # delta-rs reads the recorded version from its own table state (kept up to date
             # incrementally) and commits at exactly the version it checked. The driver is the
@@ -456,7 +472,9 @@ class DeltaMaterializer:
         if not _continues(table, recorded, meta):
             return len(data)  # this very commit landed before (a retry after a failure)
         if table == SNAPSHOT and data:
-            self._merge_snapshot(data, meta)
+            if self._merge_session is None:
+                self._merge_session = merge_session(self.spark)
+            merge_snapshot(self._merge_session, self.path(SNAPSHOT), data, meta)
         else:
             frames = {RECORDS: self._records_frame, QUORUM_EVENTS: self._events_frame}
             self._append(table, frames[table](data) if table in frames else None, meta)
@@ -504,7 +522,7 @@ class DeltaMaterializer:
     def _records_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
         if not data:
             return None
-        # Rows are (offset, epoch, timestamp_ms, key, value, headers): the table's columns.
+        # Rows are (offset, epoch, timestamp_ms, key, value, headers, revision): its columns.
         return arrow_frame(self.spark, SCHEMAS[RECORDS], data).coalesce(1)
 
     def _events_frame(self, data: list[tuple[Any, ...]]) -> DataFrame | None:
@@ -513,36 +531,6 @@ class DeltaMaterializer:
         # (offset, epoch, leader_id, voters, granting_voters, timestamp_ms, voter_directories,
         # restored_from)
         return arrow_frame(self.spark, SCHEMAS[QUORUM_EVENTS], data).coalesce(1)
-
-    def _merge_snapshot(self, data: list[tuple[Any, ...]], meta: CommitMetadata) -> None:
-        from delta.tables import DeltaTable
-
-        session = self._merge_session
-        # (key, value, offset, epoch, timestamp_ms); a null value deletes the key.
-        source = arrow_frame(session, MERGE_SOURCE_SCHEMA, data).coalesce(1)
-        target = DeltaTable.forPath(session, self.path(SNAPSHOT))
-        session.conf.set(TXN_APP_ID_CONF, meta.app_id)
-        session.conf.set(TXN_VERSION_CONF, str(meta.last_offset))
-        session.conf.set(USER_METADATA_CONF, meta.to_json())
-        try:
-            (
-                target.alias("t")
-                .merge(source.alias("s"), "t.key = s.key")
-                # `t.offset < s.offset` makes a replayed change a no-op even without the txn.
-                .whenMatchedDelete(condition="s.value IS NULL AND t.offset < s.offset")
-                .whenMatchedUpdate(
-                    condition="s.value IS NOT NULL AND t.offset < s.offset",
-                    set={c: f"s.`{c}`" for c in ("value", "offset", "epoch", "timestamp")},
-                )
-                .whenNotMatchedInsert(
-                    condition="s.value IS NOT NULL",
-                    values={c: f"s.`{c}`" for c in SCHEMAS[SNAPSHOT].fieldNames()},
-                )
-                .execute()
-            )
-        finally:
-            for key in (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF):
-                session.conf.unset(key)
 
 
 def _check_batches(batches: Sequence[Batch], high_watermark: int) -> None:
@@ -565,6 +553,14 @@ def _check_batches(batches: Sequence[Batch], high_watermark: int) -> None:
         )
 
 
+
+
+def _min_file_size(spark: SparkSession | None) -> int:
+    """OPTIMIZE's threshold from the session (64 MiB without one)."""
+    default = 64 << 20
+    if spark is None:
+        return default
+    return int(spark.conf.get(MIN_FILE_SIZE_CONF, str(default)) or default)
 
 
 def _continues(table: str, recorded: int, meta: CommitMetadata) -> bool:

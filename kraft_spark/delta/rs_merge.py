@@ -28,14 +28,19 @@ if TYPE_CHECKING:
     from kraft_spark.delta.table_store import TableStore
     from kraft_spark.delta.tables import CommitMetadata
 
+# arrow_rows.MERGE_SOURCE_SCHEMA as Arrow (timestamps in microseconds, as Spark writes them).
 _SOURCE_SCHEMA = pa.schema([
     pa.field("key", pa.string(), nullable=False),
     pa.field("value", pa.string(), nullable=True),
     pa.field("offset", pa.int64(), nullable=False),
     pa.field("epoch", pa.int32(), nullable=False),
     pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("create_revision", pa.int64(), nullable=True),
+    pa.field("mod_revision", pa.int64(), nullable=True),
+    pa.field("version", pa.int64(), nullable=True),
+    pa.field("lease", pa.int64(), nullable=True),
 ])
-_COLUMNS = ("key", "value", "offset", "epoch", "timestamp")
+_COLUMNS = tuple(_SOURCE_SCHEMA.names)
 
 
 _OPEN: dict[str, Any] = {}  # table URI -> DeltaTable, brought up to date before each use
@@ -68,11 +73,11 @@ def recorded_txn_version(table: Any, app_id: str) -> int:
 
 
 def merge_snapshot(table: Any, data: list[tuple[Any, ...]], meta: CommitMetadata) -> dict[str, Any]:
-    """MERGE ``data`` — (key, value, offset, epoch, timestamp_ms) rows, one per key, a null
-    value deleting the key — into the ``snapshot`` table, the delta-rs table ``table`` as
-    ``open_table`` loaded it (committed at the version after that one, or CommitFailedError);
-    returns delta-rs's metrics. Raises what delta-rs raises (the caller's retry re-reads the
-    table's offset)."""
+    """MERGE ``data`` — ``MERGE_SOURCE_SCHEMA`` rows (timestamps in epoch milliseconds), one
+    per key, a null value deleting the key — into the ``snapshot`` table, the delta-rs table
+    ``table`` as ``open_table`` loaded it (committed at the version after that one, or
+    CommitFailedError); returns delta-rs's metrics. Raises what delta-rs raises (the caller's
+    retry re-reads the table's offset)."""
     from deltalake import CommitProperties, Transaction
 
     columns = list(zip(*data, strict=True)) if data else [() for _ in _COLUMNS]
@@ -84,6 +89,7 @@ def merge_snapshot(table: Any, data: list[tuple[Any, ...]], meta: CommitMetadata
             pa.array(columns[3], pa.int32()),
             pa.array([ms * 1000 for ms in columns[4]], pa.int64()).cast(
                 pa.timestamp("us", tz="UTC")),
+            *(pa.array(values, pa.int64()) for values in columns[5:]),
         ],
         schema=_SOURCE_SCHEMA,
     )
@@ -97,7 +103,7 @@ def merge_snapshot(table: Any, data: list[tuple[Any, ...]], meta: CommitMetadata
                     commit_properties=commit)
         .when_matched_delete(predicate="s.value IS NULL AND t.offset < s.offset")
         .when_matched_update(
-            updates={c: f"s.`{c}`" for c in ("value", "offset", "epoch", "timestamp")},
+            updates={c: f"s.`{c}`" for c in _COLUMNS if c != "key"},
             predicate="s.value IS NOT NULL AND t.offset < s.offset",
         )
         .when_not_matched_insert(

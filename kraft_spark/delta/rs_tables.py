@@ -64,15 +64,18 @@ def add_missing_columns(store: TableStore) -> list[str]:
     metadata-only commit, older rows read as null. Returns ``table.column`` of each added."""
     from deltalake import DeltaTable, Field
 
-    added = []
-    for table, column, _sql_type in ADDED_COLUMNS:
+    added: list[str] = []
+    for table in dict.fromkeys(t for t, _column, _sql in ADDED_COLUMNS):
         delta = DeltaTable(store.uri(table), storage_options=store.storage_options())
-        if column in {f.name for f in delta.schema().fields}:
+        present = {f.name for f in delta.schema().fields}
+        missing = [c for t, c, _sql in ADDED_COLUMNS if t == table and c not in present]
+        if not missing:
             continue
-        delta.alter.add_columns(Field.from_json(SCHEMAS[table][column].json()))
+        # One commit per table, the columns in their order.
+        delta.alter.add_columns([Field.from_json(SCHEMAS[table][c].json()) for c in missing])
         delta.update_incremental()
         store.commit_durable(table, int(delta.version()))  # delta-rs does not fsync
-        added.append(f"{table}.{column}")
+        added.extend(f"{table}.{c}" for c in missing)
     return added
 
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from kraft_spark.delta.arrow_rows import arrow_frame
+from kraft_spark.delta.log_rows import rows_from
+from kraft_spark.delta.snapshot_rows import (
+    SEED_COLUMNS,
+    log_from_records,
+    prior_from_rows,
+    snapshot_rows,
+)
 from kraft_spark.delta.tables import (
     DEFAULT_APP_ID,
     RECORDS,
@@ -14,8 +22,6 @@ from kraft_spark.delta.tables import (
     next_offset,
     table_path,
 )
-from kraft_spark.store.leases import LEASE_DELETED_HEADER
-from kraft_spark.store.txn import OUTCOME_HEADER
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,7 +52,8 @@ def snapshot(
     *,
     app_id: str = DEFAULT_APP_ID,
 ) -> DataFrame:
-    """The latest value per key (columns key, value, offset, epoch, timestamp).
+    """The latest value per key (the ``snapshot`` table's columns: key, value, offset, epoch,
+    timestamp, create_revision, mod_revision, version, lease).
 
     With ``as_of_offset`` X: the state after every record at offsets <= X, exactly. It is read
     by Delta time travel (``versionAsOf``) at the snapshot version whose ``last_offset`` L is the
@@ -56,8 +63,6 @@ def snapshot(
     the old version: a VACUUM with a short retention makes old offsets unreadable.
     """
     from delta.tables import DeltaTable
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
     snapshot_path = table_path(warehouse, SNAPSHOT)
     if not DeltaTable.isDeltaTable(spark, snapshot_path):
@@ -80,32 +85,37 @@ def snapshot(
         base = spark.read.format("delta").option("versionAsOf", version).load(snapshot_path)
     if last == as_of_offset:
         return base
-    rows = (
-        spark.read.format("delta").load(records_path)
-        .where((F.col("offset") > last) & (F.col("offset") <= as_of_offset))
-        # A failed conditional write changed nothing (kraft_spark.store.txn).
-        .where(F.col("headers").getItem(OUTCOME_HEADER).isNull())
-    )
-    # A lease revocation or expiry deleted the keys its row lists (kraft.lease.deleted).
-    lease_deletes = (
-        rows.where(F.col("headers").getItem(LEASE_DELETED_HEADER).isNotNull())
-        .select(F.explode(F.from_json(F.col("headers").getItem(LEASE_DELETED_HEADER),
-                                      "array<string>")).alias("key"),
-                F.lit(None).cast("string").alias("value"), "offset", "epoch", "timestamp")
-    )
-    changes = (
-        rows.where(F.col("key").isNotNull())
-        .select(*SNAPSHOT_SCHEMA.fieldNames())
-        .unionByName(lease_deletes)
-        .withColumn(
-            "_rank", F.row_number().over(Window.partitionBy("key").orderBy(F.desc("offset")))
-        )
-        .where(F.col("_rank") == 1)
-        .select(*SNAPSHOT_SCHEMA.fieldNames())
-    )
-    kept = base.join(changes.select("key"), on="key", how="left_anti")
-    return kept.unionByName(changes.where(F.col("value").isNotNull()))
+    return _apply_records(spark, base, records_path, last, as_of_offset)
 
+
+def _apply_records(spark: SparkSession, base: DataFrame, records_path: str, last: int,
+                   as_of: int) -> DataFrame:
+    """``base`` (the snapshot after offset ``last``) with the changes of ``records`` in
+    ``(last, as_of]``: the state machine's replay of those rows (``snapshot_rows``) on the
+    base rows of the keys they write, so the revision columns are what the API answered."""
+    from pyspark.sql import functions as F
+
+    collected = (
+        spark.read.format("delta").load(records_path)
+        .where((F.col("offset") > last) & (F.col("offset") <= as_of))
+        .select("offset", "epoch", F.unix_millis("timestamp").alias("ts"), "key", "value",
+                "headers")
+        .orderBy("offset").collect()
+    )
+    batches, judgement = log_from_records(
+        (r.offset, r.epoch, r.ts, r.key, r.value, dict(r.headers)) for r in collected)
+    latest = rows_from(batches, last + 1, judgement.failed, judgement.deleted).latest
+    if not latest:
+        return base
+    keys = list(latest)
+    columns = [c for c in SEED_COLUMNS if c in base.columns]
+    prior = prior_from_rows(r.asDict() for r in
+                            base.where(F.col("key").isin(keys)).select(*columns).collect())
+    changes = snapshot_rows(batches, last + 1, latest, prior, judgement)
+    live = arrow_frame(spark, SNAPSHOT_SCHEMA, [r for r in changes if r[1] is not None])
+    changed = spark.createDataFrame([(k,) for k in keys], "key string")
+    kept = base.join(changed, on="key", how="left_anti")
+    return kept.unionByName(live, allowMissingColumns=True)
 
 
 def history_of_key(spark: SparkSession, warehouse: str | os.PathLike[str], key: str) -> DataFrame:

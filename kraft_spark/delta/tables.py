@@ -71,6 +71,11 @@ RECORDS_SCHEMA = T.StructType(
             T.MapType(T.StringType(), T.StringType(), valueContainsNull=True),
             nullable=False,
         ),
+        # etcd's mod_revision of the key this record wrote (a value or a deletion), as the
+        # state machine gives it (kraft_spark.state.judged_replay.write_revisions); null for a
+        # record that wrote no key (keyless, a lease operation, control) or failed. Added
+        # after the first release (``ADDED_COLUMNS``): older rows read null.
+        T.StructField("revision", T.LongType(), nullable=True),
     ]
 )
 
@@ -81,6 +86,13 @@ SNAPSHOT_SCHEMA = T.StructType(
         T.StructField("offset", T.LongType(), nullable=False),
         T.StructField("epoch", T.IntegerType(), nullable=False),
         T.StructField("timestamp", T.TimestampType(), nullable=False),
+        # etcd's view of the key, the state machine's ``Entry`` (create_offset, offset,
+        # version, lease: kraft_spark.delta.snapshot_rows). Added after the first release
+        # (``ADDED_COLUMNS``): rows written before read null; see docs/concepts/delta-tables.md.
+        T.StructField("create_revision", T.LongType(), nullable=True),
+        T.StructField("mod_revision", T.LongType(), nullable=True),
+        T.StructField("version", T.LongType(), nullable=True),
+        T.StructField("lease", T.LongType(), nullable=True),
     ]
 )
 
@@ -110,6 +122,11 @@ QUORUM_EVENTS_SCHEMA = T.StructType(
 ADDED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     (QUORUM_EVENTS, "voter_directories", "ARRAY<STRING>"),
     (QUORUM_EVENTS, "restored_from", "STRING"),
+    (RECORDS, "revision", "BIGINT"),
+    (SNAPSHOT, "create_revision", "BIGINT"),
+    (SNAPSHOT, "mod_revision", "BIGINT"),
+    (SNAPSHOT, "version", "BIGINT"),
+    (SNAPSHOT, "lease", "BIGINT"),
 )
 
 SCHEMAS = {RECORDS: RECORDS_SCHEMA, SNAPSHOT: SNAPSHOT_SCHEMA, QUORUM_EVENTS: QUORUM_EVENTS_SCHEMA}

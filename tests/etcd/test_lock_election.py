@@ -1,18 +1,24 @@
 """etcd's Lock and Election services, and the one revision of a Txn's or a DeleteRange's
 writes, against a real ``kraft-spark local``, through gRPC stubs built from the generated
-descriptors, authenticated with the admin credential."""
+descriptors, authenticated with the admin credential; and, on the same quorum, the Delta rows of
+writes made over gRPC and over HTTP."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
 from kraft_spark.etcd.pb import kv_pb2, rpc_pb2, v3election_pb2, v3lock_pb2
+from kraft_spark.log.codec import decode_batch, read_header
+from kraft_spark.log.dump import segment_files
+from kraft_spark.log.errors import CorruptRecordError
+from kraft_spark.raft.records import Batch
 from tests.etcd.conftest import Stub
 from tests.lincheck.nemesis import KvQuorum
 
@@ -199,3 +205,113 @@ def test_a_delete_ranges_deletes_share_one_revision(etcd: Etcd) -> None:
     assert _events(watched[0]) == [(kv_pb2.Event.DELETE, k, revision)
                                    for k in (b"rd/1", b"rd/2", b"rd/3")]
     assert [e.prev_kv.value for e in watched[0].events] == [b"v"] * 3
+
+
+# ---- the Delta view of etcd's writes (kraft_spark.delta.snapshot_rows)
+
+
+def _log_of(quorum: KvQuorum, node_id: int, end: int) -> list[Batch]:
+    """The batches below ``end`` of node ``node_id``'s log, read from its segment files as
+    ``kraft-spark dump-log`` reads them (read-only, beside the running node)."""
+    batches: list[Batch] = []
+    for path in segment_files(str(quorum.log_dir(node_id))):
+        data = Path(path).read_bytes() if path.endswith(".log") else b""
+        position = 0
+        while position < len(data):
+            try:
+                header = read_header(data, position)
+                batch, _ = decode_batch(data, position)
+            except CorruptRecordError:
+                break  # the tail being written
+            if batch.next_offset > end:
+                return batches
+            batches.append(batch)
+            position += header.size
+    return batches
+
+
+def test_grpc_and_http_writes_have_the_same_delta_rows(etcd: Etcd, etcd_quorum: KvQuorum,
+                                                       tmp_path: Path) -> None:
+    """The same writes over etcd's gRPC API (keys g/...) and over HTTP (h/...): a Put with a
+    lease, a conditional write that holds and one that fails, a delete of two keys. The
+    committed log materialized by the in-process path: each ``snapshot`` row equals what
+    etcd's Range answers for its key (create_revision, mod_revision, version, lease) and what
+    ``GET /v1/kv`` answers, and the gRPC and HTTP keys' rows are alike."""
+    from kraft_spark.delta import DeltaMaterializer
+    from kraft_spark.state.machine import KeyValueState
+    from tests.lincheck.nemesis import NodeConnection, leader_of
+
+    kv, rpc = etcd.kv, rpc_pb2
+    lease = etcd.grant(60)
+    put = lambda key, value, **kw: rpc.RequestOp(  # noqa: E731
+        request_put=rpc.PutRequest(key=key, value=value, **kw))
+    revision = etcd(kv.Put, rpc.PutRequest(key=b"g/lease", value=b'"v"', lease=lease)
+                    ).header.revision
+    etcd(kv.Put, rpc.PutRequest(key=b"g/a", value=b"1"))
+    etcd(kv.Put, rpc.PutRequest(key=b"g/d1", value=b"1"))
+    etcd(kv.Put, rpc.PutRequest(key=b"g/d2", value=b"1"))
+    held = etcd(kv.Txn, rpc.TxnRequest(
+        compare=[rpc.Compare(key=b"g/a", target=rpc.Compare.VERSION, version=1)],
+        success=[put(b"g/a", b"2"), put(b"g/b", b"1")]))
+    failed = etcd(kv.Txn, rpc.TxnRequest(
+        compare=[rpc.Compare(key=b"g/a", target=rpc.Compare.VERSION, version=1)],
+        success=[put(b"g/a", b"3")]))
+    assert held.succeeded and not failed.succeeded
+    gone = etcd(kv.DeleteRange, rpc.DeleteRangeRequest(key=b"g/d", range_end=b"g/e"))
+    assert gone.deleted == 2
+
+    http = NodeConnection(etcd_quorum.http_urls[0], token=etcd_quorum.token)
+    status, granted = http.call("POST", "/v1/leases", {"ttl_ms": 60_000})
+    assert status == 200, granted
+    writes: list[tuple[dict[str, Any], int]] = [
+        ({"lease_id": granted["lease_id"], "records": [{"key": "h/lease", "value": "v"}]}, 200),
+        ({"records": [{"key": "h/a", "value": 1}]}, 200),
+        ({"records": [{"key": "h/d1", "value": 1}]}, 200),
+        ({"records": [{"key": "h/d2", "value": 1}]}, 200),
+        ({"conditions": [{"key": "h/a", "version": 1}],
+          "records": [{"key": "h/a", "value": 2}, {"key": "h/b", "value": 1}]}, 200),
+        ({"conditions": [{"key": "h/a", "version": 1}],
+          "records": [{"key": "h/a", "value": 3}]}, 409),
+        ({"records": [{"key": "h/d1", "value": None}, {"key": "h/d2", "value": None}]}, 200),
+    ]
+    for body, expected in writes:
+        status, answer = http.call("POST", "/v1/records", body)
+        assert status == expected, answer
+        revision = max(revision, int(answer["last_offset"]))
+    ranged = {kv_.key.decode(): kv_ for prefix in (b"g/", b"h/") for kv_ in etcd(
+        kv.Range, rpc.RangeRequest(key=prefix, range_end=prefix[:-1] + b"0")).kvs}
+    assert sorted(ranged) == ["g/a", "g/b", "g/lease", "h/a", "h/b", "h/lease"]
+    got = {key: http.call("GET", f"/v1/kv/{key}")[1] for key in ranged}
+    http.close()
+
+    leader = leader_of(etcd_quorum)
+    assert leader is not None
+    batches = _log_of(etcd_quorum, leader, revision + 1)
+    assert batches and batches[0].base_offset == 0, "the leader's log no longer starts at 0"
+    state = KeyValueState()  # the judgement every replica made of the same log
+    state.apply_all(batches)
+    assert state.failed_txns  # the refused conditional write is in the log, judged failed
+    materializer = DeltaMaterializer(None, str(tmp_path))
+    half = len(batches) // 2  # two commits: the second seeded from the first's rows
+    for part in (batches[:half], batches):
+        materializer.write(part, part[-1].next_offset, failed_txns=state.failed_txns,
+                           lease_deleted=state.leases.deleted)
+    from deltalake import DeltaTable
+
+    rows = {r["key"]: r for r in DeltaTable(str(tmp_path / "snapshot")).to_pyarrow_table()
+            .to_pylist() if r["key"][:2] in ("g/", "h/")}
+    assert sorted(rows) == sorted(ranged)
+    records = {r["offset"]: r["revision"] for r in DeltaTable(str(tmp_path / "records"))
+               .to_pyarrow_table(columns=["offset", "revision"]).to_pylist()}
+    for key, row in rows.items():
+        answer = ranged[key]
+        assert (row["value"], row["create_revision"], row["mod_revision"], row["version"],
+                row["lease"]) == (answer.value.decode(), answer.create_revision,
+                                  answer.mod_revision, answer.version, answer.lease), key
+        assert (got[key]["create_offset"], got[key]["mod_offset"], got[key]["version"]) == (
+            row["create_revision"], row["mod_revision"], row["version"]), key
+        assert records[row["offset"]] == row["mod_revision"], key
+    alike = lambda r: (r["value"], r["version"], r["lease"] != 0)  # noqa: E731
+    assert {k[2:]: alike(r) for k, r in rows.items() if k[0] == "g"} == {
+        k[2:]: alike(r) for k, r in rows.items() if k[0] == "h"} == {
+        "a": ("2", 2, False), "b": ("1", 1, False), "lease": ('"v"', 1, True)}

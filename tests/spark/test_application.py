@@ -155,6 +155,17 @@ def _check_tables(spark: Any, warehouse: str, log: list[dict[str, Any]]) -> None
     assert [(r["offset"], r["key"]) for r in rows] == [(x["offset"], x["key"]) for x in log]
     assert len({r["offset"] for r in rows}) == len(rows)  # no duplicates
     assert {r["key"]: r["value"] for r in snap} == expected
+    # etcd's view of each key, by its definition (plain writes: a write's revision is its
+    # offset); the second run's commits replayed on the rows the first run wrote.
+    views: dict[str, tuple[int, int, int, int]] = {}
+    for x in log:
+        old = views.pop(x["key"], None)
+        if x["value"] is not None:
+            views[x["key"]] = (old[0] if old else x["offset"], x["offset"],
+                               old[2] + 1 if old else 1, 0)
+    assert {r["key"]: (r["create_revision"], r["mod_revision"], r["version"], r["lease"])
+            for r in snap} == views
+    assert all(r["revision"] == r["offset"] for r in rows)
     events = spark.read.format("delta").load(f"{warehouse}/quorum_events").collect()
     assert events and all(e["leader_id"] in (0, 1, 2) for e in events)
 

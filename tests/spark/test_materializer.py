@@ -37,7 +37,7 @@ from kraft_spark.delta.tables import (
     table_path,
     txn_version_from_log,
 )
-from kraft_spark.raft.records import Batch
+from kraft_spark.raft.records import Batch, Record
 from tests.spark import logdata
 
 pytestmark = pytest.mark.spark
@@ -176,7 +176,8 @@ def test_commit_metadata_and_stats(spark: Any, materialized: dict[str, Any]) -> 
     ]
     assert stats[0].rows == {RECORDS: 4, QUORUM_EVENTS: 1, SNAPSHOT: 3}
     assert stats[1].rows == {RECORDS: 3, QUORUM_EVENTS: 1, SNAPSHOT: 2}
-    assert stats[2].rows == {RECORDS: 7, QUORUM_EVENTS: 0, SNAPSHOT: 6}
+    # "z", deleted and never written, has no snapshot row: it changes nothing.
+    assert stats[2].rows == {RECORDS: 7, QUORUM_EVENTS: 0, SNAPSHOT: 5}
     assert all(s.total_seconds >= sum(s.seconds.values()) for s in stats)
     assert [c.table for c in materialized["commits"]] == list(TABLES) * 3
 
@@ -308,7 +309,8 @@ def test_crash_after_quorum_events_then_same_batches(spark: Any, tmp_path: Path)
     assert restarted.write(first, 9) == 9
     assert_tables_equal_log(spark, tmp_path, first)
     assert restarted.last_commit_stats is not None
-    assert restarted.last_commit_stats.rows == {SNAPSHOT: 4}  # only the missing table
+    # Only the missing table; "b", written and deleted within the range, has no row.
+    assert restarted.last_commit_stats.rows == {SNAPSHOT: 3}
     # And the log goes on from there.
     assert restarted.write(batches[4:], 16) == 16
     assert_tables_equal_log(spark, tmp_path, batches)
@@ -474,10 +476,10 @@ def test_snapshot_merges_in_delta_rs_keep_the_checks(
     assert current.in_process
     assert current.write(batches[:2], 5) == 5
 
-    def no_spark_merge(self: DeltaMaterializer, *args: Any) -> None:
+    def no_spark_merge(*args: Any) -> None:
         raise AssertionError("a Spark MERGE ran on a local warehouse")
 
-    monkeypatch.setattr(materializer_module.DeltaMaterializer, "_merge_snapshot", no_spark_merge)
+    monkeypatch.setattr(materializer_module, "merge_snapshot", no_spark_merge)
     stale = DeltaMaterializer(spark, str(tmp_path))
     stale._next = dict.fromkeys(TABLES, 0)  # as if read before the first commit
     before = versions(spark, tmp_path)
@@ -830,9 +832,10 @@ def test_compaction_while_records_are_appended(spark: Any, tmp_path: Path) -> No
 def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
     spark: Any, tmp_path: Path
 ) -> None:
-    """The log lost offsets 5..11 to retention before they were materialized: the tables jump
-    to the snapshot ending at 12, ``snapshot`` equals its content, the gap is in the commits'
-    userMetadata, and materialization continues after it."""
+    """The log lost offsets 8..11 to retention before they were materialized: the tables jump
+    to the snapshot ending at 12, ``snapshot`` equals its content (with the revision columns:
+    the snapshot's own entries, back-filled into a row of the older schema that is unchanged
+    since), the gap is in the commits' userMetadata, and materialization continues after it."""
     from kraft_spark.delta.bootstrap import bootstrap_from_snapshot
     from kraft_spark.raft.log_api import OffsetAndEpoch
     from kraft_spark.state.machine import KeyValueState
@@ -841,34 +844,50 @@ def test_bootstrap_from_a_snapshot_records_the_gap_and_continues(
     warehouse = tmp_path / "wh"
     reported: list[Any] = []
     mat = DeltaMaterializer(spark, str(warehouse), on_commit=reported.append)
-    mat.write(batches[:2], 5)
+    mat.write(batches[:3], 8)
+    # As an older version left them ("d", written at 6, is unchanged up to the snapshot).
+    spark.sql(f"UPDATE delta.`{table_path(warehouse, SNAPSHOT)}` SET create_revision = NULL, "
+              "mod_revision = NULL, version = NULL, lease = NULL")
     state = KeyValueState()
     state.apply_all(batches[:5])
     sid = OffsetAndEpoch(state.applied_offset, state.applied_epoch)
     assert sid == OffsetAndEpoch(12, 2)
     reported.clear()
     jumped = bootstrap_from_snapshot(mat, sid, state.items(), 12)
-    assert jumped == dict.fromkeys(TABLES, 5)
+    assert jumped == dict.fromkeys(TABLES, 8)
     # Each jump reported as any commit is (the driver's table-offset metric follows it).
     assert sorted((c.table, c.first_offset, c.last_offset) for c in reported) == sorted(
-        (t, 5, 11) for t in TABLES)
+        (t, 8, 11) for t in TABLES)
     assert mat.table_offsets() == dict.fromkeys(TABLES, 12)
     assert read_snapshot(spark, warehouse) == logdata.replay(batches[:5])
+    assert _revisions(spark, warehouse) == _entries(state)  # the snapshot's own entries
     gap = commits_of(spark, warehouse, RECORDS)[-1]
-    assert (gap.first_offset, gap.last_offset, gap.bootstrap_snapshot) == (5, 11, "12-2")
+    assert (gap.first_offset, gap.last_offset, gap.bootstrap_snapshot) == (8, 11, "12-2")
     mat.write(batches[5:], 16)
     assert read_snapshot(spark, warehouse) == logdata.replay(batches)
+    state.apply_all(batches[5:])
+    assert _revisions(spark, warehouse) == _entries(state)  # seeded from the bootstrap's rows
     offsets = [row[0] for row in read_records(spark, warehouse)]
-    expected = [r[0] for r in logdata.record_rows(batches) if r[0] < 5 or r[0] >= 12]
+    expected = [r[0] for r in logdata.record_rows(batches) if r[0] < 8 or r[0] >= 12]
     assert offsets == expected
+
+
+def _revisions(spark: Any, warehouse: Path) -> dict[str, tuple[int, int, int, int]]:
+    rows = spark.read.format("delta").load(table_path(warehouse, SNAPSHOT)).collect()
+    return {r.key: (r.create_revision, r.mod_revision, r.version, r.lease) for r in rows}
+
+
+def _entries(state: Any) -> dict[str, tuple[int, int, int, int]]:
+    return {k.decode(): (e.create_offset, e.offset, e.version, e.lease) for k, e in state.items()}
 
 
 @pytest.mark.parametrize("in_process", [True, False], ids=["delta-rs", "spark"])
 def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
     spark: Any, tmp_path: Path, in_process: bool
 ) -> None:
-    """quorum_events of a warehouse created before ``voter_directories`` existed: start-up
-    adds the column (older rows read null), and a voter-set change fills it."""
+    """Tables of a warehouse created before ``voter_directories`` (quorum_events) and the
+    revision columns (records, snapshot) existed: start-up adds the columns (older rows read
+    null), and the next commits fill them."""
     import datetime
     import uuid
 
@@ -877,21 +896,31 @@ def test_an_older_warehouse_gets_the_new_columns_and_keeps_its_rows(
     from kraft_spark.delta.tables import QUORUM_EVENTS_SCHEMA
     from kraft_spark.raft.voter_records import voters_batch
     from kraft_spark.raft.voter_set import Voter, VoterSet, directory_text
+    from tests.delta.test_snapshot_revisions import old_table
 
-    old_schema = T.StructType(QUORUM_EVENTS_SCHEMA.fields[:-2])
-    path = table_path(tmp_path, QUORUM_EVENTS)
+    # Offsets 0-1 (a leader change, a write of "old") as the older version wrote them.
     when = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-    spark.createDataFrame([(99, 1, 0, [0], [0], when)], old_schema).write.format(
-        "delta").save(path)
+    path = table_path(tmp_path, QUORUM_EVENTS)
+    (spark.createDataFrame([(0, 1, 0, [0], [0], when)], T.StructType(
+        QUORUM_EVENTS_SCHEMA.fields[:-2])).write.format("delta")
+     .option("txnAppId", DEFAULT_APP_ID).option("txnVersion", "1")
+     .option("userMetadata", CommitMetadata(DEFAULT_APP_ID, 0, 1, 2).to_json()).save(path))
+    old_table(tmp_path, RECORDS, [(1, 1, 1000, "old", "1", {})], 1)  # no Spark job
+    old_table(tmp_path, SNAPSHOT, [("old", "1", 1, 1, 1000)], 1)
     materializer = DeltaMaterializer(spark, str(tmp_path), in_process=in_process)
-    materializer.prepare()
+    assert materializer.prepare() == dict.fromkeys(TABLES, 2)
     assert spark.read.format("delta").load(path).schema.fieldNames()[-2:] == [
         "voter_directories", "restored_from"]
     voters = VoterSet((Voter(0, uuid.UUID(int=5)), Voter(1)))
-    materializer.write([voters_batch(0, 1, voters, 1000)], 1)
+    written = Batch(3, 1, (Record(b"new", b"2", 1000), Record(b"old", b"3", 1000)))
+    materializer.write([voters_batch(2, 1, voters, 1000), written], 5)
     rows = {r.offset: r.voter_directories
             for r in spark.read.format("delta").load(path).collect()}
-    assert rows == {99: None, 0: [directory_text(v.directory_id) for v in voters.voters]}
+    assert rows == {0: None, 2: [directory_text(v.directory_id) for v in voters.voters]}
+    assert {r.offset: r.revision for r in spark.read.format("delta").load(
+        table_path(tmp_path, RECORDS)).collect()} == {1: None, 3: 3, 4: 4}
+    # "old": written before, updated since: its creation is unknown; "new": exact.
+    assert _revisions(spark, tmp_path) == {"new": (3, 3, 1, 0), "old": (None, 4, None, 0)}
 
 
 def test_the_snapshot_merge_runs_in_delta_rs_and_spark_reads_it(spark: Any, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from kraft_spark.state.machine import KeyValueState
 from kraft_spark.store.leases import LEASE_DELETED_HEADER, LEASE_HEADER, LEASE_OP_HEADER, encode_op
 from kraft_spark.store.txn import OUTCOME_HEADER, TXN_HEADER, Condition, encode_header
 
-from .test_materializer import as_state, read_records, read_snapshot
+from .test_materializer import read_records, read_snapshot
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 T0 = 1_700_000_000_000
@@ -48,12 +48,23 @@ def _log() -> list[Batch]:
 
 
 def _replay(batches: list[Batch], upto: int) -> dict[str, Any]:
+    """key -> (value, offset, create_revision, mod_revision, version, lease): the state
+    machine's entries after offset ``upto`` (what etcd's Range and GET answered then)."""
     state = KeyValueState()
     state.apply_all(b for b in batches if b.base_offset <= upto)
-    return {k.decode(): (e.value.decode(), e.offset) for k, e in state.items()}
+    return {k.decode(): (e.value.decode(), e.offset, e.create_offset, e.offset, e.version,
+                         e.lease) for k, e in state.items()}
+
+
+def _rows(df: Any) -> dict[str, Any]:
+    return {r.key: (r.value, r.offset, r.create_revision, r.mod_revision, r.version, r.lease)
+            for r in df.collect()}
 
 
 def test_failed_writes_and_lease_expiries_in_the_tables(spark: Any, tmp_path: Path) -> None:
+    """Also the revision columns, by both commit paths: the first call's MERGE is delta-rs's,
+    the second's Spark's (on the first one's rows); time travel inside the second call
+    replays ``records`` through the state machine (``snapshot_rows``)."""
     batches = _log()
     state = KeyValueState()
     state.apply_all(batches)
@@ -61,18 +72,22 @@ def test_failed_writes_and_lease_expiries_in_the_tables(spark: Any, tmp_path: Pa
     # Two calls: time travel inside the second replays `records` rows on the first's version.
     materializer.write(batches[:2], 3, failed_txns=state.failed_txns,
                        lease_deleted=state.leases.deleted)
-    materializer.write(batches[2:], 9, failed_txns=state.failed_txns,
-                       lease_deleted=state.leases.deleted)
+    DeltaMaterializer(spark, str(tmp_path), in_process=False).write(
+        batches[2:], 9, failed_txns=state.failed_txns, lease_deleted=state.leases.deleted)
     rows = {r[0]: r for r in read_records(spark, tmp_path)}
     assert rows[3][5].get(OUTCOME_HEADER) == "failed" and rows[2][5].get(OUTCOME_HEADER) is None
     assert rows[7][5][LEASE_DELETED_HEADER] == '["svc"]'
-    final = {k: (v[0], v[1]) for k, v in read_snapshot(spark, tmp_path).items()}
-    assert final == _replay(batches, 9)
+    final = {k: v[:2] for k, v in read_snapshot(spark, tmp_path).items()}
+    assert final == {k: v[:2] for k, v in _replay(batches, 9).items()}
     assert "svc" not in final and final["a"] == ('"2"', 2)
+    assert _rows(snapshot(spark, tmp_path)) == _replay(batches, 9)
+    revisions = {r.offset: r.revision for r in spark.read.format("delta").load(
+        str(tmp_path / "records")).collect()}
+    assert revisions == {0: 0, 1: 1, 2: 2, 3: None, 4: None, 5: 5, 6: 6, 7: None, 8: 8}
     for as_of in range(2, 9):
-        travelled = {k: (v[0], v[1]) for k, v in as_state(
-            snapshot(spark, tmp_path, as_of_offset=as_of)).items()}
+        travelled = _rows(snapshot(spark, tmp_path, as_of_offset=as_of))
         assert travelled == _replay(batches, as_of), as_of
+    assert _replay(batches, 6)["svc"] == ('"up"', 5, 5, 5, 1, 9)  # leased, until its expiry
 
 
 def test_lease_views_answer_who_is_alive_and_each_keys_lease(spark: Any, tmp_path: Path) -> None:
