@@ -4,6 +4,7 @@ learn its outcome, plan again when a guard failed: ``kraft_spark.etcd.plan``).""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
@@ -34,10 +35,17 @@ ETCD_VERSION: Final = "3.5.0"
 T = TypeVar("T")
 
 
+class Epoch(Protocol):
+    epoch: int
+
+
 class EtcdNode(Protocol):
     """What the servicers need of a ``RaftNode``."""
 
     cluster_id: str
+
+    @property
+    def core(self) -> Epoch: ...
 
     @property
     def config(self) -> NodeConfig: ...
@@ -57,17 +65,22 @@ class EtcdContext:
     # node id -> its etcd address host:port (MemberList's client URLs).
     urls: dict[int, str] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def member_id(self) -> int:
         return member_number(self.node.cluster_id, self.node.config.node_id)
 
+    @functools.cached_property
+    def etcd_cluster_id(self) -> int:
+        return cluster_number(self.node.cluster_id)
+
     def header(self, revision: int | None = None) -> rpc_pb2.ResponseHeader:
-        """etcd's header; ``revision`` None: the state's current one."""
+        """etcd's header; ``revision`` None: the state's current one. Every answer carries
+        one: the ids are hashed once, the term read off the core (no ``describe``)."""
         if revision is None:
             revision = header_revision(self.store.applied_state().applied_offset)
         return rpc_pb2.ResponseHeader(
-            cluster_id=cluster_number(self.node.cluster_id), member_id=self.member_id,
-            revision=revision, raft_term=int(self.node.describe()["epoch"]))
+            cluster_id=self.etcd_cluster_id, member_id=self.member_id,
+            revision=revision, raft_term=self.node.core.epoch)
 
     def lease_keys(self, lease_id: int) -> frozenset[bytes]:
         """The keys on lease ``lease_id`` in this node's applied state (none if it is gone)."""

@@ -1,18 +1,17 @@
-"""etcd's v3 gRPC API of one node (``kraft.etcd.listener``): a ``grpc.aio`` server on the
-node's own event loop, over the ``NodeStore`` and ``NodeBackend`` of its HTTP API (started and
-stopped with it by ``api.node_http``). Auth is etcd's RBAC over the node's credentials and the
-replicated users and roles (``api.etcd.auth``, ``api.etcd.auth_admin``). Lock and Election run
-clientv3's recipes
-over the node's own servicers (``api.etcd.lock``, ``api.etcd.election``); the methods of the
-other services that are not there yet answer UNIMPLEMENTED (``api.etcd.handlers``)."""
+"""etcd's v3 gRPC API of one node (``kraft.etcd.listener``): ``grpc.aio`` servers sharing its
+port (``api.etcd.acceptors``) on the node's own event loop, over the ``NodeStore`` and
+``NodeBackend`` of its HTTP API (started and stopped with it by ``api.node_http``). Auth is
+etcd's RBAC over the node's credentials and the replicated users and roles (``api.etcd.auth``,
+``api.etcd.auth_admin``). Lock and Election run clientv3's recipes over the node's own
+servicers (``api.etcd.lock``, ``api.etcd.election``); the methods of the other services that
+are not there yet answer UNIMPLEMENTED (``api.etcd.handlers``)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Final
 
-import grpc
-
+from api.etcd.acceptors import Acceptors, bind
 from api.etcd.auth import Authorizer
 from api.etcd.auth_admin import AuthServicer
 from api.etcd.context import EtcdContext, EtcdNode
@@ -41,9 +40,9 @@ STOP_GRACE_S: Final = 1.0
 class EtcdServer:
     """A running etcd API; ``await stop()`` once."""
 
-    def __init__(self, server: grpc.aio.Server, leases: LeaseServicer, host: str,
+    def __init__(self, servers: Acceptors, leases: LeaseServicer, host: str,
                  port: int) -> None:
-        self._server = server
+        self._servers = servers
         self._leases = leases
         self.host = host
         self.port = port
@@ -56,7 +55,7 @@ class EtcdServer:
         """Stop serving; never raises."""
         try:
             await self._leases.stop()
-            await self._server.stop(STOP_GRACE_S)
+            await self._servers.stop(STOP_GRACE_S)
         except Exception:
             log.exception("stopping etcd's API on %s failed", self.address)
 
@@ -75,8 +74,7 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
     kv, watch = KvServicer(ctx), WatchServicer(ctx)
     local = LocalClient(kv, leases, watch)
     services = rpc_pb2.DESCRIPTOR.services_by_name
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    server.add_generic_rpc_handlers((
+    handlers = (
         service_handler(services["KV"], kv, authorize),
         service_handler(services["Watch"], watch, authorize),
         service_handler(services["Lease"], leases, authorize),
@@ -87,17 +85,16 @@ async def start_etcd(node: EtcdNode, store: NodeStore, backend: NodeBackend, hos
                         authorize),
         service_handler(v3election_pb2.DESCRIPTOR.services_by_name["Election"],
                         ElectionServicer(local), authorize),
-    ))
+    )
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         tls = node.config.tls  # the node's certificate, client certificates required
-        bound = (server.add_insecure_port(target) if tls is None
-                 else server.add_secure_port(target, server_credentials(tls)))
-    except RuntimeError as exc:
+        servers = bind(handlers, host, port, None if tls is None else server_credentials(tls))
+    except (RuntimeError, OSError) as exc:
         raise OSError(f"kraft.etcd.listener: cannot listen on {target} ({exc}): choose "
                       "another port") from exc
-    await server.start()
+    await servers.start()
     leases.start()
     if not urls:
-        ctx.urls[node.config.node_id] = f"{host}:{bound}"
-    return EtcdServer(server, leases, host, bound)
+        ctx.urls[node.config.node_id] = f"{host}:{servers.port}"
+    return EtcdServer(servers, leases, host, servers.port)
