@@ -88,7 +88,10 @@ class LeaseClock:
                  checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S) -> None:
         self._now = now
         self.checkpoint_interval_s = checkpoint_interval_s
-        self._term: int | None = None  # the leader epoch counted in (None: not leading)
+        # The leader epoch the countdowns belong to, kept while not leading: a renewal
+        # confirmed in that epoch must still see the checkpoints proposed in it.
+        self._term = -1
+        self._leading = False
         self._deadlines: dict[int, float] = {}
         self._counted_from: dict[int, int] = {}  # lease -> keepalive_offset counted from
         self._sent: dict[int, float] = {}  # lease -> when its expiry was sent
@@ -101,7 +104,7 @@ class LeaseClock:
 
     @property
     def leading(self) -> bool:
-        return self._term is not None
+        return self._leading
 
     def _lead(self, term: int, now: float) -> None:
         """A new term: every countdown starts again (from the table, at the next sync)."""
@@ -142,12 +145,14 @@ class LeaseClock:
                 self._restart(lease, now)
 
     def _follow_term(self, term: int | None, table: LeaseTable) -> bool:
-        """Track leadership; False when not leading in ``term``."""
-        if term is None:
-            self._term = None
+        """Track leadership; False when not leading (or ``term`` is older than the
+        countdowns'). A new term starts every countdown again."""
+        if term is None or term < self._term:
+            self._leading = False
             return False
-        if self._term != term:
+        if term > self._term:
             self._lead(term, self._now())
+        self._leading = True
         self._sync(table, self._now())
         return True
 
@@ -200,9 +205,8 @@ class LeaseClock:
         caller confirmed after the request arrived, with ``table`` applied to the read index.
         Returns the answer and whether a checkpoint clearing the lease's remaining TTL must
         commit before it is given."""
-        if self._term is not None and self._term > term:
+        if not self._follow_term(term, table):
             return CountdownAnswer(CountdownStatus.NOT_LEADER, message="leadership moved"), False
-        self._follow_term(term, table)
         lease = table.leases.get(request.lease_id)
         if lease is None:
             return CountdownAnswer(CountdownStatus.NOT_FOUND, message=(
@@ -227,7 +231,7 @@ class LeaseClock:
     def remaining_ms(self, lease_id: int) -> int | None:
         """Milliseconds left on this leader's countdown (None: not leading or unknown)."""
         deadline = self._deadlines.get(lease_id)
-        if self._term is None or deadline is None:
+        if not self._leading or deadline is None:
             return None
         return max(0, int((deadline - self._now()) * 1000))
 

@@ -108,6 +108,21 @@ def test_a_new_leader_counts_from_the_checkpoint_never_longer() -> None:
         is CountdownStatus.NOT_LEADER  # confirmed for an older term than it counts in
 
 
+def test_a_checkpoint_proposed_in_a_term_is_cleared_by_a_renewal_confirmed_in_it() -> None:
+    """The leader proposed a checkpoint (not applied yet), saw itself deposed, and then a
+    keep-alive confirmed earlier in its term comes to be answered: it must still clear it,
+    or a successor applying that checkpoint would count from its stale remaining TTL."""
+    now = [0.0]
+    clock = LeaseClock(lambda: now[0])
+    log = Log()
+    log.apply(encode_op("grant", 7, ttl_ms=6000))
+    clock.tick(1, log.table)
+    now[0] += 4.0
+    assert clock.checkpoints(1, log.table) == {7: 2000}  # proposed, not applied
+    assert clock.tick(None, log.table) == [] and not clock.leading
+    assert renew(clock, 1, log) == (CountdownStatus.OK, 6000, True)
+
+
 def test_an_old_keepalive_record_still_restarts_the_countdown() -> None:
     now = [0.0]
     clock = LeaseClock(lambda: now[0])
