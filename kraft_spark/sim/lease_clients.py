@@ -11,7 +11,7 @@ now and then any node; a non-leader's NOT_LEADER hint is followed), and its outc
 from the state machine of the node that answered, once it applied the write (or the read
 index): the leader's, as its HTTP API would answer. A keep-alive is no write: the leader's desk
 answers it from its countdown (``kraft_spark.sim.lease_desk``). A lease is kept alive every
-sixth of its TTL, or (one lease in three) at a slower cadence that lets its countdown fall
+sixth of its TTL, or (one lease in two) every 4.2 to 4.8 s, which lets its countdown fall
 below half the TTL between keep-alives, so the leader checkpoints it and the next keep-alive
 clears the checkpoint. (The store clients of
 ``kraft_spark.sim.store_clients`` test the followers' and observers' read paths.) Writes are
@@ -57,8 +57,10 @@ DESK_OFFSET = 800
 TTL_MS = 6_000
 VALID_SHARE = 0.9
 KEEPALIVE_US = 1_000_000
-# The slower cadence: past half the TTL (a checkpoint), within the holder's validity.
-SLOW_KEEPALIVE_US = (3_300_000, 3_800_000)
+# The slower cadence, of this share of the leases: past half the TTL (a checkpoint), within
+# the holder's validity.
+SLOW_KEEPALIVE_US = (4_200_000, 4_800_000)
+SLOW_SHARE = 1 / 2
 ATTEMPT_TIMEOUT_US = 500_000
 OP_TIMEOUT_US = 8_000_000
 READ_TIMEOUT_US = 1_000_000  # a read that cannot finish soon is dropped: the next is fresh
@@ -153,8 +155,8 @@ class LeaseClients:
         client.lock = self.rng.choice(LOCKS)
         client.extras = self.rng.randint(0, 3)
         client.grouped = self.rng.random() < 0.5
-        client.keepalive_us = (self.rng.randint(*SLOW_KEEPALIVE_US) if self.rng.random() < 1 / 3
-                               else KEEPALIVE_US)
+        client.keepalive_us = (self.rng.randint(*SLOW_KEEPALIVE_US)
+                               if self.rng.random() < SLOW_SHARE else KEEPALIVE_US)
         self._start(client, client.main, "grant")
 
     def _think(self, client: LeaseHolder) -> None:
@@ -423,6 +425,13 @@ class LeaseClients:
         client.hold_until_us = now + self.rng.randint(500_000, 4_000_000)
         client.freeze = False
         self._holding_step(client)
+
+    def validities(self) -> list[tuple[int, int, int]]:
+        """(client, lease, valid until us) of each lease in use that its holder counts valid
+        (for ``sim.lease_expiry``'s ``lease-countdown``)."""
+        now = self.cluster.now
+        return [(c.index, c.lease_id, c.valid_until_us) for c in self.clients
+                if self.running and c.lease_id and not c.frozen and c.valid_until_us > now]
 
     def stop(self) -> None:
         """End of the run: holds end where their validity does."""

@@ -22,17 +22,24 @@ keep-alive it counted from), so the replicas still agree and only the checker ca
 * ``deposed-leader-revoke``: a node that led keeps counting after it lost the leadership (cut
   off, it sees no keep-alive), and sends what it decided to the new leader once it knows it.
 
-The desk's bug (``lease_desk.KEEPS_CHECKPOINT_BUG``) is its own.
+The desk's bug (``lease_desk.KEEPS_CHECKPOINT_BUG``) is its own. What catches it besides the
+lock checker: ``lease-countdown``, checked every tick, that the leader of the newest epoch
+never counts a lease down to before the end of the validity its holder was promised (the first
+send of its last acknowledged keep-alive plus 90% of the TTL): a new leader counting from a
+checkpoint the keep-alive should have cleared breaks it even when the holder's next keep-alive
+reaches the new leader in time to save the lease.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kraft_spark.raft.messages import ProduceRequest
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import Role
+from kraft_spark.sim.invariants import InvariantViolation
 from kraft_spark.sim.lease_desk import KEEPS_CHECKPOINT_BUG, SimLeaseDesk
 from kraft_spark.store.lease_clock import LeaseClock, checkpoint_record, expire_records
 from kraft_spark.store.leases import LEASE_OP_HEADER, encode_op
@@ -82,6 +89,8 @@ class SimLeaseExpiry:
         self.checkpoints_sent = 0
         self.bug_revokes_sent = 0
         self.desk = SimLeaseDesk(cluster, self.clock, desk_ids, bug)
+        # The holders' validities (client, lease, valid until us), for lease-countdown.
+        self.validities: Callable[[], list[tuple[int, int, int]]] | None = None
         cluster.at(TICK_US, self._tick)
 
     def clock(self, node: SimNode) -> LeaseClock:
@@ -121,7 +130,42 @@ class SimLeaseExpiry:
                 self.checkpoints_sent += len(remaining)
             elif self.bug in ("follower-lease-expiry", "deposed-leader-revoke"):
                 self._revoke(node, [lease_id for lease_id, _ in due])
+        self._check_countdowns()
         cluster.at(cluster.now + TICK_US, self._tick)
+
+    def _check_countdowns(self) -> None:
+        """``lease-countdown``: the leader of the newest epoch (its clock just ticked in that
+        epoch), once it applied every record of the epochs before its own, ends no lease's
+        countdown before its holder's validity ends. (Until then it may count from a
+        checkpoint whose clearing it has not applied yet: harmless, since its expiry would
+        name an offset that clearing moved, and void.)"""
+        cluster = self.cluster
+        leaders = [n for n in cluster.nodes.values() if n.alive and not n.paused
+                   and n.core is not None and n.core.role is Role.LEADER]
+        if self.validities is None or not leaders:
+            return
+        node = max(leaders, key=lambda n: n.core.epoch if n.core is not None else -1)
+        newest = max(n.core.epoch for n in cluster.nodes.values() if n.core is not None)
+        clock = self._clocks.get((node.node_id, node.incarnation))
+        core, snapshots = node.core, cluster.snapshots
+        if (clock is None or core is None or core.epoch < newest or clock.term != core.epoch
+                or snapshots is None):
+            return  # a deposed leader that does not know it yet is not judged
+        leadership = core.leader_state
+        if leadership is None or (snapshots.of(node.node_id).state.applied_offset
+                                  <= leadership.epoch_start_offset):
+            return
+        for client, lease_id, valid_until_us in self.validities():
+            deadline = clock.deadline(lease_id)
+            if deadline is None or valid_until_us <= cluster.now:
+                continue
+            ends_us = int(deadline / self.rates[node.node_id] * 1e6)
+            if ends_us < valid_until_us:
+                raise InvariantViolation(
+                    "lease-countdown",
+                    f"leader {node.node_id} (epoch {core.epoch}) counts lease {lease_id} "
+                    f"down to {ends_us} us, before client {client}'s validity ends at "
+                    f"{valid_until_us} us")
 
     def _revoke(self, node: SimNode, due: list[int]) -> None:
         """The bugs: a non-leader revokes what its own countdowns say through the leader,

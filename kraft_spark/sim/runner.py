@@ -127,6 +127,7 @@ def run_seed(
         expiry = SimLeaseExpiry(cluster, lease_rng, {n: expirer_id(n) for n in cluster.nodes},
                                 {n: desk_id(n) for n in cluster.nodes}, lease_bug)
         leases.desk = expiry.desk
+        expiry.validities = leases.validities
         if faults:
             schedule_leader_cuts(cluster, injector, lease_rng, LEASE_TTL_MS, fault_end)
     cluster.store_clients = _ClientRouter(store, leases)

@@ -106,6 +106,15 @@ class LeaseClock:
     def leading(self) -> bool:
         return self._leading
 
+    @property
+    def term(self) -> int:
+        """The leader epoch the countdowns belong to (-1: never led)."""
+        return self._term
+
+    def deadline(self, lease_id: int) -> float | None:
+        """When the lease's countdown ends, on the injected clock (None: not counted)."""
+        return self._deadlines.get(lease_id)
+
     def _lead(self, term: int, now: float) -> None:
         """A new term: every countdown starts again (from the table, at the next sync)."""
         self._term = term
