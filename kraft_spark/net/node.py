@@ -131,9 +131,8 @@ class RaftNode:
         )
         self._local: set[LocalToken] = set()
         self._produce_gate = ProduceGate(config)
-        # Beside the core: LeaseCountdown, by the lease desk (store.lease_keepalive) if any.
         self.side_requests: dict[int, SideHandler] = {ApiKey.LEASE_COUNTDOWN: not_here}
-        self.lease_desk: Any = None
+        self.lease_desk: Any = None  # serves LeaseCountdown beside the core (lease_keepalive)
         # True while a local request's callback runs (inside _dispatch): a submission from it
         # drains on the next loop turn (_drain_soon), not nested in this Ready.
         self._settling_local = False
