@@ -1,9 +1,11 @@
 """``/v1/leases``: grant, keep alive, revoke and list leases (``kraft_spark.store.leases``).
 
-Every operation is a record in the log, answered once this node's state machine applied it:
-``POST /v1/leases {"ttl_ms": N}`` → ``{"lease_id", "ttl_ms"}``;
-``POST /v1/leases/{id}/keepalive`` → the same (404 once the lease expired or was revoked);
-``DELETE /v1/leases/{id}`` deletes the lease and every key attached to it in one step;
+A grant or a revocation is a record in the log, answered once this node's state machine applied
+it: ``POST /v1/leases {"ttl_ms": N}`` → ``{"lease_id", "ttl_ms"}``; ``DELETE /v1/leases/{id}``
+deletes the lease and every key attached to it in one step. A keep-alive is not: ``POST
+/v1/leases/{id}/keepalive`` → ``{"lease_id", "ttl_ms"}`` (404 once the lease expired or was
+revoked) is answered by the leader's countdown once the leader confirmed it still leads
+(``kraft_spark.store.lease_keepalive``), and so is ``GET /v1/leases/{id}`` (its time left).
 ``GET /v1/leases`` lists the leases in force with their keys. A write attaches its keys with
 ``"lease_id"`` beside ``"records"`` (``api.fast_append``).
 """
@@ -26,11 +28,13 @@ from kraft_spark.client.errors import ClientError, CommitTimeoutError
 from kraft_spark.client.types import NewRecord
 from kraft_spark.http_auth import Scope
 from kraft_spark.state.outcomes import OutcomeUnknown
+from kraft_spark.store.lease_clock import CountdownAnswer, CountdownRequest, CountdownStatus
 from kraft_spark.store.leases import (
     LEASE_OP_HEADER,
     MAX_TTL_MS,
     MIN_TTL_MS,
     NOT_OWNER,
+    Lease,
     encode_op,
 )
 from kraft_spark.store.service import KvStore, ReadTimeoutError
@@ -57,10 +61,16 @@ class LeaseInfo(BaseModel):
     ttl_ms: int
     keys: list[str]
     granted_offset: int
-    keepalive_offset: int = Field(description="Offset of its last keep-alive (or grant).")
+    keepalive_offset: int = Field(description="Offset of its last keep-alive the log records: "
+                                  "the grant, or a checkpoint cleared by a keep-alive (most "
+                                  "keep-alives write nothing).")
     owner: str = Field(description="The name of the credential that granted it (empty on a "
                        "server without credentials): only it, or an admin, may keep it alive "
                        "or revoke it.")
+
+
+class LeaseTimeToLive(LeaseInfo):
+    remaining_ms: int = Field(description="Time left on the leader's countdown.")
 
 
 class LeasesOut(BaseModel):
@@ -120,14 +130,42 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
         await operate("grant", lease_id, ttl_ms=body.ttl_ms, **owner)
         return LeaseOut(lease_id=lease_id, ttl_ms=body.ttl_ms)
 
+    async def countdown(lease_id: int, renew: bool, request: Request) -> CountdownAnswer:
+        """The leader's countdown of the lease, renewed or only read; its failure as the HTTP
+        error."""
+        ask = CountdownRequest(lease_id, renew, caller(request).get("by"),
+                               max(1, int(commit_timeout_s * 1000)))
+        try:
+            answer = await store().lease_countdown(ask)
+        except ClientError as exc:
+            raise client_error(exc) from None
+        if answer.status is CountdownStatus.OK:
+            return answer
+        status = {CountdownStatus.NOT_FOUND: 404, CountdownStatus.NOT_OWNER: 403,
+                  CountdownStatus.INVALID: 422, CountdownStatus.NOT_LEADER: 503,
+                  }.get(answer.status, 504)
+        raise ApiError(status, answer.message or f"the lease keep-alive failed "
+                               f"({answer.status.name})")
+
     @router.post("/v1/leases/{lease_id}/keepalive", response_model=LeaseOut, responses=answers,
                  summary="Keep a lease alive for another TTL")
     async def keepalive(lease_id: LeaseId, request: Request) -> LeaseOut:
-        await operate("keepalive", lease_id, **caller(request))
-        _, leases = await store().leases(linearizable=False, timeout_s=commit_timeout_s,
-                                         only=lease_id)
-        ttl = leases[0].ttl_ms if leases else 0
-        return LeaseOut(lease_id=lease_id, ttl_ms=ttl)
+        answer = await countdown(lease_id, True, request)
+        return LeaseOut(lease_id=lease_id, ttl_ms=answer.ttl_ms)
+
+    @router.get("/v1/leases/{lease_id}", response_model=LeaseTimeToLive, responses=answers,
+                summary="One lease, with the time left on the leader's countdown")
+    async def time_to_live(lease_id: LeaseId, request: Request) -> LeaseTimeToLive:
+        answer = await countdown(lease_id, False, request)
+        try:
+            _, leases = await store().leases(linearizable=False,
+                                             timeout_s=commit_timeout_s, only=lease_id)
+        except ReadTimeoutError as exc:
+            raise ApiError(504, str(exc)) from None
+        if not leases:  # expired or revoked since the leader answered
+            raise ApiError(404, f"lease {lease_id} not found (expired or revoked)")
+        return LeaseTimeToLive(**_info(leases[0]).model_dump(),
+                               remaining_ms=answer.remaining_ms)
 
     @router.delete("/v1/leases/{lease_id}", response_model=LeaseOut, responses=answers,
                    summary="Revoke a lease and delete its keys")
@@ -148,10 +186,13 @@ def leases_router(backend: Callable[[], QuorumBackend], store_of: Callable[[], K
             raise ApiError(504, str(exc)) from None
         except ClientError as exc:
             raise client_error(exc) from None
-        return LeasesOut(offset=offset, leases=[
-            LeaseInfo(lease_id=x.lease_id, ttl_ms=x.ttl_ms, granted_offset=x.granted_offset,
-                      keepalive_offset=x.keepalive_offset, owner=x.owner,
-                      keys=sorted(k.decode("utf-8", errors="replace") for k in x.keys))
-            for x in leases])
+        return LeasesOut(offset=offset, leases=[_info(x) for x in leases])
 
     return router
+
+
+def _info(lease: Lease) -> LeaseInfo:
+    return LeaseInfo(lease_id=lease.lease_id, ttl_ms=lease.ttl_ms,
+                     granted_offset=lease.granted_offset,
+                     keepalive_offset=lease.keepalive_offset, owner=lease.owner,
+                     keys=sorted(k.decode("utf-8", errors="replace") for k in lease.keys))

@@ -73,7 +73,8 @@ class CpuWindow:
 
 def keepalive_row(tally: KeepAliveTally, *, leases: int, clients: int, ttl_s: float,
                   window_s: float, granted: int, grant_s: float, missing_at_end: int,
-                  cpu: CpuWindow, leader_changed: bool) -> dict[str, Any]:
+                  cpu: CpuWindow, leader_changed: bool,
+                  log_entries: int | None = None) -> dict[str, Any]:
     """One system's keep-alive point as a JSON-able row."""
     lat = sorted(tally.latencies_s)
     answered = tally.ok + tally.not_found
@@ -89,6 +90,8 @@ def keepalive_row(tally: KeepAliveTally, *, leases: int, clients: int, ttl_s: fl
         "max_lag_ms": round(tally.max_lag_s * 1000, 1),
         "late": tally.late, "not_found": tally.not_found, "errors": tally.errors,
         "missing_at_end": missing_at_end, "leader_changed": leader_changed,
+        # Entries the replicated log grew by over the window (None: not measured).
+        "log_entries": log_entries,
         **cpu.row(),
     }
 
@@ -154,6 +157,7 @@ KEEPALIVE_ROWS: tuple[tuple[str, Callable[[Row], str]], ...] = (
     ("answered 'no such lease'", lambda r: _n(r["not_found"])),
     ("errors (connection, timeout, status)", lambda r: _n(r["errors"])),
     ("leases missing at the end", lambda r: _n(r["missing_at_end"])),
+    ("replicated log entries in the window", lambda r: _n(r.get("log_entries"))),
     ("leader CPU s (cores)", lambda r: f"{_n(r['leader_cpu_s'])} ({_n(r['leader_cores'])})"),
     ("all members CPU s (cores)",
      lambda r: f"{_n(r['members_cpu_s'])} ({_n(r['members_cores'])})"),

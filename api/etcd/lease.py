@@ -1,58 +1,64 @@
-"""etcd's Lease service over the store's leases (``kraft_spark.store.leases``): every grant,
-keep-alive and revocation is a ``kraft.lease.op`` record, as the HTTP API appends them
-(``api.leases``), with the same owner rule (a non-admin credential keeps alive and revokes only
-the leases it granted). etcd's TTLs are seconds, the store's milliseconds.
+"""etcd's Lease service over the store's leases (``kraft_spark.store.leases``): a grant and a
+revocation are ``kraft.lease.op`` records, as the HTTP API appends them (``api.leases``), with
+the same owner rule (a non-admin credential keeps alive and revokes only the leases it
+granted). etcd's TTLs are seconds, the store's milliseconds.
 
-TimeToLive's remaining time is this node's countdown (a ``LeaseClock`` ticked every
-``TICK_S``, restarted when it sees a newer keep-alive applied): the leader's own may be up to
-``TICK_S`` plus the replication delay shorter. A keep-alive is a replicated write here (etcd's
-is not): fine for the lease counts of phase 1, not for tens of thousands of clients.
+A keep-alive and TimeToLive are answered by the leader's countdown, as etcd's (which forwards
+both to the leader): this node's own lease desk when it leads, else the leader's over the wire
+(``NodeStore.lease_countdown``). A keep-alive writes nothing to the log, unless the lease's
+last checkpoint set a remaining TTL (``kraft_spark.store.lease_clock``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any
 
-from api.etcd.context import EtcdContext
+from api.etcd.context import REQUEST_TIMEOUT_S, EtcdContext, etcd_error
 from api.etcd.permissions import check_lease_keys, current
 from api.lease_writes import MAX_LEASE_ID
 from kraft_spark.client.types import NewRecord
 from kraft_spark.etcd import errors
 from kraft_spark.etcd.pb import rpc_pb2
 from kraft_spark.http_auth import Identity, Scope
-from kraft_spark.store.lease_expiry import LeaseClock
+from kraft_spark.store.lease_clock import CountdownAnswer, CountdownRequest, CountdownStatus
 from kraft_spark.store.leases import LEASE_OP_HEADER, MAX_TTL_MS, MIN_TTL_MS, NOT_OWNER, encode_op
 
-TICK_S: Final = 0.5
+
+def _caller(identity: object) -> str | None:
+    """``by``: the caller's credential, which must own the lease; None for an admin (or a
+    server without credentials), who may act on any lease."""
+    if isinstance(identity, Identity) and identity.scope < Scope.ADMIN:
+        return identity.name
+    return None
 
 
 class LeaseServicer:
     def __init__(self, ctx: EtcdContext) -> None:
         self._ctx = ctx
-        self._clock = LeaseClock()
-        self._ticker: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        """Nothing runs in the background (the leader's countdowns are its expirer's)."""
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        """Nothing to stop."""
 
-    async def _tick_forever(self) -> None:
-        while True:
-            self._tick()
-            await asyncio.sleep(TICK_S)
-
-    def _tick(self) -> None:
-        # "leading" for this clock only: it counts, never expires (the leader's expirer does).
-        self._clock.tick(True, self._ctx.store.applied_state().leases.leases)
+    async def _countdown(self, lease_id: int, renew: bool, identity: object) -> CountdownAnswer:
+        """The leader's answer; NOT_FOUND as itself, any other failure as etcd's error."""
+        request = CountdownRequest(lease_id, renew, _caller(identity),
+                                   int(REQUEST_TIMEOUT_S * 1000))
+        try:
+            answer = await self._ctx.store.lease_countdown(request)
+        except Exception as exc:
+            raise etcd_error(exc) from None
+        if answer.status in (CountdownStatus.OK, CountdownStatus.NOT_FOUND):
+            return answer
+        if answer.status is CountdownStatus.NOT_OWNER:
+            raise errors.permission_denied()
+        if answer.status is CountdownStatus.INVALID:
+            raise errors.EtcdError("INVALID_ARGUMENT", f"etcdserver: {answer.message}")
+        raise errors.timeout(answer.message or answer.status.name)
 
     async def _operate(self, op: str, lease_id: int, identity: object, **fields: int | str
                        ) -> None:
@@ -97,30 +103,25 @@ class LeaseServicer:
                              _context: Any, identity: object
                              ) -> AsyncIterator[rpc_pb2.LeaseKeepAliveResponse]:
         async for request in requests:
-            try:
-                await self._operate("keepalive", request.ID, identity)
-            except errors.EtcdError as exc:
-                if exc.code != "NOT_FOUND":
-                    raise
-                ttl = 0  # etcd's answer for a lease that is gone
-            else:
-                lease = self._ctx.store.applied_state().leases.leases.get(request.ID)
-                ttl = lease.ttl_ms // 1000 if lease is not None else 0
+            answer = await self._countdown(request.ID, True, identity)
+            # TTL 0: etcd's answer for a lease that is gone.
+            ttl = answer.ttl_ms // 1000 if answer.status is CountdownStatus.OK else 0
             yield rpc_pb2.LeaseKeepAliveResponse(header=self._ctx.header(), ID=request.ID,
                                                  TTL=ttl)
 
     async def LeaseTimeToLive(self, request: rpc_pb2.LeaseTimeToLiveRequest, _context: Any,
                               _identity: object) -> rpc_pb2.LeaseTimeToLiveResponse:
+        # etcd answers TimeToLive of any lease to any caller (its owner rule is for writes).
+        answer = await self._countdown(request.ID, False, None)
         await self._ctx.read_view(serializable=False)
-        self._tick()
         lease = self._ctx.store.applied_state().leases.leases.get(request.ID)
-        if lease is None:  # etcd: TTL -1 ("already expired"), not an error
+        if answer.status is not CountdownStatus.OK or lease is None:
+            # etcd: TTL -1 ("already expired"), not an error
             return rpc_pb2.LeaseTimeToLiveResponse(header=self._ctx.header(), ID=request.ID,
                                                    TTL=-1)
-        remaining = self._clock.remaining_ms(lease.lease_id)
         response = rpc_pb2.LeaseTimeToLiveResponse(
             header=self._ctx.header(), ID=lease.lease_id, grantedTTL=lease.ttl_ms // 1000,
-            TTL=(lease.ttl_ms if remaining is None else remaining) // 1000)
+            TTL=answer.remaining_ms // 1000)
         if request.keys:
             response.keys.extend(sorted(lease.keys))
         return response

@@ -66,7 +66,7 @@ from kraft_spark.net.scrub import LogScrubber
 from kraft_spark.net.state_keeper import StateKeeper, Storage, open_storage
 from kraft_spark.net.stats import NodeStats
 from kraft_spark.net.storage_failure import STORAGE_FAILURE_EXIT, storage_failure_text
-from kraft_spark.protocol import RequestHeader, decode_request
+from kraft_spark.protocol import ApiKey, RequestHeader, decode_request
 from kraft_spark.protocol.fast_wire import (
     FETCH_VERSION,
     decode_fetch_request,
@@ -79,11 +79,13 @@ from kraft_spark.protocol.wire import (
     request_from_wire,
     response_to_wire,
 )
+from kraft_spark.protocol.wire_leases import SideHandler, not_here
 from kraft_spark.raft.core import RaftCore
 from kraft_spark.raft.events import RoleChanged
 from kraft_spark.raft.messages import FetchRequest, FetchResponse, request_source
 from kraft_spark.raft.ready import Ready
 from kraft_spark.raft.state import PersistedState, Role
+from kraft_spark.store.reserved_headers import Standing
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +131,8 @@ class RaftNode:
         )
         self._local: set[LocalToken] = set()
         self._produce_gate = ProduceGate(config)
+        self.side_requests: dict[int, SideHandler] = {ApiKey.LEASE_COUNTDOWN: not_here}
+        self.lease_desk: Any = None  # serves LeaseCountdown beside the core (lease_keepalive)
         # True while a local request's callback runs (inside _dispatch): a submission from it
         # drains on the next loop turn (_drain_soon), not nested in this Ready.
         self._settling_local = False
@@ -366,6 +370,10 @@ class RaftNode:
         if self.voter_endpoints.answered_without_core(conn, header, body):
             return
         if refused_unauthorized(self.config.acl, conn, header, self.node_id):  # ALTER CLUSTER
+            return
+        side = self.side_requests.get(header.api_key)
+        if side is not None:
+            side(conn, header, body, self._produce_gate.standing(conn) is Standing.TRUSTED)
             return
         try:
             message = (

@@ -56,6 +56,7 @@ class ApiKey(IntEnum):
     UPDATE_RAFT_VOTER = 82
     # kraft-spark's own (messages_store.py)
     READ_INDEX = 10000
+    LEASE_COUNTDOWN = 10001
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,7 @@ API_SPECS: dict[int, ApiSpec] = {
         _spec(ApiKey.UPDATE_RAFT_VOTER, k.UPDATE_RAFT_VOTER_REQUEST,
               k.UPDATE_RAFT_VOTER_RESPONSE),
         _spec(ApiKey.READ_INDEX, st.READ_INDEX_REQUEST, st.READ_INDEX_RESPONSE),
+        _spec(ApiKey.LEASE_COUNTDOWN, st.LEASE_COUNTDOWN_REQUEST, st.LEASE_COUNTDOWN_RESPONSE),
     )
 }
 """Every API we implement, by key."""

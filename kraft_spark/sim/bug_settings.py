@@ -60,5 +60,8 @@ BUG_SETTINGS["uncounted-follower"] = (
     "io-error,torn-write")
 # A keep-alive after expiry: a holder back from a freeze keeps its old lease alive first.
 BUG_SETTINGS["expired-lease-kept-alive"] = LEASES
+# A keep-alive that leaves the lease's checkpoint in the log: a new leader counts from it. It
+# shows when a leader changes while a lease kept alive past a checkpoint lives: longer runs.
+BUG_SETTINGS["keepalive-keeps-checkpoint"] = (*LEASES, "--duration", "60")
 # A Produce gate that lets any principal revoke any lease: intruders go after the holders'.
 BUG_SETTINGS["produce-bypasses-lease-owner"] = (*LEASES, "--lease-intruders", "2")

@@ -128,6 +128,8 @@ class Cluster:
         # The nodes' door for clients' Produce requests (sim/lease_intruder.py): an answer
         # refusing one, or None to hand it to the core. None: every Produce goes in.
         self.produce_gate: Callable[[int, ProduceRequest], ProduceResponse | None] | None = None
+        # Serves a request beside the core when it says so (sim/lease_desk.py).
+        self.side_door: Callable[[SimNode, int, int, Any, int | None], bool] | None = None
         self.watches: ProcessListener | None = None  # the runner's watch clients, when asked for
         # Called with each node that becomes leader (the fault injector targets new leaders).
         self.on_new_leader: Callable[[SimNode], None] | None = None
@@ -319,6 +321,9 @@ class Cluster:
         before, own = node.persisted, (0, 0)
         if kind == "req":
             _, request_id, message, src_incarnation = payload
+            if self.side_door is not None and self.side_door(node, src, request_id, message,
+                                                             src_incarnation):
+                return
             if (src < 0 and self.produce_gate is not None
                     and isinstance(message, ProduceRequest)):
                 refused = self.produce_gate(src, message)

@@ -9,7 +9,11 @@ the lock is taken), so a revoke or an expiry deletes several keys at one offset.
 Every request goes to a node as an HTTP client's request does (mostly the client's own voter,
 now and then any node; a non-leader's NOT_LEADER hint is followed), and its outcome is read
 from the state machine of the node that answered, once it applied the write (or the read
-index): the leader's, as its HTTP API would answer. (The store clients of
+index): the leader's, as its HTTP API would answer. A keep-alive is no write: the leader's desk
+answers it from its countdown (``kraft_spark.sim.lease_desk``). A lease is kept alive every
+sixth of its TTL, or (one lease in two) every 4.2 to 4.8 s, which lets its countdown fall
+below half the TTL between keep-alives, so the leader checkpoints it and the next keep-alive
+clears the checkpoint. (The store clients of
 ``kraft_spark.sim.store_clients`` test the followers' and observers' read paths.) Writes are
 idempotent Produces (retried under the same producer sequence). What each client believed is
 recorded as holds and reads for ``kraft_spark.sim.lease_check``.
@@ -35,6 +39,7 @@ from kraft_spark.raft.messages import (
 from kraft_spark.raft.records import Record
 from kraft_spark.sim.append_client import STORE_CLIENT_BASE, retry_target
 from kraft_spark.sim.lease_check import Hold, HolderRead, check_holds
+from kraft_spark.store.lease_clock import CountdownAnswer, CountdownRequest, CountdownStatus
 from kraft_spark.store.leases import LEASE_HEADER, LEASE_OP_HEADER, encode_op
 from kraft_spark.store.txn import TXN_HEADER, Condition, encode_header
 
@@ -42,14 +47,20 @@ if TYPE_CHECKING:
     from kraft_spark.sim.cluster import Cluster
 
 # Lease clients' indexes among the store clients' (sim.append_client.STORE_CLIENT_BASE);
-# the nodes' expirers are at EXPIRER_OFFSET + node id above it (their answers are dropped).
+# the nodes' expirers are at EXPIRER_OFFSET + node id above it (their answers are dropped),
+# their desks at DESK_OFFSET + node id (answers of their own cores, for sim.lease_desk).
 LEASE_CLIENT_OFFSET = 1000
 EXPIRER_OFFSET = 900
+DESK_OFFSET = 800
 # A holder keeps its lease through a leader change: the followers notice a lost leader after
 # the fetch timeout (2 s) and elect within about a second, inside the validity's 5.4 s.
 TTL_MS = 6_000
 VALID_SHARE = 0.9
 KEEPALIVE_US = 1_000_000
+# The slower cadence, of this share of the leases: past half the TTL (a checkpoint), within
+# the holder's validity.
+SLOW_KEEPALIVE_US = (4_200_000, 4_800_000)
+SLOW_SHARE = 1 / 2
 ATTEMPT_TIMEOUT_US = 500_000
 OP_TIMEOUT_US = 8_000_000
 READ_TIMEOUT_US = 1_000_000  # a read that cannot finish soon is dropped: the next is fresh
@@ -65,6 +76,11 @@ def client_id(index: int) -> int:
 def expirer_id(node_id: int) -> int:
     """The client id a node's lease expirer sends its Produce requests from."""
     return client_id(EXPIRER_OFFSET + node_id)
+
+
+def desk_id(node_id: int) -> int:
+    """The client id a node's lease desk asks its own core from."""
+    return client_id(DESK_OFFSET + node_id)
 
 
 @dataclass(slots=True)
@@ -106,6 +122,7 @@ class LeaseHolder:
     frozen: bool = False
     resume_token: int = 0  # back from a freeze: the token of the hold it would resume
     extras: int = 0  # keys attached to the lease besides the lock
+    keepalive_us: int = KEEPALIVE_US  # this lease's cadence
     grouped: bool = False  # written in the lock's compare-and-set (else unconditionally)
 
 
@@ -120,6 +137,7 @@ class LeaseClients:
                         for i in range(count)]
         self.holds: list[Hold] = []
         self.reads: list[HolderRead] = []
+        self.desk: Any = None  # the desks' answers go there (sim.lease_desk.SimLeaseDesk)
         self.running = True
         for client in self.clients:
             cluster.at(rng.randint(*THINK_US), self._begin, client)
@@ -137,6 +155,8 @@ class LeaseClients:
         client.lock = self.rng.choice(LOCKS)
         client.extras = self.rng.randint(0, 3)
         client.grouped = self.rng.random() < 0.5
+        client.keepalive_us = (self.rng.randint(*SLOW_KEEPALIVE_US)
+                               if self.rng.random() < SLOW_SHARE else KEEPALIVE_US)
         self._start(client, client.main, "grant")
 
     def _think(self, client: LeaseHolder) -> None:
@@ -198,6 +218,8 @@ class LeaseClients:
         timeout_ms = ATTEMPT_TIMEOUT_US // 1000 - 100
         if op.kind == "read":
             return ReadIndexRequest(timeout_ms=timeout_ms)
+        if op.kind == "keepalive":
+            return CountdownRequest(op.lease_id, renew=True, timeout_ms=timeout_ms)
         now_ms = self.cluster.now // 1000
         if op.kind == "acquire":
             # The lock first (its offset is the fencing token), then the lease's other keys.
@@ -251,7 +273,7 @@ class LeaseClients:
         assert op is not None
         channel.op = None
         channel.request_id = 0
-        if op.kind != "read":
+        if op.kind not in ("read", "keepalive"):
             self._new_producer(channel)
         if op.kind == "keepalive":
             self._keepalive(client, op.lease_id)
@@ -263,6 +285,10 @@ class LeaseClients:
     def receive(self, index: int, payload: Any) -> None:
         if index >= EXPIRER_OFFSET:
             return  # an expirer's answer: the clock sends again if it did not land
+        if index >= DESK_OFFSET:
+            if self.desk is not None:
+                self.desk.receive(payload)
+            return
         client = self.clients[index // 2]
         channel = client.keepalives if index % 2 else client.main
         _, request_id, message = payload
@@ -270,6 +296,9 @@ class LeaseClients:
         if request_id != channel.request_id or op is None:
             return
         channel.request_id = 0
+        if isinstance(message, CountdownAnswer):
+            self._countdown_answered(client, channel, op, message)
+            return
         error = getattr(message, "error", ErrorCode.NONE)
         if error != ErrorCode.NONE:
             channel.target, delay = retry_target(self.rng, self.cluster.voter_ids,
@@ -283,6 +312,18 @@ class LeaseClients:
             channel.seq += op.records  # a sequence number per record
             self._when_applied(client, channel, op, message.base_offset + 1,
                                message.base_offset)
+
+    def _countdown_answered(self, client: LeaseHolder, channel: Channel, op: LeaseOp,
+                            answer: CountdownAnswer) -> None:
+        """A desk's answer to a keep-alive: the lease is alive (OK) or gone (NOT_FOUND);
+        anything else is tried again, on the hinted leader."""
+        if answer.status in (CountdownStatus.OK, CountdownStatus.NOT_FOUND):
+            channel.op = None
+            self._write_done(client, op, -1, answer.status is CountdownStatus.OK)
+            return
+        channel.target, delay = retry_target(self.rng, self.cluster.voter_ids, channel.target,
+                                             answer.leader_id)
+        self.cluster.at(self.cluster.now + delay, self._attempt, client, channel, op)
 
     def _when_applied(self, client: LeaseHolder, channel: Channel, op: LeaseOp, offset: int,
                       write_offset: int | None) -> None:
@@ -326,8 +367,8 @@ class LeaseClients:
                     client.valid_until_us, op.first_sent_us + int(VALID_SHARE * TTL_MS * 1000))
                 if client.hold is not None:
                     client.hold.end_us = client.valid_until_us
-                self.cluster.at(max(now, op.first_sent_us + KEEPALIVE_US), self._keepalive,
-                                client, op.lease_id)
+                self.cluster.at(max(now, op.first_sent_us + client.keepalive_us),
+                                self._keepalive, client, op.lease_id)
             elif op.kind == "keepalive":  # the lease is gone: the hold ends with its validity
                 self._end_hold(client, client.valid_until_us)
         if op.kind == "grant":
@@ -374,8 +415,8 @@ class LeaseClients:
             return
         client.valid_until_us = max(client.valid_until_us,
                                     op.first_sent_us + int(VALID_SHARE * TTL_MS * 1000))
-        self.cluster.at(max(now, op.first_sent_us + KEEPALIVE_US), self._keepalive, client,
-                        op.lease_id)
+        self.cluster.at(max(now, op.first_sent_us + client.keepalive_us), self._keepalive,
+                        client, op.lease_id)
         if now >= client.valid_until_us:
             self._start(client, client.main, "revoke")
             return
@@ -384,6 +425,13 @@ class LeaseClients:
         client.hold_until_us = now + self.rng.randint(500_000, 4_000_000)
         client.freeze = False
         self._holding_step(client)
+
+    def validities(self) -> list[tuple[int, int, int]]:
+        """(client, lease, valid until us) of each lease in use that its holder counts valid
+        (for ``sim.lease_expiry``'s ``lease-countdown``)."""
+        now = self.cluster.now
+        return [(c.index, c.lease_id, c.valid_until_us) for c in self.clients
+                if self.running and c.lease_id and not c.frozen and c.valid_until_us > now]
 
     def stop(self) -> None:
         """End of the run: holds end where their validity does."""

@@ -1,6 +1,7 @@
 """The leaders' lease expiry in the simulator: every node's real ``LeaseClock``
-(``kraft_spark.store.lease_expiry``) on a clock of its own, ticked as the real ``LeaseExpirer``
-ticks it, the leader appending ``expire`` records to its own core.
+(``kraft_spark.store.lease_clock``) on a clock of its own, ticked as the real ``LeaseExpirer``
+ticks it, the leader appending ``expire`` and ``checkpoint`` records to its own core; the same
+clock answers the holders' keep-alives (``sim.lease_desk``).
 
 Clock skew: each node's monotonic clock runs at its own rate, up to ``CLOCK_RATE_SPREAD`` off
 real time (a fast leader clock counts a TTL down early in real time; lease holders count their
@@ -20,17 +21,27 @@ keep-alive it counted from), so the replicas still agree and only the checker ca
   follower sends its revokes to the leader once it knows one;
 * ``deposed-leader-revoke``: a node that led keeps counting after it lost the leadership (cut
   off, it sees no keep-alive), and sends what it decided to the new leader once it knows it.
+
+The desk's bug (``lease_desk.KEEPS_CHECKPOINT_BUG``) is its own. What catches it besides the
+lock checker: ``lease-countdown``, checked every tick, that the leader of the newest epoch
+never counts a lease down to before the end of the validity its holder was promised (the first
+send of its last acknowledged keep-alive plus 90% of the TTL): a new leader counting from a
+checkpoint the keep-alive should have cleared breaks it even when the holder's next keep-alive
+reaches the new leader in time to save the lease.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kraft_spark.raft.messages import ProduceRequest
 from kraft_spark.raft.records import Record
 from kraft_spark.raft.state import Role
-from kraft_spark.store.lease_expiry import LeaseClock, expire_records
+from kraft_spark.sim.invariants import InvariantViolation
+from kraft_spark.sim.lease_desk import KEEPS_CHECKPOINT_BUG, SimLeaseDesk
+from kraft_spark.store.lease_clock import LeaseClock, checkpoint_record, expire_records
 from kraft_spark.store.leases import LEASE_OP_HEADER, encode_op
 
 if TYPE_CHECKING:
@@ -38,10 +49,10 @@ if TYPE_CHECKING:
     from kraft_spark.sim.faults import FaultInjector
     from kraft_spark.sim.node import SimNode
 
-# The last two are not acted on here: the state machine's (sim/lease_table_bug.py) and the
-# Produce gate's (sim/lease_intruder.py).
+# The last three are not acted on here: the state machine's (sim/lease_table_bug.py), the
+# Produce gate's (sim/lease_intruder.py) and the desk's (sim/lease_desk.py).
 LEASE_BUGS = ("follower-lease-expiry", "deposed-leader-revoke", "expired-lease-kept-alive",
-              "produce-bypasses-lease-owner")
+              "produce-bypasses-lease-owner", KEEPS_CHECKPOINT_BUG)
 TICK_US = 100_000  # LeaseExpirer.TICK_S
 CLOCK_RATE_SPREAD = 0.02
 
@@ -62,7 +73,7 @@ def schedule_leader_cuts(cluster: Cluster, injector: FaultInjector, rng: random.
 
 class SimLeaseExpiry:
     def __init__(self, cluster: Cluster, rng: random.Random, expirer_ids: dict[int, int],
-                 bug: str | None = None) -> None:
+                 desk_ids: dict[int, int], bug: str | None = None) -> None:
         if bug is not None and bug not in LEASE_BUGS:
             raise ValueError(f"unknown lease bug {bug!r}; choose from {LEASE_BUGS}")
         self.cluster = cluster
@@ -72,13 +83,17 @@ class SimLeaseExpiry:
                       for n in sorted(cluster.nodes)}
         # One clock per process: a restarted node's monotonic clock and countdowns are new.
         self._clocks: dict[tuple[int, int], LeaseClock] = {}
-        self._led: dict[int, int] = {}  # node -> the incarnation in which it last led
+        self._led: dict[int, tuple[int, int]] = {}  # node -> (incarnation, epoch) it last led in
         self._undelivered: dict[int, set[int]] = {}  # deposed-leader-revoke: node -> leases
         self.expiries_sent = 0
+        self.checkpoints_sent = 0
         self.bug_revokes_sent = 0
+        self.desk = SimLeaseDesk(cluster, self.clock, desk_ids, bug)
+        # The holders' validities (client, lease, valid until us), for lease-countdown.
+        self.validities: Callable[[], list[tuple[int, int, int]]] | None = None
         cluster.at(TICK_US, self._tick)
 
-    def _clock(self, node: SimNode) -> LeaseClock:
+    def clock(self, node: SimNode) -> LeaseClock:
         key = (node.node_id, node.incarnation)
         clock = self._clocks.get(key)
         if clock is None:
@@ -95,17 +110,62 @@ class SimLeaseExpiry:
                 continue  # a frozen or stopped process runs no timer
             leading = core.role is Role.LEADER
             if leading:
-                self._led[node_id] = node.incarnation
-            acts = leading or self.bug == "follower-lease-expiry" or (
-                self.bug == "deposed-leader-revoke" and self._led.get(node_id) == node.incarnation)
-            leases = cluster.snapshots.of(node_id).state.leases.leases
-            due = self._clock(node).tick(acts, leases)
-            if leading and due:
-                self._submit(node, node_id, expire_records(due, cluster.now // 1000))
+                self._led[node_id] = (node.incarnation, core.epoch)
+            led = self._led.get(node_id)
+            # The epoch the clock counts in (None: it does not count): the leader's, or a
+            # bug's (a follower counting as if it led, a deposed leader still counting).
+            term = (core.epoch if leading or self.bug == "follower-lease-expiry"
+                    else led[1] if self.bug == "deposed-leader-revoke" and led is not None
+                    and led[0] == node.incarnation else None)
+            table = cluster.snapshots.of(node_id).state.leases
+            clock = self.clock(node)
+            due = clock.tick(term, table)
+            remaining = clock.checkpoints(term, table) if leading else {}
+            if leading and (due or remaining):
+                now_ms = cluster.now // 1000
+                self._submit(node, node_id, (
+                    *expire_records(due, now_ms),
+                    *((checkpoint_record(remaining, now_ms),) if remaining else ())))
                 self.expiries_sent += len(due)
+                self.checkpoints_sent += len(remaining)
             elif self.bug in ("follower-lease-expiry", "deposed-leader-revoke"):
                 self._revoke(node, [lease_id for lease_id, _ in due])
+        self._check_countdowns()
         cluster.at(cluster.now + TICK_US, self._tick)
+
+    def _check_countdowns(self) -> None:
+        """``lease-countdown``: the leader of the newest epoch (its clock just ticked in that
+        epoch), once it applied every record of the epochs before its own, ends no lease's
+        countdown before its holder's validity ends. (Until then it may count from a
+        checkpoint whose clearing it has not applied yet: harmless, since its expiry would
+        name an offset that clearing moved, and void.)"""
+        cluster = self.cluster
+        leaders = [n for n in cluster.nodes.values() if n.alive and not n.paused
+                   and n.core is not None and n.core.role is Role.LEADER]
+        if self.validities is None or not leaders:
+            return
+        node = max(leaders, key=lambda n: n.core.epoch if n.core is not None else -1)
+        newest = max(n.core.epoch for n in cluster.nodes.values() if n.core is not None)
+        clock = self._clocks.get((node.node_id, node.incarnation))
+        core, snapshots = node.core, cluster.snapshots
+        if (clock is None or core is None or core.epoch < newest or clock.term != core.epoch
+                or snapshots is None):
+            return  # a deposed leader that does not know it yet is not judged
+        leadership = core.leader_state
+        if leadership is None or (snapshots.of(node.node_id).state.applied_offset
+                                  <= leadership.epoch_start_offset):
+            return
+        for client, lease_id, valid_until_us in self.validities():
+            deadline = clock.deadline(lease_id)
+            if deadline is None or valid_until_us <= cluster.now:
+                continue
+            ends_us = int(deadline / self.rates[node.node_id] * 1e6)
+            if ends_us < valid_until_us:
+                raise InvariantViolation(
+                    "lease-countdown",
+                    f"leader {node.node_id} (epoch {core.epoch}) counts lease {lease_id} "
+                    f"down to {ends_us} us, before client {client}'s validity ends at "
+                    f"{valid_until_us} us")
 
     def _revoke(self, node: SimNode, due: list[int]) -> None:
         """The bugs: a non-leader revokes what its own countdowns say through the leader,

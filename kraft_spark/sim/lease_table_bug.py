@@ -28,8 +28,10 @@ def inject(bug: str | None) -> Callable[[], None]:
     real = LeaseTable.apply
 
     def apply(self: LeaseTable, body: dict[str, Any], offset: int) -> tuple[str, list[bytes]]:
+        if body["op"] != "expire":
+            return real(self, body, offset)
         lease = self.leases.get(body["id"])
-        if body["op"] != "expire" or lease is None or body["after"] != lease.keepalive_offset:
+        if lease is None or body["after"] != lease.keepalive_offset:
             return real(self, body, offset)
         reason, doomed = real(self, body, offset)
         self.leases[lease.lease_id] = lease  # the bug: the expired lease stays in force

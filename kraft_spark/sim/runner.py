@@ -15,7 +15,7 @@ from kraft_spark.sim.cluster import Cluster
 from kraft_spark.sim.disklog import DiskLog
 from kraft_spark.sim.faults import FaultInjector
 from kraft_spark.sim.invariants import InvariantViolation
-from kraft_spark.sim.lease_clients import LEASE_CLIENT_OFFSET, LeaseClients, expirer_id
+from kraft_spark.sim.lease_clients import LEASE_CLIENT_OFFSET, LeaseClients, desk_id, expirer_id
 from kraft_spark.sim.lease_clients import TTL_MS as LEASE_TTL_MS
 from kraft_spark.sim.lease_expiry import SimLeaseExpiry, schedule_leader_cuts
 from kraft_spark.sim.lease_intruder import GATE_BUG, LeaseIntruders, ProduceGate
@@ -124,7 +124,10 @@ def run_seed(
               if lease_clients else None)
     if leases is not None:
         lease_rng = random.Random(seed * 15485863 + 7)
-        SimLeaseExpiry(cluster, lease_rng, {n: expirer_id(n) for n in cluster.nodes}, lease_bug)
+        expiry = SimLeaseExpiry(cluster, lease_rng, {n: expirer_id(n) for n in cluster.nodes},
+                                {n: desk_id(n) for n in cluster.nodes}, lease_bug)
+        leases.desk = expiry.desk
+        expiry.validities = leases.validities
         if faults:
             schedule_leader_cuts(cluster, injector, lease_rng, LEASE_TTL_MS, fault_end)
     cluster.store_clients = _ClientRouter(store, leases)

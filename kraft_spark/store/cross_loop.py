@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 from kraft_spark.state.machine import FailedTxn
+from kraft_spark.store.lease_clock import CountdownAnswer, CountdownRequest
 from kraft_spark.store.leases import Lease
 from kraft_spark.store.past_reads import PastRead
 from kraft_spark.store.service import KvRead, NodeStore
@@ -78,6 +79,10 @@ class LoopStore:
         store, loop = self._target()
         return await self._on(loop, store.leases(linearizable=linearizable, timeout_s=timeout_s,
                                                  only=only))
+
+    async def lease_countdown(self, request: CountdownRequest) -> CountdownAnswer:
+        store, loop = self._target()
+        return await self._on(loop, store.lease_countdown(request))
 
     def watch_hub(self) -> LoopHub | None:
         found = self._store()

@@ -1,21 +1,33 @@
-"""Leases in the log: grants, keep-alives, revocations and expiries, and the keys attached to
+"""Leases in the log: grants, revocations, expiries and checkpoints, and the keys attached to
 them, applied by the state machine like every other write.
 
 A lease operation is a keyless record (which changes nothing for a reader that ignores it)
 with the header ``kraft.lease.op``: compact JSON ``{"op": "grant", "id": N, "ttl_ms": T}``,
-``{"op": "keepalive", "id": N}``, ``{"op": "revoke", "id": N}`` or ``{"op": "expire", "id": N,
-"after": K}``. A key is attached to a lease by writing it with the header ``kraft.lease`` (the
-lease id in decimal); writing it without the header detaches it, deleting it removes it.
+``{"op": "revoke", "id": N}``, ``{"op": "expire", "id": N, "after": K}`` or ``{"op":
+"checkpoint", "remaining": {"N": MS, ...}}``; ``{"op": "keepalive", "id": N}`` is still applied
+(logs written before keep-alives left the log hold them) but no longer written. A key is
+attached to a lease by writing it with the header ``kraft.lease`` (the lease id in decimal);
+writing it without the header detaches it, deleting it removes it.
+
+**Keep-alives are not in the log** (etcd's design, ``kraft_spark.store.lease_clock``): a
+keep-alive reaches the leader, which refreshes its in-memory countdown once it has confirmed it
+still leads. What the log holds instead is the leader's *checkpoint* of remaining TTLs: now and
+then, for the leases whose countdown ran well below their TTL, ``remaining`` sets each one's
+``remaining_ms``; an entry of 0 clears it, and is written by a keep-alive of a lease whose last
+checkpoint set one (so at most two writes per lease per checkpoint interval). A new leader
+starts a lease's countdown at its ``remaining_ms`` when one is set, else at its full TTL.
 
 **Who decides that a lease expired, and why it is safe.** Only the leader, by its own monotonic
 clock (``kraft_spark.store.lease_expiry``), and it says so in the log: ``expire`` names the
-offset of the lease's last keep-alive the leader had seen (``after``). Applying it deletes the
-lease and its keys *only if* that is still the lease's last keep-alive; a keep-alive that landed
-in between voids it. So the outcome is a pure function of the log (every replica, every replay,
-every snapshot agree), followers never expire anything by their clocks (a clock jump on one node
-expires nothing elsewhere), and a deposed leader's expiry cannot commit (its record is not in
-the new leader's log). A new leader restarts every lease's countdown at its election, as etcd
-does, so a holder that kept its lease alive through the old leader is never expired early.
+lease's ``keepalive_offset`` as the leader saw it (``after``): the offset of the last keep-alive
+*the log records* (the grant, an old ``keepalive`` record, or a checkpoint entry clearing the
+remaining TTL, which a keep-alive writes). Applying it deletes the lease and its keys *only if*
+that is still the lease's ``keepalive_offset``: one recorded in between (a keep-alive that
+cleared a checkpoint, a lease revoked and granted again under the same id) voids it. So the
+outcome is a pure function of the log (every replica, every replay, every snapshot agree),
+followers never expire anything by their clocks, and a deposed leader's expiry either commits
+before its successor answers any keep-alive (the successor confirms its leadership, which
+commits everything of earlier epochs, before it answers) or never.
 
 A write attached to a lease that does not exist (never granted, expired or revoked) does not
 apply: it fails like a conditional write whose condition failed (``FailedTxn.reason``).
@@ -32,6 +44,7 @@ someone else.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -45,6 +58,8 @@ MAX_TTL_MS: Final = 24 * 3600 * 1000
 MIN_TTL_MS: Final = 500
 MAX_NAME_CHARS: Final = 200  # an owner's or a caller's name
 NOT_OWNER: Final = "belongs to"  # in the reason of an operation refused to a non-owner
+# Versions of lease tables, unique across tables (a snapshot load makes a new one).
+_VERSIONS = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -52,14 +67,49 @@ class Lease:
     lease_id: int
     ttl_ms: int
     granted_offset: int
-    # The offset of its last keep-alive (the grant counts as one).
+    # The offset of its last keep-alive the log records: the grant, an old ``keepalive``
+    # record, or a checkpoint entry clearing its remaining TTL.
     keepalive_offset: int
     keys: set[bytes] = field(default_factory=set)
     owner: str = ""  # the credential that granted it ("": anyone's)
+    # The remaining TTL the leader's last checkpoint set (0: none; a new leader counts the
+    # full TTL).
+    remaining_ms: int = 0
+
+
+OPS: Final = ("grant", "keepalive", "revoke", "expire", "checkpoint")
 
 
 def encode_op(op: str, lease_id: int, **fields: int | str) -> bytes:
     return json.dumps({"op": op, "id": lease_id, **fields}, separators=(",", ":")).encode()
+
+
+def encode_checkpoint(remaining: dict[int, int]) -> bytes:
+    """A checkpoint of remaining TTLs (lease id -> milliseconds; 0 clears the lease's)."""
+    body = {"op": "checkpoint", "remaining": {str(i): ms for i, ms in sorted(remaining.items())}}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def owner_refusal(lease: Lease, caller: str | None) -> str:
+    """Why ``caller`` (None: an administrator) may not keep alive or revoke ``lease``, or ""."""
+    if caller is None or not lease.owner or caller == lease.owner:
+        return ""
+    return (f"lease {lease.lease_id} {NOT_OWNER} the credential {lease.owner!r}: only it, or a "
+            "credential of scope admin, may keep it alive or revoke it")
+
+
+def _checkpoint_entries(body: dict[str, Any]) -> dict[int, int]:
+    entries = body.get("remaining")
+    if not isinstance(entries, dict):
+        raise ValueError("kraft.lease.op checkpoint needs remaining: {lease id: milliseconds}")
+    out: dict[int, int] = {}
+    for key, ms in entries.items():
+        if not (isinstance(key, str) and key.isdigit() and len(key) <= 19) \
+                or not isinstance(ms, int) or isinstance(ms, bool) or not 0 <= ms <= MAX_TTL_MS:
+            raise ValueError(f"kraft.lease.op checkpoint entries are lease id: 0..{MAX_TTL_MS} "
+                             f"milliseconds, got {str(key)[:20]!r}: {str(ms)[:20]}")
+        out[int(key)] = ms
+    return out
 
 
 def decode_op(raw: bytes | None) -> dict[str, Any]:
@@ -70,9 +120,12 @@ def decode_op(raw: bytes | None) -> dict[str, Any]:
         # RecursionError: JSON nested past the interpreter's depth. Any writer can send one
         # and every replica applies it: it must fail this record, not the state machine.
         raise ValueError("kraft.lease.op is not JSON (or nested too deeply)") from None
-    if not isinstance(body, dict) or body.get("op") not in ("grant", "keepalive", "revoke",
-                                                            "expire"):
-        raise ValueError("kraft.lease.op needs op grant, keepalive, revoke or expire")
+    if not isinstance(body, dict) or body.get("op") not in OPS:
+        raise ValueError("kraft.lease.op needs op grant, keepalive, revoke, expire or "
+                         "checkpoint")
+    if body["op"] == "checkpoint":
+        body["remaining"] = _checkpoint_entries(body)
+        return body
     for name in ("id", *({"grant": ("ttl_ms",), "expire": ("after",)}.get(body["op"], ()))):
         value = body.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -96,17 +149,25 @@ def lease_of(raw: bytes | None) -> int:
 class LeaseTable:
     """The leases in force, as of the state's applied offset."""
 
-    __slots__ = ("deleted", "leases")
+    __slots__ = ("deleted", "leases", "version")
 
     def __init__(self) -> None:
         self.leases: dict[int, Lease] = {}
+        # Changes whenever a lease operation applies (or a snapshot loads): the leader's
+        # countdowns (``lease_clock``) look at the leases again only then.
+        self.version = next(_VERSIONS)
         # Offset of a revoke / expire that deleted keys -> those keys (for watches: they are
         # not records of their own); kept for the state's outcome window.
         self.deleted: dict[int, tuple[bytes, ...]] = {}
 
     def apply(self, body: dict[str, Any], offset: int) -> tuple[str, list[bytes]]:
         """Apply a decoded operation at ``offset``: (why it failed, or "", keys to delete)."""
-        op, lease_id = body["op"], body["id"]
+        op = body["op"]
+        self.version = next(_VERSIONS)
+        if op == "checkpoint":
+            self._checkpoint(body["remaining"], offset)
+            return "", []
+        lease_id = body["id"]
         lease = self.leases.get(lease_id)
         if op == "grant":
             if lease is not None:
@@ -119,12 +180,12 @@ class LeaseTable:
             return "", []
         if lease is None:
             return f"lease {lease_id} not found (expired or revoked)", []
-        caller = body.get("by")
-        if caller is not None and lease.owner and caller != lease.owner:
-            return (f"lease {lease_id} {NOT_OWNER} the credential {lease.owner!r}: only it, or "
-                    "a credential of scope admin, may keep it alive or revoke it"), []
-        if op == "keepalive":
+        refused = owner_refusal(lease, body.get("by"))
+        if refused:
+            return refused, []
+        if op == "keepalive":  # written before keep-alives left the log
             lease.keepalive_offset = offset
+            lease.remaining_ms = 0
             return "", []
         if op == "expire" and body["after"] != lease.keepalive_offset:
             return f"lease {lease_id} was kept alive at {lease.keepalive_offset}", []
@@ -133,6 +194,18 @@ class LeaseTable:
         if doomed:
             self.deleted[offset] = tuple(doomed)
         return "", doomed
+
+    def _checkpoint(self, remaining: dict[int, int], offset: int) -> None:
+        """Set (or, with 0, clear) remaining TTLs; a lease gone meanwhile is skipped. A clear
+        is a keep-alive the log records: it moves ``keepalive_offset`` (voiding an expiry
+        decided before it)."""
+        for lease_id, ms in remaining.items():
+            lease = self.leases.get(lease_id)
+            if lease is None:
+                continue
+            lease.remaining_ms = ms
+            if ms == 0:
+                lease.keepalive_offset = offset
 
     def attach(self, key: bytes, lease_id: int, previous: int) -> None:
         """``key`` is now written with ``lease_id`` (0: none), before with ``previous``."""
@@ -152,10 +225,11 @@ class LeaseTable:
 
     def export(self, since: int = 0) -> dict[str, Any]:
         """What a snapshot stores: the leases (``[id, ttl_ms, granted, last keep-alive]``,
-        then the owner when there is one) and the deletions at or after ``since``
-        (``[offset, [key hex, ...]]``)."""
+        then the owner when there is one or a remaining TTL is set, then that remaining TTL
+        when set) and the deletions at or after ``since`` (``[offset, [key hex, ...]]``)."""
         return {"leases": [[x.lease_id, x.ttl_ms, x.granted_offset, x.keepalive_offset,
-                            *((x.owner,) if x.owner else ())]
+                            *((x.owner,) if x.owner or x.remaining_ms else ()),
+                            *((x.remaining_ms,) if x.remaining_ms else ())]
                            for _, x in sorted(self.leases.items())],
                 "deleted": [[o, [k.hex() for k in keys]]
                             for o, keys in sorted(self.deleted.items()) if o >= since]}
@@ -163,11 +237,15 @@ class LeaseTable:
     def load(self, data: dict[str, Any], keys: dict[int, set[bytes]]) -> None:
         """Raises ValueError (or TypeError) if ``data`` is malformed."""
         self.leases = {}
+        self.version = next(_VERSIONS)
         for entry in data.get("leases", []):
-            i, t, g, k, *owner = entry  # no owner in snapshots written before owners
-            if len(owner) > 1 or not all(isinstance(o, str) for o in owner):
+            # No owner in snapshots written before owners, no remaining TTL before checkpoints.
+            i, t, g, k, *rest = entry
+            owner = rest[0] if rest else ""
+            remaining = rest[1] if len(rest) > 1 else 0
+            if len(rest) > 2 or not isinstance(owner, str) or not isinstance(remaining, int):
                 raise ValueError(f"a lease entry of a snapshot is malformed: {entry!r}")
             self.leases[int(i)] = Lease(int(i), int(t), int(g), int(k),
-                                        set(keys.get(int(i), ())), owner[0] if owner else "")
+                                        set(keys.get(int(i), ())), owner, remaining)
         self.deleted = {int(o): tuple(bytes.fromhex(k) for k in ks)
                         for o, ks in data.get("deleted", [])}

@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 
-class ReadIndexBatcher:
-    def __init__(self, fetch: Callable[[], Awaitable[int]]) -> None:
+class ReadIndexBatcher(Generic[T]):
+    """Shares each answer of ``fetch`` (the read index, or anything asked the same way)."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[T]]) -> None:
         self._fetch = fetch
         self._in_flight = False
-        self._next: asyncio.Future[int] | None = None  # the batch waiting for the next request
+        self._next: asyncio.Future[T] | None = None  # the batch waiting for the next request
         self.requests = 0  # read-index requests sent (tests, metrics)
 
-    async def read_index(self, timeout_s: float) -> int:
+    async def read_index(self, timeout_s: float) -> T:
         loop = asyncio.get_running_loop()
         if not self._in_flight:
-            batch: asyncio.Future[int] = loop.create_future()
+            batch: asyncio.Future[T] = loop.create_future()
             self._send(batch)
         else:
             if self._next is None:
@@ -31,13 +36,13 @@ class ReadIndexBatcher:
             batch = self._next
         return await asyncio.wait_for(asyncio.shield(batch), timeout_s)
 
-    def _send(self, batch: asyncio.Future[int]) -> None:
+    def _send(self, batch: asyncio.Future[T]) -> None:
         self._in_flight = True
         self.requests += 1
         task = asyncio.ensure_future(self._fetch())
         task.add_done_callback(lambda done: self._answered(done, batch))
 
-    def _answered(self, done: asyncio.Future[int], batch: asyncio.Future[int]) -> None:
+    def _answered(self, done: asyncio.Future[T], batch: asyncio.Future[T]) -> None:
         self._in_flight = False
         if not batch.done():
             if done.cancelled():

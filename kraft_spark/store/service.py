@@ -30,6 +30,7 @@ from typing import Protocol
 
 from kraft_spark.client.client import AsyncQuorumClient
 from kraft_spark.client.errors import ClientError, NoLeaderError
+from kraft_spark.client.lease_countdown import lease_countdown
 from kraft_spark.client.reads import read_index
 from kraft_spark.log.segmented_log import SegmentedLog
 from kraft_spark.net.local_requests import LocalSubmitter, local_answer
@@ -37,6 +38,7 @@ from kraft_spark.net.state_keeper import StateKeeper
 from kraft_spark.raft.messages import ErrorCode, ReadIndexRequest, ReadIndexResponse
 from kraft_spark.state.machine import Entry, FailedTxn, KeyValueState
 from kraft_spark.store.history import DEFAULT_RETENTION, History
+from kraft_spark.store.lease_clock import CountdownAnswer, CountdownRequest, CountdownStatus
 from kraft_spark.store.leases import Lease
 from kraft_spark.store.past_reads import PastRead, read_at
 from kraft_spark.store.read_batch import ReadIndexBatcher
@@ -99,6 +101,8 @@ class KvStore(Protocol):
 
     async def leases(self, *, linearizable: bool, timeout_s: float,
                      only: int | None = None) -> tuple[int, list[Lease]]: ...
+
+    async def lease_countdown(self, request: CountdownRequest) -> CountdownAnswer: ...
 
     def watch_hub(self) -> WatchSource | None: ...
 
@@ -262,6 +266,16 @@ class NodeStore:
         if only is not None:
             return state.applied_offset, [leases[only]] if only in leases else []
         return state.applied_offset, [leases[i] for i in sorted(leases)]
+
+    async def lease_countdown(self, request: CountdownRequest) -> CountdownAnswer:
+        """A keep-alive or TimeToLive, answered by the leader's countdown: this node's own
+        desk when it leads (``store.lease_keepalive``), else the leader's over the wire."""
+        desk = getattr(self._node, "lease_desk", None)
+        if desk is not None and self._node.is_leader:
+            answer: CountdownAnswer = await desk.answer(request)
+            if answer.status is not CountdownStatus.NOT_LEADER:
+                return answer
+        return await lease_countdown(self._forwarder(), request)
 
     def close(self) -> None:
         self._hub.close()

@@ -52,11 +52,26 @@ def test_a_lease_keeps_its_keys_while_kept_alive_and_takes_them_when_it_expires(
             lease = await kv.grant_lease(1000)
             await kv.put("svc/a", "up", lease_id=lease.lease_id)
             await kv.put("svc/plain", "stays")
-            for _ in range(6):  # 1.8 s of keep-alives: longer than the TTL
+            before = leader.log.end_offset()
+            for _ in range(6):  # 1.8 s of keep-alives, through a follower: longer than the TTL
                 await asyncio.sleep(0.3)
                 await kv.keep_alive(lease.lease_id)
             got = await kv.get("svc/a")
             assert got is not None and got.value == "up"
+            # Answered by the leader's countdown: no keep-alive record; the leader writes a
+            # checkpoint only if one came later than half the TTL (then one clears it).
+            desks = [n.lease_desk for n in nodes]  # the leader's, or its successor's
+            assert sum(d.renewals for d in desks) >= 6
+            ops = [json.loads(value) for batch in leader.log.read(before, 1 << 20)
+                   for record in batch.records for name, value in record.headers
+                   if name == "kraft.lease.op"]
+            assert all(op["op"] == "checkpoint" for op in ops), ops
+            assert len(ops) <= 2 * sum(d.clears for d in desks) + 1, ops
+            # Its time left, from the leader's countdown (asked through the follower).
+            await kv.keep_alive(lease.lease_id)
+            status, alive = await http(url_of(follower), "GET", f"/v1/leases/{lease.lease_id}")
+            assert status == 200 and alive["keys"] == ["svc/a"], alive
+            assert 0 <= alive["remaining_ms"] <= alive["ttl_ms"] == 1000
             status, listed = await http(url_of(leader), "GET", "/v1/leases")
             assert [x["keys"] for x in listed["leases"]] == [["svc/a"]], listed
             await asyncio.sleep(1.6)  # no keep-alive past the TTL: the leader expires it

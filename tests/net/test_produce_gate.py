@@ -19,17 +19,20 @@ import pytest
 from api.node_http import serve_node_http
 from kraft_spark.client import AsyncQuorumClient, NewRecord
 from kraft_spark.client.errors import InvalidRecordError
+from kraft_spark.client.lease_countdown import lease_countdown
 from kraft_spark.http_auth import Credential, Credentials, Scope
 from kraft_spark.net.cluster_acl import ClusterAcl
 from kraft_spark.net.frame_server import ServerConnection
 from kraft_spark.net.node import RaftNode
 from kraft_spark.net.produce_gate import ProduceGate
 from kraft_spark.protocol.sasl_plain import PlainCredentials, PlainUsers, SaslServerConfig
+from kraft_spark.store.lease_clock import CountdownRequest, CountdownStatus
 from kraft_spark.store.leases import LEASE_OP_HEADER, encode_op
 from kraft_spark.store.reserved_headers import Standing
 from kraft_spark.store.txn import TXN_HEADER, Condition, encode_header
 
-from .helpers import STEADY, make_certs, make_nodes, run_nodes, the_leader
+from .helpers import STEADY, make_certs, make_nodes, the_leader
+from .test_leases_http import run_nodes  # with the voters' lease expirers
 from .test_node_http import http, url_of
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,7 +66,8 @@ def test_a_principal_cannot_end_anothers_lease_over_produce(tmp_path: Path) -> N
     async def body(nodes: list[RaftNode]) -> None:
         leader = the_leader(nodes)
         follower = url_of(next(n for n in nodes if n is not leader))
-        # Alice's lease, granted and kept alive through a follower: forwarded over Produce.
+        # Alice's lease, granted through a follower (forwarded over Produce) and kept alive
+        # (forwarded as LeaseCountdown, as the node's own identity).
         status, granted = await http(follower, "POST", "/v1/leases", {"ttl_ms": 60_000},
                                      headers=ALICE)
         assert status == 200, granted
@@ -82,6 +86,10 @@ def test_a_principal_cannot_end_anothers_lease_over_produce(tmp_path: Path) -> N
                 text = str(refused.value)
                 assert "records[1].headers: kraft.lease.op is reserved" in text, text
                 assert "User:guest" in text and "/v1/leases" in text, text
+            # Nor may it keep someone's lease alive by naming them in a LeaseCountdown.
+            answer = await lease_countdown(guest, CountdownRequest(lease, True, by="alice"))
+            assert answer.status is CountdownStatus.NOT_OWNER, answer
+            assert "super user" in answer.message, answer
             assert await leases(url_of(leader)) == [(lease, "alice")]
             # Conditional writes stay open to every principal; a malformed one is refused.
             header = encode_header(1, [Condition(b"guest/k", version=0)])

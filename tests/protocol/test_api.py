@@ -51,6 +51,7 @@ def test_supported_versions_table() -> None:
         {"api_key": 81, "min_version": 0, "max_version": 0},
         {"api_key": 82, "min_version": 0, "max_version": 0},
         {"api_key": 10000, "min_version": 0, "max_version": 0},  # kraft-spark's ReadIndex
+        {"api_key": 10001, "min_version": 0, "max_version": 0},  # and LeaseCountdown
     ]
 
 

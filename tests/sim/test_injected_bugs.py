@@ -45,6 +45,8 @@ EXPECTED = {
     "watch-drops-second-event": {"watch-stream"},
     "resume-skips-offset-rest": {"watch-stream"},
     "produce-bypasses-lease-owner": {"lock-exclusive", "fencing-order", "lease-kept-alive"},
+    "keepalive-keeps-checkpoint": {"lease-countdown", "lock-exclusive", "fencing-order",
+                                   "lease-kept-alive"},
 }
 
 

@@ -11,6 +11,7 @@ from kraft_spark.raft.log_api import OffsetAndEpoch
 from kraft_spark.raft.records import Batch, Record
 from kraft_spark.state.machine import FailedTxn, KeyValueState
 from kraft_spark.state.snapshot_file import decode_snapshot, encode_snapshot
+from kraft_spark.store.leases import LEASE_OP_HEADER, encode_checkpoint
 from kraft_spark.store.txn import (
     TXN_HEADER,
     Condition,
@@ -239,6 +240,23 @@ def test_lease_keys_go_with_the_lease_and_a_keepalive_voids_a_stale_expiry() -> 
     assert "lease 7" in state.txn_failure(base).reason  # type: ignore[union-attr]
 
 
+def test_a_checkpoint_cleared_by_a_keepalive_voids_a_stale_expiry() -> None:
+    state = KeyValueState()
+    _apply(state, [_lease_op("grant", 7, ttl_ms=3000), _leased(b"a", b"1", 7)])  # 0, 1
+    checkpoint = Record(None, None, 5, ((LEASE_OP_HEADER, encode_checkpoint({7: 900})),))
+    clear = Record(None, None, 5, ((LEASE_OP_HEADER, encode_checkpoint({7: 0})),))
+    _apply(state, [checkpoint])                                               # 2
+    assert state.leases.leases[7].remaining_ms == 900
+    _apply(state, [clear])                                                    # 3: a keep-alive
+    base = _apply(state, [_lease_op("expire", 7, after=0)])  # decided before the keep-alive
+    assert state.txn_failure(base) is not None and state.get(b"a") is not None
+    _apply(state, [_lease_op("expire", 7, after=3)])
+    assert 7 not in state.leases.leases and state.get(b"a") is None
+    base = _apply(state, [Record(None, None, 5, ((LEASE_OP_HEADER, b'{"op":"checkpoint",'
+                                                  b'"remaining":{"x":1}}'),))])
+    assert "checkpoint entries" in state.txn_failure(base).reason  # type: ignore[union-attr]
+
+
 def test_revoke_and_grant_rules() -> None:
     state = KeyValueState()
     _apply(state, [_lease_op("grant", 1, ttl_ms=2000), _leased(b"k", b"v", 1)])
@@ -252,7 +270,7 @@ def test_revoke_and_grant_rules() -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["grant", "keepalive", "revoke", "expire", "put",
-                                           "plain", "delete"]),
+                                           "plain", "delete", "checkpoint"]),
                           st.integers(1, 3), st.sampled_from([b"a", b"b"]),
                           st.integers(0, 20)), min_size=1, max_size=40),
        st.integers(0, 40))
@@ -267,6 +285,9 @@ def test_leases_survive_a_snapshot_exactly(ops: list[tuple[str, int, bytes, int]
             record = _lease_op(op, lease_id)
         elif op == "expire":
             record = _lease_op("expire", lease_id, after=n)
+        elif op == "checkpoint":  # sets (or, n = 0, clears) a remaining TTL
+            record = Record(None, None, 5, ((LEASE_OP_HEADER, encode_checkpoint(
+                {lease_id: n % 3 * 100, 3 - lease_id % 3: n * 10})),))
         elif op == "put":
             record = _leased(key, b"v%d" % n, lease_id)
         else:
