@@ -4,6 +4,7 @@ quoted in an error."""
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -92,5 +93,5 @@ def test_new_tokens_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> 
     # One in 64 url-safe tokens did: `--token -x...` then reads as an option on a command line.
     assert not any(new_token().startswith("-") for _ in range(2000))
     draws = iter(["-dash-first", "-again", "fine-token"])
-    monkeypatch.setattr(secret_files.secrets, "token_urlsafe", lambda _n: next(draws))
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda _n: next(draws))  # new_token imports it late
     assert secret_files.new_token() == "fine-token"

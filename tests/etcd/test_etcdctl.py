@@ -384,6 +384,49 @@ def test_lock_is_exclusive_and_passes_on(kraft: Etcdctl) -> None:
     assert taken.startswith("ll/") and taken != held
 
 
+def _elect_session(ctl: Etcdctl) -> list[str]:
+    """etcdctl elect: clientv3's Election (Campaign on a session lease, Observe on a watch). A
+    candidate leads, a second waits behind it, an observer started under the first leader
+    sees it, then the second once the first resigns on ^C. Candidate keys (``ee/<lease>``)
+    are named in order of appearance, as their lease ids differ between systems."""
+    def start(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([*ctl.base, "elect", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=ENV)
+
+    first = start("ee", "p1")
+    second = observer = None
+    try:
+        assert first.stdout is not None
+        lines = [first.stdout.readline().strip() for _ in range(2)]
+        second = start("ee", "p2")
+        observer = start("-l", "ee")
+        assert observer.stdout is not None and second.stdout is not None
+        lines += [observer.stdout.readline().strip() for _ in range(2)]
+        time.sleep(1.0)
+        assert second.poll() is None, "a second candidate must wait for the leader"
+        first.send_signal(signal.SIGINT)  # etcdctl resigns on ^C
+        first.wait(10)
+        lines += [second.stdout.readline().strip() for _ in range(2)]
+        lines += [observer.stdout.readline().strip() for _ in range(2)]
+    finally:
+        for proc in (first, second, observer):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
+    names: dict[str, str] = {}
+    return [names.setdefault(line, f"ee/<{len(names) + 1}>") if line.startswith("ee/")
+            else line for line in lines]
+
+
+def test_elect_campaigns_observes_and_passes_on(kraft: Etcdctl, etcd: Etcdctl | None) -> None:
+    ours = _elect_session(kraft)
+    assert ours == ["ee/<1>", "p1", "ee/<1>", "p1", "ee/<2>", "p2", "ee/<2>", "p2"]
+    if etcd is not None:
+        assert _elect_session(etcd) == ours
+
+
 def _hashes(ctl: Etcdctl, *args: str) -> dict[str, int]:
     """``endpoint hashkv``'s lines ``<endpoint>, <hash>`` by endpoint."""
     return {ep: int(h) for ep, h in (line.split(", ") for line in
