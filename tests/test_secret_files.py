@@ -93,5 +93,6 @@ def test_new_tokens_never_start_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> 
     # One in 64 url-safe tokens did: `--token -x...` then reads as an option on a command line.
     assert not any(new_token().startswith("-") for _ in range(2000))
     draws = iter(["-dash-first", "-again", "fine-token"])
-    monkeypatch.setattr(secrets, "token_urlsafe", lambda _n: next(draws))  # new_token imports it late
+    # new_token imports secrets when called: patch the module itself.
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda _n: next(draws))
     assert secret_files.new_token() == "fine-token"
