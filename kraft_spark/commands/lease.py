@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kraft_spark.commands.kv import endpoint_args, http_errors
-from kraft_spark.commands.store_http import StoreHttp
+from kraft_spark.commands.store_http import StoreHttp, checked
 
 
 def register(subparsers: Any) -> None:
@@ -72,27 +72,29 @@ def _keep_alive(args: Any) -> int:
 
 
 def _time_to_live(args: Any) -> int:
-    """The lease as ``GET /v1/leases`` lists it (linearizable). Its remaining time is not
-    there: the countdown is the leader's (``kraft_spark.store.lease_expiry``), so the answer
-    gives the granted TTL and the offset of the last keep-alive (or grant) it counts from."""
+    """The lease as ``GET /v1/leases/{id}`` answers it: its TTL, the time left on the leader's
+    countdown (``kraft_spark.store.lease_clock``: the node that answers asks the leader) and
+    its keys; etcdctl's ``already expired`` once it is gone (404)."""
     def work(http: StoreHttp) -> int:
-        leases = http.checked("GET", "/v1/leases", retry=True)["leases"]
-        lease = next((x for x in leases if x["lease_id"] == args.lease_id), None)
+        status, lease = http.call("GET", f"/v1/leases/{args.lease_id}", retry=True)
+        if status == 404:
+            if args.write_out == "json":
+                print(json.dumps({"lease_id": args.lease_id, "ttl_ms": -1}))
+            else:  # etcdctl's words for a lease that is gone
+                print(f"lease {args.lease_id} already expired")
+            return 0
+        lease = checked(status, lease)
         if args.write_out == "json":
-            shown = {"lease_id": args.lease_id, "ttl_ms": -1} if lease is None else {
-                "lease_id": lease["lease_id"], "ttl_ms": lease["ttl_ms"],
-                "keepalive_offset": lease["keepalive_offset"]}
-            if args.keys and lease is not None:
+            shown = {key: lease[key] for key in ("lease_id", "ttl_ms", "remaining_ms")}
+            if args.keys:
                 shown["keys"] = lease["keys"]
             print(json.dumps(shown))
-        elif lease is None:  # etcdctl's words for a lease that is gone
-            print(f"lease {args.lease_id} already expired")
-        else:
-            line = (f"lease {lease['lease_id']} granted with TTL {lease['ttl_ms']} ms, last "
-                    f"kept alive at offset {lease['keepalive_offset']}")
-            if args.keys:
-                line += f", attached keys({lease['keys']})"
-            print(line)
+            return 0
+        line = (f"lease {lease['lease_id']} granted with TTL {lease['ttl_ms']} ms, remaining "
+                f"{lease['remaining_ms']} ms")
+        if args.keys:
+            line += f", attached keys({lease['keys']})"
+        print(line)
         return 0
     return _call(args, work)
 

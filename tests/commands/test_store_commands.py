@@ -120,12 +120,14 @@ def test_a_key_put_on_a_lease_goes_with_it(quorum: KvQuorum) -> None:
     lease_id = lease.group(1)
     assert kraft(quorum, "kv", "put", "l/k", "1", "--lease", lease_id).startswith("OK")
     shown = kraft(quorum, "lease", "timetolive", lease_id, "--keys")
-    assert re.fullmatch(rf"lease {lease_id} granted with TTL 60000 ms, last kept alive at "
-                        r"offset \d+, attached keys\(\['l/k'\]\)\n", shown), shown
+    left = re.fullmatch(rf"lease {lease_id} granted with TTL 60000 ms, remaining (\d+) ms, "
+                        r"attached keys\(\['l/k'\]\)\n", shown)
+    assert left is not None and 0 < int(left.group(1)) <= 60000, shown  # the leader's countdown
     assert kraft(quorum, "lease", "keep-alive", lease_id, "--once") == \
         f"lease {lease_id} kept alive with TTL 60000 ms\n"
     listed = json.loads(kraft(quorum, "lease", "timetolive", lease_id, "--keys", "-w", "json"))
     assert listed["keys"] == ["l/k"] and listed["ttl_ms"] == 60000
+    assert 0 < listed["remaining_ms"] <= 60000
     assert kraft(quorum, "lease", "revoke", lease_id) == f"lease {lease_id} revoked\n"
     assert kraft(quorum, "kv", "get", "l/k") == ""
     assert kraft(quorum, "lease", "timetolive", lease_id) == \
