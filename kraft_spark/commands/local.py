@@ -52,6 +52,7 @@ from kraft_spark.http_auth import CREDENTIALS_FILE, Credentials, server_credenti
 from kraft_spark.net.cluster_acl import PLAINTEXT_ALLOWED_KEY, check_listener
 from kraft_spark.net.cpu_placement import AFFINITY_CHOICES, AFFINITY_ROLE
 from kraft_spark.net.storage_failure import is_disk_failure
+from kraft_spark.proc_tree import PARENT_ENV
 from kraft_spark.quorum_auth import QuorumAuth, ensure_quorum_auth
 from kraft_spark.raft.config import ConfigError, QuorumConfig
 from kraft_spark.secret_files import private_dir
@@ -233,6 +234,8 @@ def _run_local(args: argparse.Namespace) -> int:
                 [sys.executable, "-m", "kraft_spark", "node", "--config", conf],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a Ctrl-C reaches us, and we stop them in order
+                # killed with SIGKILL, we leave no node behind (kraft_spark.proc_tree)
+                env={**os.environ, PARENT_ENV: str(os.getpid())},
             )
 
     def say(line: str) -> None:

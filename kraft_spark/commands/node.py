@@ -71,6 +71,9 @@ def _run_node(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         raise CommandError(f"{args.config}: {exc}") from exc
     configure_logging()
+    from kraft_spark.proc_tree import stop_with_parent
+
+    stop_with_parent()  # a node of `kraft-spark local` stops when local dies, even by SIGKILL
     try:
         tune_for_serving()
     except ValueError as exc:
