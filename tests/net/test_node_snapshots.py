@@ -22,7 +22,7 @@ from kraft_spark.raft.messages import ErrorCode, ProduceRequest, ProduceResponse
 from kraft_spark.raft.records import Record
 from kraft_spark.state.policy import SnapshotConfig
 from tests.metrics_text import samples
-from tests.net.helpers import CLUSTER, make_nodes, run_nodes, the_leader, wait_for
+from tests.net.helpers import CLUSTER, STEADY, make_nodes, run_nodes, the_leader, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,7 +32,8 @@ SMALL = SnapshotConfig(max_bytes_between_snapshots=20_000, segment_bytes=4096,
 
 
 def small_nodes(tmp: Path) -> list[RaftNode]:
-    return [RaftNode(replace(n.config, snapshots=SMALL)) for n in make_nodes(tmp)]
+    # STEADY: not about elections; a stalled shared loop must not depose the leader mid-append
+    return [RaftNode(replace(n.config, snapshots=SMALL)) for n in make_nodes(tmp, quorum=STEADY)]
 
 
 async def append_many(leader: RaftNode, n: int, *, keys: int = 50, start: int = 0) -> None:
